@@ -1,0 +1,34 @@
+# make demo   build the demo data, train, evaluate, export and predict (creates .venv on first use)
+# make test   run the test suite
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+OUT ?= out/demo
+export MKL_DEBUG_CPU_TYPE ?= 5
+export OMP_NUM_THREADS ?= $(shell nproc)
+
+.PHONY: demo test install clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py
+	python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --upgrade pip
+	$(PYTHON) -m pip install --quiet -e ".[cpu,demo,test]"
+	touch $@
+
+data/demo/train.tsv: $(VENV)/.installed
+	$(PYTHON) tools/prepare_demo_data.py --output data/demo
+
+demo: $(VENV)/.installed data/demo/train.tsv
+	rm -rf $(OUT)
+	$(PYTHON) tools/train.py --config configs/demo.yaml -o output_dir=$(OUT)
+	$(PYTHON) tools/eval.py --model $(OUT)/best --data data/demo/test.tsv --errors $(OUT)/misclassified-test.tsv > $(OUT)/eval-test.json
+	@$(PYTHON) -c "import json; r = json.load(open('$(OUT)/eval-test.json')); print(f\"test accuracy {r['accuracy']:.4f}, macro-F1 {r['macro_f1']:.4f} ({r['examples']} texts); misclassified rows in {r['misclassified_file']}\")"
+	$(PYTHON) tools/export.py --model $(OUT)/best --output $(OUT)/export
+	$(PYTHON) tools/predict.py --model-dir $(OUT)/export --text "这个服务太差了，再也不来了" --text "质量很好，物流也快，非常满意"
+
+test: $(VENV)/.installed
+	$(PYTHON) -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) out data/demo

@@ -1,0 +1,5 @@
+import sys
+
+from paddle_ft.cli import main
+
+sys.exit(main())

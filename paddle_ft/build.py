@@ -1,0 +1,91 @@
+"""Build the run's objects (tokenizer, data splits, model) from a validated `Config`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from paddle_ft.config import Config, DataConfig, ModelConfig
+from paddle_ft.data.features import Features, tokenize
+from paddle_ft.data.labels import LabelMap, resolve_labels
+from paddle_ft.data.readers import Columns, Example, read_examples
+from paddle_ft.engine.trainer import Splits, log
+from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.model import BERTForTextClassification, pretrained_encoder, scratch_encoder
+
+
+@dataclass
+class Dataset:
+    label_map: LabelMap
+    examples: dict[str, list[Example]]
+    """Split name ("train", "dev", "test") -> rows, for the splits the config names."""
+
+
+def columns_of(data: DataConfig) -> Columns:
+    return Columns(data.text_column, data.text_pair_column, data.label_column)
+
+
+def read_dataset(data: DataConfig) -> Dataset:
+    """Read every configured split; labels come from `data.labels` or from train."""
+    columns = columns_of(data)
+    examples, given = {}, None if data.labels is None else resolve_labels(data.labels, None)
+    if data.train is not None:
+        examples["train"], report = read_examples(
+            data.train, data.format, columns, frozenset(given.names) if given else None, data.on_bad_row)
+        log(report.summary())
+    label_map = given or resolve_labels(None, [e.label for e in examples.get("train", [])] or None)
+    for split in ("dev", "test"):
+        path = getattr(data, split)
+        if path is not None:
+            examples[split], report = read_examples(path, data.format, columns, frozenset(label_map.names),
+                                                    data.on_bad_row)
+            log(report.summary())
+    return Dataset(label_map, examples)
+
+
+def build_splits(dataset: Dataset, tokenizer, max_length: int) -> Splits:
+    features: dict[str, Features] = {
+        name: tokenize(rows, tokenizer, max_length, dataset.label_map) for name, rows in dataset.examples.items()}
+    return Splits(features["train"], features.get("dev"), features.get("test"))
+
+
+def build_tokenizer(model: ModelConfig):
+    from paddlenlp.transformers import AutoTokenizer, BertTokenizer
+
+    if model.backbone is None:
+        vocab = Path(model.scratch.vocab_file)
+        if not vocab.is_file():
+            raise ConfigError("model.scratch.vocab_file", f"{vocab} not found; build it with "
+                              "tools/prepare_demo_data.py or point to a vocab.txt")
+        return BertTokenizer(str(vocab))
+    try:
+        return AutoTokenizer.from_pretrained(model.backbone)
+    except Exception as exc:  # PaddleNLP raises a variety of errors for a name it cannot fetch
+        raise _backbone_error(model.backbone, exc) from None
+
+
+def build_model(model: ModelConfig, num_classes: int, tokenizer) -> BERTForTextClassification:
+    if model.backbone is None:
+        s = model.scratch
+        encoder = scratch_encoder(s.architecture, len(tokenizer.vocab), s.hidden_size, s.num_layers, s.num_heads,
+                                  s.intermediate_size, s.max_position_embeddings, model.dropout,
+                                  tokenizer.pad_token_id)
+    else:
+        try:
+            encoder = pretrained_encoder(model.backbone)
+        except Exception as exc:
+            raise _backbone_error(model.backbone, exc) from None
+    return BERTForTextClassification(encoder, num_classes, model.dropout)
+
+
+def _backbone_error(backbone: str, exc: Exception) -> UserError:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ConfigError("model.backbone", f"cannot load '{backbone}' ({reason}); offline, give a local "
+                       "PaddleNLP model directory or use model.scratch")
+
+
+def model_meta(config: Config) -> dict:
+    """What a saved model must remember about how its data was read (for eval and export)."""
+    data = config.data
+    return {"dropout": config.model.dropout, "max_length": data.max_length, "format": data.format,
+            "text_column": data.text_column, "text_pair_column": data.text_pair_column,
+            "label_column": data.label_column}

@@ -1,0 +1,96 @@
+"""`python -m paddle_ft {train,eval,export,predict}`; `tools/*.py` are thin wrappers over `main`.
+
+A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from paddle_ft import runtime
+from paddle_ft.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    runtime.configure()  # environment and library noise, before paddle is imported
+    try:
+        return args.run(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="paddle_ft", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="fine-tune a classifier from a YAML config")
+    train.add_argument("--config", required=True, help="YAML recipe, e.g. configs/demo.yaml")
+    train.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (dotted path, YAML value); repeatable")
+    train.set_defaults(run=_train)
+
+    evaluate = commands.add_parser("eval", help="score a trained model on a labelled file")
+    evaluate.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
+    evaluate.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file")
+    evaluate.add_argument("--errors", help="where to write misclassified rows (default: beside the model)")
+    evaluate.add_argument("--batch-size", type=int, default=64)
+    evaluate.set_defaults(run=_eval)
+
+    export = commands.add_parser("export", help="export a trained model to a static graph for Paddle Inference")
+    export.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
+    export.add_argument("--output", required=True, help="the inference folder to create")
+    export.set_defaults(run=_export)
+
+    predict = commands.add_parser("predict", help="classify texts with an exported model")
+    predict.add_argument("--model-dir", required=True, help="a folder written by export")
+    source = predict.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", action="append", help="a text to classify; repeatable")
+    source.add_argument("--input", help="a file of texts: .txt (one per line), or .tsv/.csv/.jsonl with a "
+                                        "'text' column")
+    predict.add_argument("--output", help="JSON Lines file to write (default: standard output)")
+    predict.add_argument("--batch-size", type=int, default=32)
+    predict.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    predict.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    predict.set_defaults(run=_predict)
+    return parser
+
+
+def _train(args) -> int:
+    import paddle_ft.commands.train as command
+
+    return command.run(args.config, args.override)
+
+
+def _eval(args) -> int:
+    import paddle_ft.commands.evaluate as command
+
+    report = command.run(args.model, args.data, args.errors, args.batch_size)
+    print(json.dumps(report, ensure_ascii=False, indent=2))
+    return 0
+
+
+def _export(args) -> int:
+    from paddle_ft.export import export_model
+
+    info = export_model(Path(args.model), Path(args.output))
+    print(f"exported to {args.output}: max abs logit difference vs dygraph {info['parity_max_abs_diff']:.3g}")
+    return 0
+
+
+def _predict(args) -> int:
+    import paddle_ft.commands.predict as command
+
+    return command.run(args.model_dir, args.text, args.input, args.output, args.batch_size, args.device,
+                       args.threads)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""`eval`: score a trained model folder on a labelled file; write the rows it got wrong."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from paddle_ft.data.features import tokenize
+from paddle_ft.data.labels import LabelMap
+from paddle_ft.data.readers import Columns, format_of, read_examples
+from paddle_ft.engine.trainer import evaluate
+from paddle_ft.model import load_model
+
+
+def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int) -> dict:
+    from paddlenlp.transformers import AutoTokenizer
+
+    model_dir = Path(model_dir)
+    model, meta = load_model(model_dir)
+    label_map = LabelMap.load(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    columns = Columns(meta["text_column"], meta["text_pair_column"], meta["label_column"])
+    examples, _ = read_examples(data_path, format_of(data_path, meta["format"]), columns,
+                                frozenset(label_map.names))
+    features = tokenize(examples, tokenizer, meta["max_length"], label_map)
+    report, probs = evaluate(model, features, batch_size, tokenizer.pad_token_id, label_map.names)
+
+    errors = Path(errors_path) if errors_path else model_dir.parent / f"misclassified-{Path(data_path).stem}.tsv"
+    predicted = probs.argmax(axis=1)
+    with errors.open("w", encoding="utf-8") as out:
+        out.write("line\ttext\tgold\tpredicted\tscore\n")
+        for example, guess, row in zip(examples, predicted, probs):
+            if label_map.name(guess) != example.label:
+                text = example.text if example.text_pair is None else f"{example.text} ||| {example.text_pair}"
+                out.write(f"{example.line}\t{text}\t{example.label}\t{label_map.name(guess)}\t{row[guess]:.4f}\n")
+    return {"data": str(data_path), **report, "misclassified_file": str(errors)}

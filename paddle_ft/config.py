@@ -1,0 +1,309 @@
+"""Run configuration: a tree of frozen dataclasses loaded from YAML plus `-o key=value` overrides.
+
+Every key is checked once, here, at load time: an unknown key, a wrong type or an out-of-range value
+raises `ConfigError` naming the dotted key (and the YAML line, or `-o`, it came from).
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from paddle_ft.errors import ConfigError, UserError
+
+ARCHITECTURES = ("bert", "ernie", "roberta")
+METRICS = ("accuracy", "macro_f1")
+
+
+def _check(test: Callable[[Any], bool], expected: str) -> dict:
+    """Field metadata: a range/choice test and the phrase printed when it fails."""
+    return {"check": test, "expected": expected}
+
+
+def _positive(kind=int) -> dict:
+    return _check(lambda v: v > 0, f"a positive {kind.__name__}")
+
+
+def _one_of(*choices) -> dict:
+    return _check(lambda v: v in choices, "one of " + ", ".join(map(str, choices)))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the examples are and how to read them."""
+
+    train: str | None = None
+    """Training file; required for `train`."""
+    dev: str | None = None
+    """Dev file: evaluated during training, picks the best checkpoint."""
+    test: str | None = None
+    """Optional test file, scored once with the best model."""
+    format: str = field(default="tsv", metadata=_one_of("tsv", "csv", "jsonl"))
+    """File format of all splits."""
+    text_column: str = "text"
+    text_pair_column: str | None = None
+    """Second text for sentence-pair tasks; null for single-text classification."""
+    label_column: str = "label"
+    labels: tuple[str, ...] | str | None = None
+    """Label names as a list, a file with one name per line, or null to take them from train."""
+    max_length: int = field(default=128, metadata=_check(lambda v: v >= 8, "an integer >= 8"))
+    """Tokens per example after truncation, [CLS] and [SEP] included."""
+    on_bad_row: str = field(default="error", metadata=_one_of("error", "skip"))
+    """`error` stops at the first bad row; `skip` drops bad rows and reports how many."""
+
+
+@dataclass(frozen=True)
+class ScratchConfig:
+    """A randomly initialised encoder, for offline training without a pretrained checkpoint."""
+
+    vocab_file: str = ""
+    """WordPiece vocabulary, one token per line."""
+    architecture: str = field(default="bert", metadata=_one_of(*ARCHITECTURES))
+    hidden_size: int = field(default=256, metadata=_positive())
+    num_layers: int = field(default=4, metadata=_positive())
+    num_heads: int = field(default=4, metadata=_positive())
+    intermediate_size: int = field(default=1024, metadata=_positive())
+    max_position_embeddings: int = field(default=512, metadata=_positive())
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The encoder and the classification head."""
+
+    backbone: str | None = None
+    """A PaddleNLP model name (downloads) or a local PaddleNLP model directory; null = `scratch`."""
+    scratch: ScratchConfig | None = None
+    """Random-init encoder settings, used when `backbone` is null."""
+    dropout: float = field(default=0.1, metadata=_check(lambda v: 0 <= v < 1, "a number in [0, 1)"))
+    """Dropout before the classifier."""
+
+
+@dataclass(frozen=True)
+class AmpConfig:
+    """Automatic mixed precision (a GPU speed-up; runs on CPU without one)."""
+
+    enabled: bool = False
+    level: str = field(default="O1", metadata=_one_of("O1", "O2"))
+    dtype: str = field(default="float16", metadata=_one_of("float16", "bfloat16"))
+    init_loss_scaling: float = field(default=32768.0, metadata=_positive(float))
+    """First loss scale of the dynamic scaler (float16 only; bfloat16 needs no scaling)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The optimisation loop."""
+
+    epochs: int = field(default=3, metadata=_positive())
+    max_steps: int | None = field(default=None, metadata=_positive())
+    """When set, stop after this many optimizer steps, whatever `epochs` says."""
+    batch_size: int = field(default=32, metadata=_positive())
+    """Examples per micro-batch (per device)."""
+    eval_batch_size: int = field(default=64, metadata=_positive())
+    accumulate_steps: int = field(default=1, metadata=_positive())
+    """Micro-batches per optimizer step."""
+    learning_rate: float = field(default=2e-5, metadata=_positive(float))
+    warmup: float = field(default=0.1, metadata=_check(lambda v: v >= 0, "a number >= 0"))
+    """Warmup as a proportion of optimizer steps (< 1) or a number of steps (>= 1)."""
+    weight_decay: float = field(default=0.01, metadata=_check(lambda v: v >= 0, "a number >= 0"))
+    max_grad_norm: float | None = field(default=1.0, metadata=_positive(float))
+    """Global-norm clipping threshold; null turns clipping off."""
+    amp: AmpConfig = AmpConfig()
+    eval_every: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    """Evaluate every N optimizer steps; 0 = only at each epoch end."""
+    log_every: int = field(default=20, metadata=_positive())
+    """Log loss, lr and speed every N optimizer steps."""
+    metric: str = field(default="accuracy", metadata=_one_of(*METRICS))
+    """Dev metric that picks the best checkpoint and drives early stopping."""
+    save_total_limit: int = field(default=2, metadata=_positive())
+    """Step checkpoints kept in `checkpoints/` (the best model is kept apart, in `best/`)."""
+    early_stopping_patience: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    """Stop after this many evaluations without improvement; 0 = never."""
+    group_by_length: bool = True
+    """Batch examples of similar length together (shuffled in chunks) so padding costs little."""
+
+
+@dataclass(frozen=True)
+class Config:
+    output_dir: str = "out/run"
+    seed: int = 42
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """Read YAML at `path` (or start from defaults), apply `key=value` overrides, validate."""
+    raw: dict = {}
+    lines: dict[str, int] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"config file {path} does not exist: pass an existing YAML file to --config")
+        text = path.read_text(encoding="utf-8")
+        try:
+            raw = yaml.safe_load(text) or {}
+            lines = _key_lines(yaml.compose(text))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f"{path}:{mark.line + 1}" if mark else str(path)
+            raise UserError(f"{at}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        if not isinstance(raw, dict):
+            raise UserError(f"{path}: the top level must be a mapping of config keys")
+    overridden = set()
+    for item in overrides:
+        key, value = _parse_override(item)
+        _set_dotted(raw, key, value)
+        overridden.add(key)
+
+    def where(key: str) -> str:
+        if key in overridden:
+            return "from -o"
+        return f"{path}:{lines[key]}" if key in lines else (str(path) if path else "")
+
+    config = _build(Config, raw, "", where)
+    _check_cross_field(config, where)
+    return config
+
+
+def config_to_dict(config) -> dict:
+    """Plain dict of a config tree (tuples become lists), ready for YAML/JSON."""
+    def plain(value):
+        if isinstance(value, tuple):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return plain(dataclasses.asdict(config))
+
+
+def save_config(config: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(config_to_dict(config), allow_unicode=True, sort_keys=False),
+                    encoding="utf-8")
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"override '{item}' is not KEY=VALUE: write it like -o train.batch_size=16")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        raise UserError(f"override '{item}': the value is not valid YAML; quote it if it is a string") from None
+    return key.strip(), value
+
+
+def _set_dotted(raw: dict, key: str, value: Any) -> None:
+    node = raw
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(".".join(parts[: i + 1]), "is a value, not a section; override a key below it",
+                              "from -o")
+        node = child
+    node[parts[-1]] = value
+
+
+def _key_lines(node, prefix: str = "") -> dict[str, int]:
+    """Map each dotted key of a composed YAML mapping to its 1-based line number."""
+    found = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = f"{prefix}{key_node.value}"
+            found[key] = key_node.start_mark.line + 1
+            found.update(_key_lines(value_node, key + "."))
+    return found
+
+
+def _build(cls, raw: Any, prefix: str, where: Callable[[str], str]):
+    section = prefix.rstrip(".") or "the top level"
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(section, f"expected a mapping of keys, got {raw!r}", where(prefix.rstrip(".")))
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for name in raw:
+        if name not in known:
+            key = f"{prefix}{name}"
+            raise ConfigError(key, f"unknown key; known keys here: {', '.join(known)}", where(key))
+    values = {}
+    for name, f in known.items():
+        key = f"{prefix}{name}"
+        if name not in raw:
+            continue
+        values[name] = _coerce(hints[name], raw[name], key, where)
+        test = f.metadata.get("check")
+        if test is not None and values[name] is not None and not test(values[name]):
+            raise ConfigError(key, f"expected {f.metadata['expected']}, got {raw[name]!r}", where(key))
+    return cls(**values)
+
+
+def _coerce(hint, value, key: str, where):
+    """Check `value` against the type hint; returns it converted (list -> tuple, int -> float)."""
+    options = typing.get_args(hint) if _is_union(hint) else (hint,)
+    if value is None:
+        if type(None) in options:
+            return None
+        raise ConfigError(key, "must be set (null is not allowed here)", where(key))
+    problems = []
+    for option in options:
+        if option is type(None):
+            continue
+        if dataclasses.is_dataclass(option):
+            if isinstance(value, dict):
+                return _build(option, value, key + ".", where)
+            problems.append("a mapping")
+        elif typing.get_origin(option) is tuple:
+            if isinstance(value, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool)
+                                               for v in value):
+                return tuple(str(v) for v in value)
+            problems.append("a list of names")
+        elif option is bool:
+            if isinstance(value, bool):
+                return value
+            problems.append("true or false")
+        elif option is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            problems.append("an integer")
+        elif option is float:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+            problems.append("a number")
+        elif option is str:
+            if isinstance(value, str):
+                return value
+            problems.append("a string")
+    raise ConfigError(key, f"expected {' or '.join(problems)}, got {value!r}", where(key))
+
+
+def _is_union(hint) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _check_cross_field(config: Config, where) -> None:
+    model = config.model
+    if model.backbone is None and (model.scratch is None or not model.scratch.vocab_file):
+        raise ConfigError("model.backbone", "set a PaddleNLP name or model directory, or set "
+                          "model.scratch.vocab_file to train a randomly initialised encoder",
+                          where("model.backbone"))
+    if model.backbone is None:
+        scratch = model.scratch
+        if scratch.hidden_size % scratch.num_heads:
+            raise ConfigError("model.scratch.num_heads", f"must divide hidden_size ({scratch.hidden_size})",
+                              where("model.scratch.num_heads"))
+        if config.data.max_length > scratch.max_position_embeddings:
+            raise ConfigError("data.max_length", "is longer than model.scratch.max_position_embeddings "
+                              f"({scratch.max_position_embeddings})", where("data.max_length"))

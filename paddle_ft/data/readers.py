@@ -1,0 +1,202 @@
+"""Read TSV / CSV / JSONL files into `Example` rows, checking every row.
+
+A bad row (undecodable bytes, wrong number of fields, missing column, empty text, unknown label,
+broken JSON) raises `DataError` with the file and line, or with `on_bad_row="skip"` is dropped and
+counted in `ReadReport`. Blank lines carry no row and are ignored.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from paddle_ft.errors import DataError
+
+FORMATS = ("tsv", "csv", "jsonl")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Which fields hold the text(s) and the label."""
+
+    text: str = "text"
+    text_pair: str | None = None
+    label: str | None = "label"
+    """None when reading unlabelled input for prediction."""
+
+
+@dataclass(frozen=True)
+class Example:
+    text: str
+    text_pair: str | None
+    label: str | None
+    line: int
+    """1-based line in the source file, for error messages and error reports."""
+
+
+@dataclass
+class ReadReport:
+    path: str
+    rows: int = 0
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    """(line, reason) for every skipped row."""
+
+    def summary(self) -> str:
+        text = f"{self.path}: {self.rows} rows"
+        if self.skipped:
+            first = "; ".join(f"line {line}: {why}" for line, why in self.skipped[:3])
+            text += f", {len(self.skipped)} bad rows skipped (first: {first})"
+        return text
+
+
+class _BadRow(Exception):
+    def __init__(self, line: int, reason: str):
+        self.line, self.reason = line, reason
+
+
+def format_of(path: str | Path, default: str | None = None) -> str:
+    """The format named by a file's extension, else `default`."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix in FORMATS:
+        return suffix
+    if default is None:
+        raise DataError(str(path), None, f"cannot tell the format from the extension; use one of "
+                                         f"{', '.join('.' + f for f in FORMATS)}")
+    return default
+
+
+def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozenset[str] | None = None,
+                  on_bad_row: str = "error") -> tuple[list[Example], ReadReport]:
+    """All rows of `path`. With `labels`, a row whose label is not in it is a bad row."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(str(path), None, "file not found; check the data path in the config or command")
+    report = ReadReport(str(path))
+    records = {"tsv": _tsv_records, "csv": _csv_records, "jsonl": _jsonl_records}[fmt]
+
+    def rows():
+        for line, record in records(path, columns):
+            try:
+                yield _to_example(line, record, columns, labels)
+            except _BadRow as bad:
+                if on_bad_row != "skip":
+                    raise DataError(str(path), bad.line, bad.reason + _SKIP_HINT) from None
+                report.skipped.append((bad.line, bad.reason))
+
+    examples = _load_with_paddlenlp(rows)
+    report.rows = len(examples)
+    if not examples:
+        raise DataError(str(path), None, "no usable rows in the file")
+    return examples, report
+
+
+_SKIP_HINT = " (fix the row, or set data.on_bad_row=skip to drop bad rows)"
+
+
+def _load_with_paddlenlp(rows) -> list[Example]:
+    """Materialise rows through PaddleNLP's dataset loader, the ecosystem's reader protocol."""
+    from paddlenlp.datasets import load_dataset
+
+    return list(load_dataset(lambda: rows(), lazy=False))
+
+
+def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each non-blank line; undecodable bytes are a bad row."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # UTF-8 byte-order mark written by some spreadsheet tools
+            try:
+                text = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                yield number, _BadRow(number, f"bytes that are not UTF-8 at byte {exc.start}; "
+                                              "re-save the file as UTF-8")
+                continue
+            if text.strip():
+                yield number, text
+
+
+def _tsv_records(path: Path, columns: Columns):
+    return _delimited_records(path, columns, lambda lines: (line.split("\t") for line in lines), "tab")
+
+
+def _csv_records(path: Path, columns: Columns):
+    return _delimited_records(path, columns, lambda lines: csv.reader(lines), "comma")
+
+
+def _delimited_records(path: Path, columns: Columns, split, separator: str):
+    consumed: list[int] = []  # line numbers handed to the splitter; the last one ends the record
+    undecodable: dict[int, _BadRow] = {}
+
+    def texts():
+        for number, text in _decoded_lines(path):
+            consumed.append(number)
+            if isinstance(text, _BadRow):
+                undecodable[number] = text
+                text = ""  # a placeholder; the record is reported as undecodable instead
+            yield text
+
+    header = None
+    for fields in split(texts()):
+        number = consumed[-1]
+        if number in undecodable:
+            if header is None:
+                raise DataError(str(path), number, undecodable[number].reason)
+            yield number, undecodable[number]
+        elif header is None:
+            header = [name.strip() for name in fields]
+            for role, name in (("text_column", columns.text), ("text_pair_column", columns.text_pair),
+                               ("label_column", columns.label)):
+                if name is not None and name not in header:
+                    raise DataError(str(path), number, f"the header has no column '{name}' (columns: "
+                                    f"{', '.join(header)}); set data.{role} or fix the header")
+        elif len(fields) != len(header):
+            yield number, _BadRow(number, f"{len(fields)} fields where the header has {len(header)} "
+                                          f"(a stray {separator} inside a text?)")
+        else:
+            yield number, dict(zip(header, fields))
+
+
+def _jsonl_records(path: Path, columns: Columns):
+    for number, text in _decoded_lines(path):
+        if isinstance(text, _BadRow):
+            yield number, text
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            yield number, _BadRow(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        if not isinstance(record, dict):
+            yield number, _BadRow(number, "expected a JSON object per line")
+            continue
+        yield number, record
+
+
+def _to_example(line: int, record, columns: Columns, labels: frozenset[str] | None) -> Example:
+    if isinstance(record, _BadRow):
+        raise record
+    text = _field(record, columns.text, line)
+    pair = _field(record, columns.text_pair, line) if columns.text_pair else None
+    label = None
+    if columns.label is not None:
+        label = _field(record, columns.label, line)
+        if labels is not None and label not in labels:
+            raise _BadRow(line, f"label '{label}' is not one of {', '.join(sorted(labels))}")
+    return Example(text, pair, label, line)
+
+
+def _field(record: dict, name: str, line: int) -> str:
+    if name not in record:
+        raise _BadRow(line, f"missing column '{name}'")
+    value = record[name]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise _BadRow(line, f"column '{name}' is not a string")
+    value = value.strip()
+    if not value:
+        raise _BadRow(line, f"empty text in column '{name}'")
+    return value

@@ -1,0 +1,61 @@
+"""Mixed precision, loss scaling, clipping and the optimizer step, in one small helper."""
+from __future__ import annotations
+
+import contextlib
+
+import paddle
+
+from paddle_ft.config import AmpConfig
+
+
+class StepRunner:
+    """Runs backward and the optimizer update under the configured precision.
+
+    float16 uses a dynamic `GradScaler`: the loss is scaled up before backward, gradients are unscaled
+    before clipping, and a step whose gradients hold inf/NaN is skipped (and counted) while the scale
+    shrinks. bfloat16 has float32's range, so it needs no scaling. With AMP off every call is plain fp32.
+    """
+
+    def __init__(self, amp: AmpConfig, max_grad_norm: float | None):
+        self.amp = amp
+        self.max_grad_norm = max_grad_norm
+        self.scaler = paddle.amp.GradScaler(enable=amp.enabled and amp.dtype == "float16",
+                                            init_loss_scaling=amp.init_loss_scaling)
+        self._skipped = paddle.zeros([], dtype="int64")  # summed on device: no host sync per step
+
+    def prepare(self, model, optimizer):
+        """O2 keeps weights in low precision with fp32 master copies: it needs the decorated pair."""
+        if self.amp.enabled and self.amp.level == "O2":
+            model, optimizer = paddle.amp.decorate(models=model, optimizers=optimizer, level="O2",
+                                                   dtype=self.amp.dtype, master_weight=True)
+        return model, optimizer
+
+    def autocast(self):
+        if not self.amp.enabled:
+            return contextlib.nullcontext()
+        return paddle.amp.auto_cast(enable=True, level=self.amp.level, dtype=self.amp.dtype)
+
+    def backward(self, loss: paddle.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer, parameters) -> paddle.Tensor | None:
+        """Unscale, clip to `max_grad_norm`, update, clear grads. Returns the pre-clip global norm."""
+        self.scaler.unscale_(optimizer)
+        if self.scaler.is_enable():
+            self._skipped += self.scaler._found_inf.astype("int64")
+        grad_norm = None
+        if self.max_grad_norm is not None:
+            grad_norm = paddle.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        optimizer.clear_grad()
+        return grad_norm
+
+    @property
+    def skipped_steps(self) -> int:
+        """Updates skipped because the scaled gradients overflowed (float16 only)."""
+        return int(self._skipped)
+
+    @property
+    def loss_scale(self) -> float:
+        return float(self.scaler._scale) if self.scaler.is_enable() else 1.0

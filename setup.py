@@ -1,0 +1,33 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+# Paddle itself is an extra: the official Paddle GPU image already has paddle, and installing
+# paddle_ft there must never pull a second one. Pick `.[cpu]` on a plain machine.
+setup(
+    name="paddle_ft",
+    version="0.1.0",
+    description="Fine-tune, export and serve BERT-family Chinese text classifiers on PaddlePaddle",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["paddle_ft", "paddle_ft.*"]),
+    install_requires=[
+        "paddlenlp==2.8.1",
+        # paddlenlp 2.8.1 does not import with newer releases of these three (verified)
+        "huggingface_hub<0.26",
+        "aistudio-sdk<0.3",
+        "datasets<3",
+        "numpy",
+        "pyyaml",
+        "visualdl",
+        "tqdm",
+    ],
+    extras_require={
+        "cpu": ["paddlepaddle==3.3.1"],
+        "gpu": ["paddlepaddle-gpu>=2.6"],
+        "demo": ["snownlp"],
+        "test": ["pytest", "snownlp"],
+    },
+    entry_points={"console_scripts": ["paddle_ft=paddle_ft.cli:main"]},
+)
