@@ -18,7 +18,9 @@ setup(
         "huggingface_hub<0.26",
         "aistudio-sdk<0.3",
         "datasets<3",
-        "numpy",
+        # Paddle 3.3.1 calls float() on a 1-element array when GradScaler meets an overflow,
+        # which NumPy 2.4 turned from a warning into a TypeError (seen here): keep NumPy below it.
+        "numpy<2.4",
         "pyyaml",
         "visualdl",
         "tqdm",

@@ -281,12 +281,25 @@ def _coerce(hint, value, key: str, where):
         elif option is float:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 return float(value)
+            number = _float_or_none(value)
+            if number is not None:
+                return number
             problems.append("a number")
         elif option is str:
             if isinstance(value, str):
                 return value
             problems.append("a string")
     raise ConfigError(key, f"expected {' or '.join(problems)}, got {value!r}", where(key))
+
+
+def _float_or_none(value):
+    """YAML 1.1 reads `3e-5` (no dot) as a string; accept it as the number the user meant."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
 
 
 def _is_union(hint) -> bool:

@@ -39,17 +39,20 @@ class StepRunner:
         self.scaler.scale(loss).backward()
 
     def step(self, optimizer, parameters) -> paddle.Tensor | None:
-        """Unscale, clip to `max_grad_norm`, update, clear grads. Returns the pre-clip global norm."""
-        self.scaler.unscale_(optimizer)
-        if self.scaler.is_enable():
-            self._skipped += self.scaler._found_inf.astype("int64")
-        grad_norm = None
-        if self.max_grad_norm is not None:
-            grad_norm = paddle.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
-        self.scaler.step(optimizer)
+        """Unscale, clip, update, clear grads. Returns the pre-clip global norm (None: no clipping)."""
+        grad_norm = self.unscale_and_clip(optimizer, parameters)
+        self.scaler.step(optimizer)  # skips the update when the unscaled gradients hold inf/NaN
         self.scaler.update()
         optimizer.clear_grad()
         return grad_norm
+
+    def unscale_and_clip(self, optimizer, parameters) -> paddle.Tensor | None:
+        self.scaler.unscale_(optimizer)
+        if self.scaler.is_enable():
+            self._skipped += self.scaler._found_inf.astype("int64").sum()
+        if self.max_grad_norm is None:
+            return None
+        return paddle.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
 
     @property
     def skipped_steps(self) -> int:
@@ -58,4 +61,4 @@ class StepRunner:
 
     @property
     def loss_scale(self) -> float:
-        return float(self.scaler._scale) if self.scaler.is_enable() else 1.0
+        return self.scaler._scale.item() if self.scaler.is_enable() else 1.0

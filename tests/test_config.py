@@ -1,0 +1,95 @@
+from pathlib import Path
+
+import pytest
+
+from paddle_ft.config import load_config, save_config
+from paddle_ft.errors import ConfigError, UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "configs" / "demo.yaml"
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_demo_config_loads_with_its_values():
+    config = load_config(DEMO)
+    assert config.data.labels == ("负面", "正面")
+    assert config.model.scratch.hidden_size == 128
+    assert config.train.learning_rate == 5e-4
+    assert config.train.amp.enabled is False
+
+
+def test_overrides_are_read_as_yaml():
+    config = load_config(DEMO, ["train.learning_rate=3e-5", "data.test=null", "train.amp.enabled=true",
+                                "data.labels=[a, b, c]", "train.max_steps=7"])
+    assert config.train.learning_rate == 3e-5
+    assert config.data.test is None
+    assert config.train.amp.enabled is True
+    assert config.data.labels == ("a", "b", "c")
+    assert config.train.max_steps == 7
+
+
+def test_unknown_key_names_key_and_line(tmp_path):
+    path = write(tmp_path, "model:\n  scratch:\n    vocab_file: v.txt\ntrain:\n  epochs: 2\n  learning_rat: 1e-3\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"config key 'train.learning_rat' ({path}:6): unknown key")
+    assert "learning_rate" in str(info.value)
+
+
+def test_unknown_override_key_says_it_came_from_o():
+    with pytest.raises(ConfigError, match=r"config key 'train.lr' \(from -o\): unknown key"):
+        load_config(DEMO, ["train.lr=1"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.batch_size=-3", "config key 'train.batch_size' (from -o): expected a positive int, got -3"),
+    ("train.batch_size=abc", "config key 'train.batch_size' (from -o): expected an integer, got 'abc'"),
+    ("train.amp.enabled=maybe", "config key 'train.amp.enabled' (from -o): expected true or false, got 'maybe'"),
+    ("train.amp.dtype=int8", "config key 'train.amp.dtype' (from -o): expected one of float16, bfloat16, got 'int8'"),
+    ("model.dropout=1.5", "config key 'model.dropout' (from -o): expected a number in [0, 1), got 1.5"),
+    ("data.format=xlsx", "config key 'data.format' (from -o): expected one of tsv, csv, jsonl, got 'xlsx'"),
+    ("train=3", "config key 'train' (from -o): expected a mapping, got 3"),
+    ("model.scratch.num_heads=3", "config key 'model.scratch.num_heads' (from -o): must divide hidden_size (128)"),
+])
+def test_bad_values_name_the_key(override, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(DEMO, [override])
+    assert str(info.value).startswith(message)
+
+
+def test_wrong_type_in_file_names_the_line(tmp_path):
+    path = write(tmp_path, "model:\n  scratch: {vocab_file: v.txt}\ntrain:\n  epochs: three\n")
+    with pytest.raises(ConfigError, match=rf"'train.epochs' \({path}:4\): expected an integer, got 'three'"):
+        load_config(path)
+
+
+def test_missing_backbone_and_scratch_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="'model.backbone'.*model.scratch.vocab_file"):
+        load_config(write(tmp_path, "seed: 1\n"))
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "train:\n  epochs: [1\n  batch_size: 2\n")
+    with pytest.raises(UserError, match=rf"^{path}:\d+: not valid YAML"):
+        load_config(path)
+
+
+def test_bad_override_syntax():
+    with pytest.raises(UserError, match="is not KEY=VALUE"):
+        load_config(DEMO, ["train.epochs"])
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_resolved_config_round_trips(tmp_path):
+    config = load_config(DEMO, ["train.epochs=5", "data.labels=[x, y]"])
+    save_config(config, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == config

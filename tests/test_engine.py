@@ -1,0 +1,164 @@
+import json
+
+import numpy as np
+import paddle
+import pytest
+
+from conftest import LABELS, synthetic_rows
+from paddle_ft.config import AmpConfig, load_config
+from paddle_ft.data.features import tokenize
+from paddle_ft.data.labels import LabelMap
+from paddle_ft.data.readers import Example
+from paddle_ft.engine.amp import StepRunner
+from paddle_ft.engine.trainer import Splits, train
+from paddle_ft.model import MODEL_STATE, save_model
+
+
+def features_of(rows, tokenizer):
+    examples = [Example(text, None, label, i + 2) for i, (text, label) in enumerate(rows)]
+    return tokenize(examples, tokenizer, 64, LabelMap(LABELS))
+
+
+def run_training(model, tokenizer, out, overrides, dev=True):
+    config = load_config(None, ["model.scratch.vocab_file=unused", "train.warmup=0", "train.learning_rate=1e-3",
+                                "train.log_every=1", *overrides])
+    splits = Splits(features_of(synthetic_rows(64, seed=1), tokenizer),
+                    features_of(synthetic_rows(16, seed=2), tokenizer) if dev else None)
+
+    def save_best(trained, directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        save_model(trained, directory, {"max_length": 64})
+
+    out.mkdir(parents=True)
+    results = train(model, splits, config, out, LABELS, tokenizer.pad_token_id, save_best)
+    return results, {k: v.numpy() for k, v in model.state_dict().items()}
+
+
+def train_events(out):
+    lines = (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] == "train"]
+
+
+def test_same_seed_gives_identical_weights(make_model, tokenizer, tmp_path):
+    args = ["train.max_steps=4", "train.batch_size=8", "seed=3"]
+    _, first = run_training(make_model(seed=3, dropout=0.1), tokenizer, tmp_path / "a", args, dev=False)
+    _, second = run_training(make_model(seed=3, dropout=0.1), tokenizer, tmp_path / "b", args, dev=False)
+    assert all(np.array_equal(first[k], second[k]) for k in first)
+    _, other = run_training(make_model(seed=4, dropout=0.1), tokenizer, tmp_path / "c", args, dev=False)
+    assert not all(np.array_equal(first[k], other[k]) for k in first)
+
+
+def test_accumulation_equals_the_big_batch(make_model, tokenizer, tmp_path):
+    # 64 examples: 8 steps of 8, and the same 8 steps as 2 micro-batches of 4
+    common = ["train.max_steps=8", "train.group_by_length=false", "train.max_grad_norm=null"]
+    _, big = run_training(make_model(), tokenizer, tmp_path / "big", common + ["train.batch_size=8"], dev=False)
+    _, accumulated = run_training(make_model(), tokenizer, tmp_path / "acc",
+                                  common + ["train.batch_size=4", "train.accumulate_steps=2"], dev=False)
+    worst = max(np.abs(big[k] - accumulated[k]).max() for k in big)
+    assert worst < 1e-5
+    assert [e["loss"] for e in train_events(tmp_path / "big")] == pytest.approx(
+        [e["loss"] for e in train_events(tmp_path / "acc")], abs=1e-5)
+
+
+def test_partial_last_group_still_steps(make_model, tokenizer, tmp_path):
+    # 64 examples in micro-batches of 12: 6 micro-batches (the last has 4) -> groups of 4 and 2
+    run_training(make_model(), tokenizer, tmp_path / "o", ["train.epochs=1", "train.batch_size=12",
+                                                            "train.accumulate_steps=4"], dev=False)
+    assert [e["step"] for e in train_events(tmp_path / "o")] == [1, 2]
+
+
+def loss_and_backward(model, tokenizer, runner=None, scale=1.0):
+    batch = features_of(synthetic_rows(8), tokenizer)
+    from paddle_ft.data.features import pad_batch
+
+    padded = pad_batch(batch, list(range(8)), tokenizer.pad_token_id)
+    with (runner.autocast() if runner else paddle.amp.auto_cast(enable=False)):
+        logits = model(paddle.to_tensor(padded["input_ids"]), paddle.to_tensor(padded["token_type_ids"]))
+    loss = paddle.nn.functional.cross_entropy(logits.astype("float32"), paddle.to_tensor(padded["labels"])) * scale
+    if runner:
+        runner.backward(loss)
+    else:
+        loss.backward()
+    return logits, loss
+
+
+def grads_norm(model):
+    return float(np.sqrt(sum((p.grad.numpy().astype(np.float64) ** 2).sum() for p in model.parameters()
+                             if p.grad is not None)))
+
+
+def test_clipping_brings_the_global_norm_to_the_threshold(make_model, tokenizer):
+    model = make_model()
+    optimizer = paddle.optimizer.AdamW(parameters=model.parameters())
+    runner = StepRunner(AmpConfig(), max_grad_norm=0.05)
+    loss_and_backward(model, tokenizer, runner, scale=100.0)
+    before = grads_norm(model)
+    reported = float(runner.unscale_and_clip(optimizer, model.parameters()))
+    assert before > 0.05
+    assert reported == pytest.approx(before, rel=1e-5)
+    assert grads_norm(model) == pytest.approx(0.05, rel=1e-4)
+
+
+def test_bf16_autocast_runs_on_cpu_and_stays_close_to_fp32(make_model, tokenizer):
+    model = make_model()
+    model.eval()
+    fp32_logits, _ = loss_and_backward(model, tokenizer)
+    runner = StepRunner(AmpConfig(enabled=True, dtype="bfloat16", level="O1"), max_grad_norm=1.0)
+    bf16_logits, loss = loss_and_backward(model, tokenizer, runner)
+    assert not runner.scaler.is_enable()  # bfloat16 needs no loss scaling
+    assert np.isfinite(float(loss))
+    assert np.abs(bf16_logits.astype("float32").numpy() - fp32_logits.numpy()).max() < 2e-2
+
+
+@pytest.fixture
+def scaler_on_cpu(monkeypatch):
+    """Paddle switches GradScaler off unless the device is a GPU/XPU; its kernels run on CPU, so let
+    it believe it is on a GPU while it is built, to exercise the real float16 scaling path here."""
+    import types
+
+    import paddle.amp.grad_scaler as grad_scaler
+
+    gpu = types.SimpleNamespace(_expected_place=types.SimpleNamespace(is_gpu_place=lambda: True))
+    monkeypatch.setattr(grad_scaler, "_dygraph_tracer", lambda: gpu)
+    yield
+    monkeypatch.undo()
+
+
+def test_float16_scaler_skips_and_counts_overflowing_steps(make_model, tokenizer, scaler_on_cpu):
+    model = make_model()
+    optimizer = paddle.optimizer.AdamW(parameters=model.parameters(), learning_rate=1e-2)
+    runner = StepRunner(AmpConfig(enabled=True, dtype="float16", init_loss_scaling=1024), max_grad_norm=1.0)
+    assert runner.scaler.is_enable() and runner.loss_scale == 1024
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    loss_and_backward(model, tokenizer, runner, scale=float("inf"))  # overflowing gradients
+    runner.step(optimizer, model.parameters())
+    assert runner.skipped_steps == 1
+    assert all(np.array_equal(before[k], v.numpy()) for k, v in model.state_dict().items())
+    assert runner.loss_scale == 512  # dynamic scaling halves the scale after an overflow
+    loss_and_backward(model, tokenizer, runner)
+    runner.step(optimizer, model.parameters())
+    assert runner.skipped_steps == 1
+    assert not all(np.array_equal(before[k], v.numpy()) for k, v in model.state_dict().items())
+
+
+def test_training_writes_best_results_and_rotates_checkpoints(make_model, tokenizer, tmp_path):
+    out = tmp_path / "run"
+    results, _ = run_training(make_model(), tokenizer, out, ["train.epochs=3", "train.batch_size=16",
+                                                             "train.eval_every=2", "train.save_total_limit=2"])
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-10", "step-12"]
+    assert (out / "best" / MODEL_STATE).is_file() and (out / "vdl").is_dir()
+    assert json.loads((out / "results.json").read_text())["dev"]["examples"] == 16
+    evals = [e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if e["event"] == "eval"]
+    assert [e["step"] for e in evals] == [2, 4, 6, 8, 10, 12]
+    best = max(evals, key=lambda e: e["accuracy"])
+    assert results["best_step"] == best["step"]
+    assert results["dev"]["accuracy"] == pytest.approx(best["accuracy"])
+
+
+def test_early_stopping_stops_after_patience(make_model, tokenizer, tmp_path):
+    out = tmp_path / "run"
+    # lr 0 cannot improve the dev metric after the first evaluation
+    run_training(make_model(), tokenizer, out, ["train.epochs=5", "train.batch_size=16", "train.eval_every=1",
+                                                "train.early_stopping_patience=2", "train.learning_rate=1e-12"])
+    evals = [e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if e["event"] == "eval"]
+    assert [e["step"] for e in evals] == [1, 2, 3]
