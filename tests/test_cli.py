@@ -1,0 +1,105 @@
+"""The real tools, run as a user runs them: train -> eval -> export -> predict, and bad input."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import write_tsv
+from paddle_ft.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = str(ROOT / "configs" / "demo.yaml")
+# Mean training loss over steps 26-30 of the tiny run below (seed 42); the tolerance absorbs
+# thread-count and CPU-kernel differences between machines, not behaviour changes.
+PINNED_LOSS_STEP_30 = 0.4421
+
+
+def tool(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tools" / f"{name}.py"), *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+
+
+def overrides(args: list[str]) -> list[str]:
+    return [item for arg in args for item in ("-o", arg)]
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in errors[0]
+
+
+def test_train_eval_export_predict_end_to_end(tiny_config_args, tmp_path):
+    out = tmp_path / "out"
+    trained = tool("train", "--config", DEMO, *overrides(tiny_config_args))
+    assert trained.returncode == 0, trained.stderr
+    for name in ("config.yaml", "label_map.json", "metrics.jsonl", "results.json", "best/model_state.pdparams",
+                 "best/vocab.txt", "best/label_map.json", "best/paddle_ft.json"):
+        assert (out / name).is_file(), name
+    assert any((out / "vdl").iterdir())
+    assert json.loads((out / "label_map.json").read_text(encoding="utf-8")) == {"负面": 0, "正面": 1}
+    events = [json.loads(line) for line in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    losses = {e["step"]: e["loss"] for e in events if e["event"] == "train"}
+    assert sorted(losses) == [5, 10, 15, 20, 25, 30, 35, 40, 45]  # 240 rows / 16 = 15 steps per epoch, 3 epochs
+    assert losses[30] == pytest.approx(PINNED_LOSS_STEP_30, abs=2e-3)
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["test"]["examples"] == 60 and results["test"]["accuracy"] > 0.9
+
+    evaluated = tool("eval", "--model", str(out / "best"), "--data", str(tmp_path / "data" / "test.tsv"))
+    assert evaluated.returncode == 0, evaluated.stderr
+    report = json.loads(evaluated.stdout)
+    assert report["accuracy"] == pytest.approx(results["test"]["accuracy"])
+    wrong = Path(report["misclassified_file"]).read_text(encoding="utf-8").splitlines()
+    assert wrong[0] == "line\ttext\tgold\tpredicted\tscore"
+    assert len(wrong) - 1 == round((1 - report["accuracy"]) * 60)
+
+    exported = tool("export", "--model", str(out / "best"), "--output", str(out / "export"))
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads((out / "export" / "export.json").read_text())["parity_max_abs_diff"] < 1e-4
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("好好棒赞\n差差烂糟\n", encoding="utf-8")
+    predicted = tool("predict", "--model-dir", str(out / "export"), "--input", str(texts),
+                     "--output", str(tmp_path / "p.jsonl"))
+    assert predicted.returncode == 0, predicted.stderr
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [sorted(r) for r in rows] == [["label", "score", "text"]] * 2
+    assert [(r["text"], r["label"]) for r in rows] == [("好好棒赞", "正面"), ("差差烂糟", "负面")]
+
+    again = tool("train", "--config", DEMO, *overrides(tiny_config_args))
+    assert_one_line_error(again, "already holds a training run")
+
+
+def test_bad_config_key_is_one_line_without_traceback(tiny_config_args):
+    result = tool("train", "--config", DEMO, *overrides(tiny_config_args + ["train.batchsize=8"]))
+    assert_one_line_error(result, "config key 'train.batchsize' (from -o): unknown key")
+
+
+def test_bad_row_is_one_line_naming_file_and_line(tiny_config_args, tmp_path):
+    bad = write_tsv(tmp_path / "bad.tsv", [("好", "正面"), ("差", "中性")])
+    result = tool("train", "--config", DEMO, *overrides(tiny_config_args + [f"data.train={bad}"]))
+    assert_one_line_error(result, f"{bad}:3: label '中性' is not one of")
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["export", "--model", "/nonexistent/best", "--output", "/tmp/x"], "is not a paddle_ft model directory"),
+    (["predict", "--model-dir", "/nonexistent", "--text", "好"], "holds no exported model"),
+    (["eval", "--model", "/nonexistent/best", "--data", "x.tsv"], "is not a paddle_ft model directory"),
+    (["train", "--config", "/nonexistent.yaml"], "does not exist"),
+])
+def test_commands_report_user_errors_in_one_line(argv, fragment, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and fragment in err and err.count("\n") == 1
+
+
+def test_unwritable_output_dir_fails_before_training(tiny_config_args, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + [f"output_dir={blocker}/out"])]) == 2
+    assert "config key 'output_dir'" in capsys.readouterr().err
