@@ -59,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--batch-size", type=int, default=32)
     predict.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     predict.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    predict.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                         help="bf16: oneDNN on CPUs with AVX512-BF16/AMX; fp16: GPU")
+    predict.add_argument("--tensorrt", action="store_true", help="GPU: run the graph with TensorRT")
     predict.set_defaults(run=_predict)
     return parser
 
@@ -88,8 +91,9 @@ def _export(args) -> int:
 def _predict(args) -> int:
     import paddle_ft.commands.predict as command
 
-    return command.run(args.model_dir, args.text, args.input, args.output, args.batch_size, args.device,
-                       args.threads)
+    options = {"device": args.device, "cpu_threads": args.threads, "precision": args.precision,
+               "use_tensorrt": args.tensorrt}
+    return command.run(args.model_dir, args.text, args.input, args.output, args.batch_size, options)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import numpy as np
 from paddle_ft.errors import UserError
 
 PROGRAM_FILES = ("model.json", "model.pdmodel")
+PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
 PARAMS_FILE = "model.pdiparams"
 EXPORT_INFO = "export.json"
 
@@ -35,6 +36,11 @@ class Predictor:
         from paddle import inference
         from paddlenlp.transformers import AutoTokenizer
 
+        if precision not in PRECISIONS.get(device, ()):
+            raise UserError(f"precision '{precision}' on device '{device}': choose one of "
+                            f"{', '.join(f'{d}: {p}' for d, ps in PRECISIONS.items() for p in ps)}")
+        if use_tensorrt and device != "gpu":
+            raise UserError("TensorRT needs --device gpu")
         model_dir = Path(model_dir)
         program = program_file(model_dir)
         info = json.loads((model_dir / EXPORT_INFO).read_text(encoding="utf-8")) \

@@ -108,3 +108,14 @@ def test_gpu_predictor_matches_cpu(exported):
     texts = [t for t, _ in synthetic_rows(16)]
     np.testing.assert_allclose(Predictor(folder, device="gpu").probabilities(texts),
                                Predictor(folder).probabilities(texts), atol=1e-4)
+
+
+def test_predictor_is_exported_at_package_level_and_checks_precision(exported):
+    import paddle_ft
+
+    assert paddle_ft.Predictor is Predictor
+    folder, _ = exported
+    with pytest.raises(UserError, match="precision 'fp16' on device 'cpu'"):
+        Predictor(folder, precision="fp16")
+    with pytest.raises(UserError, match="TensorRT needs --device gpu"):
+        Predictor(folder, use_tensorrt=True)

@@ -11,10 +11,10 @@ from paddle_ft.infer import Predictor
 
 
 def run(model_dir: str, texts: list[str] | None, input_path: str | None, output_path: str | None,
-        batch_size: int, device: str, threads: int | None) -> int:
+        batch_size: int, predictor_options: dict) -> int:
     if texts is None:
         texts = read_texts(Path(input_path))
-    predictor = Predictor(model_dir, device=device, cpu_threads=threads)
+    predictor = Predictor(model_dir, **predictor_options)
     results = predictor.predict(texts, batch_size)
     out = Path(output_path).open("w", encoding="utf-8") if output_path else sys.stdout
     try:

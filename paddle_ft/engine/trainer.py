@@ -55,7 +55,7 @@ def train(model, splits: Splits, config: Config, output_dir: Path, label_names: 
         model.train()
         return report[tc.metric]
 
-    global_step, best_metric, best_step, evals_since_best = 0, -np.inf, None, 0
+    global_step, best_metric, best_step, evals_since_best = 0, None, None, 0
     best_dir, checkpoints_dir = output_dir / "best", output_dir / "checkpoints"
     window = _Window()
     model.train()
@@ -96,19 +96,20 @@ def train(model, splits: Splits, config: Config, output_dir: Path, label_names: 
             end_of_epoch = start + tc.accumulate_steps >= len(batches)
             stop = global_step >= plan.total_steps
             due = tc.eval_every and global_step % tc.eval_every == 0
-            if splits.dev is not None and (due or end_of_epoch or stop):
-                metric = evaluate_dev(global_step, epoch)
-                if metric > best_metric:
-                    best_metric, best_step, evals_since_best = metric, global_step, 0
-                    save_best(model, best_dir)
-                else:
-                    evals_since_best += 1
+            if due or end_of_epoch or stop:
+                if splits.dev is not None:
+                    metric = evaluate_dev(global_step, epoch)
+                    if best_metric is None or metric > best_metric:
+                        best_metric, best_step, evals_since_best = metric, global_step, 0
+                        save_best(model, best_dir)
+                    else:
+                        evals_since_best += 1
                 _checkpoint(checkpoints_dir, global_step, model, optimizer, scheduler, runner,
                             {"epoch": epoch, "best_metric": best_metric, "best_step": best_step}, tc.save_total_limit)
                 if tc.early_stopping_patience and evals_since_best >= tc.early_stopping_patience:
                     log(f"early stopping: no {tc.metric} gain in {evals_since_best} evaluations")
                     stop = True
-                window.restart_clock()
+                window.restart_clock()  # evaluation and saving are not training throughput
             if stop:
                 break
         if stop:
