@@ -1,0 +1,36 @@
+import numpy as np
+import paddle
+import pytest
+
+from paddle_ft.build import build_model, build_tokenizer
+from paddle_ft.config import load_config
+from paddle_ft.errors import ConfigError
+
+
+def test_backbone_from_a_local_paddlenlp_directory(tmp_path, make_model, tokenizer):
+    encoder = make_model(seed=2).encoder
+    encoder.save_pretrained(str(tmp_path / "enc"))
+    tokenizer.save_pretrained(str(tmp_path / "enc"))
+    config = load_config(None, [f"model.backbone={tmp_path / 'enc'}", "model.dropout=0.0"])
+    loaded_tokenizer = build_tokenizer(config.model)
+    model = build_model(config.model, num_classes=3, tokenizer=loaded_tokenizer)
+    assert loaded_tokenizer.vocab.token_to_idx == tokenizer.vocab.token_to_idx
+    ids = paddle.to_tensor([[2, 6, 7, 3]])
+    encoder.eval()
+    model.eval()
+    assert np.array_equal(model.encoder(ids)[1].numpy(), encoder(ids)[1].numpy())  # pretrained weights kept
+    assert model(ids).shape == [1, 3]
+    std = float(model.classifier.weight.numpy().std())
+    assert 0.01 < std < 0.03  # head initialised Normal(0, 0.02)
+
+
+def test_unloadable_backbone_is_a_config_error(tmp_path):
+    config = load_config(None, [f"model.backbone={tmp_path / 'missing'}"])
+    with pytest.raises(ConfigError, match="config key 'model.backbone'.*cannot load"):
+        build_tokenizer(config.model)
+
+
+def test_missing_vocab_file_is_a_config_error(tmp_path):
+    config = load_config(None, [f"model.scratch.vocab_file={tmp_path / 'nope.txt'}"])
+    with pytest.raises(ConfigError, match="model.scratch.vocab_file"):
+        build_tokenizer(config.model)
