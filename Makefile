@@ -3,7 +3,6 @@
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
-export OMP_NUM_THREADS ?= $(shell nproc)
 
 .PHONY: demo test install clean
 

@@ -58,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--output", help="JSON Lines file to write (default: standard output)")
     predict.add_argument("--batch-size", type=int, default=32)
     predict.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    predict.add_argument("--gpu-id", type=int, default=0, help="GPU device id with --device gpu")
     predict.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     predict.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
                          help="bf16: oneDNN on CPUs with AVX512-BF16/AMX; fp16: GPU")
@@ -91,8 +92,8 @@ def _export(args) -> int:
 def _predict(args) -> int:
     import paddle_ft.commands.predict as command
 
-    options = {"device": args.device, "cpu_threads": args.threads, "precision": args.precision,
-               "use_tensorrt": args.tensorrt}
+    options = {"device": args.device, "gpu_id": args.gpu_id, "cpu_threads": args.threads,
+               "precision": args.precision, "use_tensorrt": args.tensorrt}
     return command.run(args.model_dir, args.text, args.input, args.output, args.batch_size, options)
 
 

@@ -86,6 +86,12 @@ def test_bad_row_is_one_line_naming_file_and_line(tiny_config_args, tmp_path):
     assert_one_line_error(result, f"{bad}:3: label '中性' is not one of")
 
 
+def test_module_entry_point_reports_errors_the_same_way():
+    result = subprocess.run([sys.executable, "-m", "paddle_ft", "predict", "--model-dir", "/nonexistent", "--text", "好"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert_one_line_error(result, "/nonexistent holds no exported model")
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["export", "--model", "/nonexistent/best", "--output", "/tmp/x"], "is not a paddle_ft model directory"),
     (["predict", "--model-dir", "/nonexistent", "--text", "好"], "holds no exported model"),

@@ -30,5 +30,6 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
         for example, guess, row in zip(examples, predicted, probs):
             if label_map.name(guess) != example.label:
                 text = example.text if example.text_pair is None else f"{example.text} ||| {example.text_pair}"
+                text = " ".join(text.split())  # a tab or newline inside a CSV/JSONL text would break the TSV
                 out.write(f"{example.line}\t{text}\t{example.label}\t{label_map.name(guess)}\t{row[guess]:.4f}\n")
     return {"data": str(data_path), **report, "misclassified_file": str(errors)}
