@@ -17,8 +17,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     runtime.configure()  # environment and library noise, before paddle is imported
+    from paddle_ft.engine.interrupt import TrainingInterrupted
+
     try:
         return args.run(args)
+    except TrainingInterrupted as exc:
+        print(str(exc), file=sys.stderr)
+        return exc.exit_code
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -119,8 +119,14 @@ class TrainConfig:
     """Log loss, lr and speed every N optimizer steps."""
     metric: str = field(default="accuracy", metadata=_one_of(*METRICS))
     """Dev metric that picks the best checkpoint and drives early stopping."""
+    save_every: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    """Also checkpoint every N optimizer steps; 0 = only at evaluations and epoch ends."""
     save_total_limit: int = field(default=2, metadata=_positive())
-    """Step checkpoints kept in `checkpoints/` (the best model is kept apart, in `best/`)."""
+    """Newest step checkpoints kept in `checkpoints/`, besides the best one."""
+    resume: str | None = None
+    """`auto` = the newest complete checkpoint in output_dir; or a checkpoints/step-N path; null = new run."""
+    max_nonfinite_steps: int = field(default=5, metadata=_positive())
+    """Stop when the loss is NaN/inf this many steps in a row (such steps never update the weights)."""
     early_stopping_patience: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
     """Stop after this many evaluations without improvement; 0 = never."""
     group_by_length: bool = True

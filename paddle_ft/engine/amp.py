@@ -54,10 +54,19 @@ class StepRunner:
             return None
         return paddle.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
 
+    def skip(self, optimizer) -> None:
+        """Drop this step's gradients (its loss was not finite) and count it as skipped."""
+        optimizer.clear_grad()
+        self._skipped += 1
+
     @property
     def skipped_steps(self) -> int:
-        """Updates skipped because the scaled gradients overflowed (float16 only)."""
+        """Updates skipped: float16 overflows found by the scaler, plus non-finite losses."""
         return int(self._skipped)
+
+    @skipped_steps.setter
+    def skipped_steps(self, count: int) -> None:
+        self._skipped = paddle.full([], count, dtype="int64")
 
     @property
     def loss_scale(self) -> float:

@@ -1,15 +1,48 @@
-"""Checkpoints written atomically: a temporary folder, renamed into place when complete."""
+"""Checkpoints that resume a run exactly, written atomically (temporary folder, then rename).
+
+`checkpoints/step-N/` holds model, optimizer, LR scheduler and GradScaler state, the RNG states of
+python, numpy and paddle, and `trainer_state.json` (data position, best metric, early stopping, log
+window). `trainer_state.json` is written last, so a folder without it is incomplete.
+"""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import paddle
 
+from paddle_ft.errors import UserError
+
 TRAINER_STATE = "trainer_state.json"
+STATE_FILES = ("model_state.pdparams", "optimizer.pdopt", "scheduler.pdparams", "scaler.pdparams", "rng.pdstate",
+               TRAINER_STATE)
+
+
+@dataclass
+class TrainState:
+    """Where training is; everything besides tensors that an exact resume needs."""
+
+    global_step: int = 0
+    epoch: int = 0
+    """The epoch the next step belongs to."""
+    batches_done: int = 0
+    """Micro-batches of `epoch` already consumed."""
+    best_metric: float | None = None
+    best_step: int | None = None
+    evals_since_best: int = 0
+    skipped_steps: int = 0
+    """Updates skipped for inf/NaN (float16 overflow or a non-finite loss)."""
+    nonfinite_streak: int = 0
+    window_loss_sum: float = 0.0
+    """Loss summed over the steps since the last log line (so logged means match after a resume)."""
+    window_steps: int = 0
 
 
 @contextlib.contextmanager
@@ -32,21 +65,65 @@ def atomic_directory(final: Path):
         tmp.rename(final)
 
 
-def save_checkpoint(checkpoints_dir: Path, global_step: int, model, optimizer, scheduler,
-                    trainer_state: dict) -> Path:
-    final = checkpoints_dir / f"step-{global_step}"
+def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, state: TrainState) -> Path:
+    final = checkpoints_dir / f"step-{state.global_step}"
     with atomic_directory(final) as tmp:
         paddle.save(model.state_dict(), str(tmp / "model_state.pdparams"))
         paddle.save(optimizer.state_dict(), str(tmp / "optimizer.pdopt"))
         paddle.save(scheduler.state_dict(), str(tmp / "scheduler.pdparams"))
-        # written last: its presence marks the checkpoint complete
-        (tmp / TRAINER_STATE).write_text(json.dumps({"global_step": global_step, **trainer_state}, indent=2))
+        paddle.save(scaler.state_dict(), str(tmp / "scaler.pdparams"))
+        paddle.save({"python": random.getstate(), "numpy": np.random.get_state(), "paddle": paddle.get_rng_state()},
+                    str(tmp / "rng.pdstate"))
+        (tmp / TRAINER_STATE).write_text(json.dumps(dataclasses.asdict(state), indent=2))  # last: marks complete
     return final
 
 
-def rotate_checkpoints(checkpoints_dir: Path, keep: int) -> None:
-    """Delete all but the newest `keep` complete step checkpoints."""
-    complete = sorted((d for d in checkpoints_dir.glob("step-*") if (d / TRAINER_STATE).is_file()),
-                      key=lambda d: int(d.name.split("-")[1]))
+def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> TrainState:
+    """Restore everything `save_checkpoint` wrote into the given objects; returns the trainer state."""
+    check_complete(path)
+    model.set_state_dict(paddle.load(str(path / "model_state.pdparams")))
+    optimizer.set_state_dict(paddle.load(str(path / "optimizer.pdopt")))
+    scheduler.set_state_dict(paddle.load(str(path / "scheduler.pdparams")))
+    scaler_state = paddle.load(str(path / "scaler.pdparams"))
+    if scaler_state:
+        scaler.load_state_dict(scaler_state)
+    rng = paddle.load(str(path / "rng.pdstate"))
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    paddle.set_rng_state(rng["paddle"])
+    return TrainState(**json.loads((path / TRAINER_STATE).read_text()))
+
+
+def check_complete(path: Path) -> None:
+    missing = [name for name in STATE_FILES if not (path / name).is_file()]
+    if not path.is_dir():
+        raise UserError(f"checkpoint {path} does not exist; give a checkpoints/step-N folder or train.resume=auto")
+    if missing:
+        raise UserError(f"checkpoint {path} is incomplete (missing {', '.join(missing)}); "
+                        "resume from another checkpoints/step-N folder or use train.resume=auto")
+
+
+def complete_checkpoints(checkpoints_dir: Path, warn=None) -> list[Path]:
+    """Complete step checkpoints, oldest first; incomplete ones are reported through `warn`."""
+    found = []
+    for folder in sorted(checkpoints_dir.glob("step-*"), key=_step_of):
+        if all((folder / name).is_file() for name in STATE_FILES):
+            found.append(folder)
+        elif warn is not None:
+            warn(f"warning: skipping incomplete checkpoint {folder}")
+    return found
+
+
+def rotate_checkpoints(checkpoints_dir: Path, keep: int, protect_step: int | None) -> None:
+    """Keep the newest `keep` complete checkpoints plus the best one (`protect_step`)."""
+    complete = complete_checkpoints(checkpoints_dir)
     for stale in complete[:-keep]:
-        shutil.rmtree(stale)
+        if _step_of(stale) != protect_step:
+            shutil.rmtree(stale)
+
+
+def _step_of(folder: Path) -> int:
+    try:
+        return int(folder.name.split("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1

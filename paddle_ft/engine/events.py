@@ -7,10 +7,17 @@ from pathlib import Path
 
 
 class EventLog:
-    def __init__(self, output_dir: Path):
+    def __init__(self, output_dir: Path, keep_until_step: int | None = None):
+        """A new log, or with `keep_until_step` (a resume) the old one cut back to that step, so events
+        logged after the checkpoint and before the stop are not there twice."""
         from visualdl import LogWriter
 
-        self._jsonl = (output_dir / "metrics.jsonl").open("a", encoding="utf-8")
+        path = output_dir / "metrics.jsonl"
+        if keep_until_step is not None and path.is_file():
+            kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and _is_before(json.loads(line), keep_until_step)]
+            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        self._jsonl = path.open("a" if keep_until_step is not None else "w", encoding="utf-8")
         self._vdl = LogWriter(logdir=str(output_dir / "vdl"))
 
     def write(self, event: str, step: int, **values) -> None:
@@ -23,6 +30,10 @@ class EventLog:
     def close(self) -> None:
         self._jsonl.close()
         self._vdl.close()
+
+
+def _is_before(event: dict, step: int) -> bool:
+    return event.get("step", 0) <= step and event.get("event") != "results"
 
 
 def _scalars(values: dict, prefix: str = ""):
