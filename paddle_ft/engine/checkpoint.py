@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import pickle
 import random
 import shutil
 from dataclasses import dataclass
@@ -69,11 +70,11 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, 
     final = checkpoints_dir / f"step-{state.global_step}"
     with atomic_directory(final) as tmp:
         paddle.save(model.state_dict(), str(tmp / "model_state.pdparams"))
-        paddle.save(optimizer.state_dict(), str(tmp / "optimizer.pdopt"))
+        paddle.save(_rename_keys(optimizer.state_dict(), _internal_to_structured(model)), str(tmp / "optimizer.pdopt"))
         paddle.save(scheduler.state_dict(), str(tmp / "scheduler.pdparams"))
-        paddle.save(scaler.state_dict(), str(tmp / "scaler.pdparams"))
-        paddle.save({"python": random.getstate(), "numpy": np.random.get_state(), "paddle": paddle.get_rng_state()},
-                    str(tmp / "rng.pdstate"))
+        (tmp / "scaler.pdparams").write_bytes(pickle.dumps(scaler.state_dict()))  # {} when loss scaling is off
+        rng = {"python": random.getstate(), "numpy": np.random.get_state(), "paddle": paddle.get_rng_state()}
+        (tmp / "rng.pdstate").write_bytes(pickle.dumps(rng))  # paddle.load cannot read these types back
         (tmp / TRAINER_STATE).write_text(json.dumps(dataclasses.asdict(state), indent=2))  # last: marks complete
     return final
 
@@ -82,16 +83,36 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> TrainSta
     """Restore everything `save_checkpoint` wrote into the given objects; returns the trainer state."""
     check_complete(path)
     model.set_state_dict(paddle.load(str(path / "model_state.pdparams")))
-    optimizer.set_state_dict(paddle.load(str(path / "optimizer.pdopt")))
+    structured_to_internal = {v: k for k, v in _internal_to_structured(model).items()}
+    optimizer.set_state_dict(_rename_keys(paddle.load(str(path / "optimizer.pdopt")), structured_to_internal))
     scheduler.set_state_dict(paddle.load(str(path / "scheduler.pdparams")))
-    scaler_state = paddle.load(str(path / "scaler.pdparams"))
+    scaler_state = pickle.loads((path / "scaler.pdparams").read_bytes())
     if scaler_state:
         scaler.load_state_dict(scaler_state)
-    rng = paddle.load(str(path / "rng.pdstate"))
+    rng = pickle.loads((path / "rng.pdstate").read_bytes())
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     paddle.set_rng_state(rng["paddle"])
     return TrainState(**json.loads((path / TRAINER_STATE).read_text()))
+
+
+def _internal_to_structured(model) -> dict[str, str]:
+    return {p.name: name for name, p in model.named_parameters()}
+
+
+def _rename_keys(state: dict, names: dict[str, str]) -> dict:
+    """Optimizer state is keyed by internal parameter names (`linear_3.w_0_moment1_0`), which depend on
+    how many layers the process built before; save it under the model's structured names instead."""
+    by_length = sorted(names, key=len, reverse=True)
+
+    def rename(key: str) -> str:
+        for old in by_length:
+            if key == old or key.startswith(old + "_"):
+                return names[old] + key[len(old):]
+        return key
+
+    return {rename(k): ({rename(n): t for n, t in v.items()} if k == "master_weights" else v)
+            for k, v in state.items()}
 
 
 def check_complete(path: Path) -> None:

@@ -1,0 +1,165 @@
+"""Exact resume, signals, divergence and checkpoint safety, on real training processes."""
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+
+from paddle_ft.cli import main
+from paddle_ft.engine import checkpoint as ckpt
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = str(ROOT / "configs" / "demo.yaml")
+
+
+def args_for(tiny_config_args, out, *extra):
+    # 240 examples / batch 8 = 30 micro-batches per epoch; dropout on, so RNG state matters
+    items = [a for a in tiny_config_args if not a.startswith("output_dir=")]
+    items += [f"output_dir={out}", "train.batch_size=8", "train.epochs=2", "train.log_every=1", "train.save_every=4",
+              "model.dropout=0.1", "data.test=null", *extra]
+    return [x for item in items for x in ("-o", item)]
+
+
+def train_events(out):
+    lines = (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [(e["step"], e["loss"], e["lr"]) for e in map(json.loads, lines) if e["event"] == "train"]
+
+
+def final_weights(out):
+    newest = ckpt.complete_checkpoints(out / "checkpoints")[-1]
+    return newest.name, paddle.load(str(newest / "model_state.pdparams"))
+
+
+def stop_with_sigterm(args, out, after_step: int) -> subprocess.CompletedProcess:
+    """Start real training, SIGTERM it once it has logged `after_step`, and wait for it to exit."""
+    process = subprocess.Popen([sys.executable, str(ROOT / "tools" / "train.py"), "--config", DEMO, *args],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if (out / "metrics.jsonl").is_file() and any(s >= after_step for s, _, _ in train_events(out)):
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("variant", [[], ["train.accumulate_steps=3"], ["train.amp.enabled=true",
+                                                                         "train.amp.dtype=bfloat16"]],
+                         ids=["plain", "accumulation", "amp-bf16"])
+def test_sigterm_then_resume_equals_the_uninterrupted_run(variant, tiny_config_args, tmp_path):
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    assert main(["train", "--config", DEMO, *args_for(tiny_config_args, whole, *variant)]) == 0
+
+    stopped = stop_with_sigterm(args_for(tiny_config_args, broken, *variant), broken, after_step=5)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    last_line = stopped.stderr.strip().splitlines()[-1]
+    assert "stopped by signal 15 after step" in last_line
+    command = last_line.split("Resume with: ")[1]
+    assert command == f"python tools/train.py --config {broken / 'config.yaml'} -o train.resume=auto"
+    stopped_at = int(last_line.split("after step ")[1].split(";")[0])
+    total_steps = train_events(whole)[-1][0]
+    assert 5 <= stopped_at < total_steps  # stopped mid-run (mid-epoch unless it landed on a boundary)
+
+    resumed = subprocess.run([sys.executable, *command.split()[1:]], cwd=ROOT, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from {broken / 'checkpoints' / f'step-{stopped_at}'}" in resumed.stdout
+
+    name_whole, weights_whole = final_weights(whole)
+    name_broken, weights_broken = final_weights(broken)
+    assert name_whole == name_broken
+    for key, value in weights_whole.items():
+        assert np.array_equal(value.numpy(), weights_broken[key].numpy()), key
+    assert train_events(broken) == train_events(whole)  # same losses, same LR, no step logged twice
+
+
+def test_resume_auto_skips_an_incomplete_checkpoint(tiny_config_args, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--config", DEMO, *args_for(tiny_config_args, out, "train.max_steps=8")]) == 0
+    broken = out / "checkpoints" / "step-99"
+    broken.mkdir()
+    (broken / "model_state.pdparams").write_bytes(b"half-written")
+    assert main(["train", "--config", DEMO, *args_for(tiny_config_args, out, "train.max_steps=10",
+                                                       "train.resume=auto")]) == 0
+    printed = capsys.readouterr().out
+    assert f"warning: skipping incomplete checkpoint {broken}" in printed
+    assert f"resumed from {out / 'checkpoints' / 'step-8'}" in printed
+
+
+@pytest.mark.parametrize("resume, fragment", [("/nonexistent/step-3", "does not exist"),
+                                              ("{out}/checkpoints/step-99", "is incomplete (missing")])
+def test_resume_from_a_bad_path_is_a_config_error(resume, fragment, tiny_config_args, tmp_path, capsys):
+    out = tmp_path / "run"
+    (out / "checkpoints" / "step-99").mkdir(parents=True)
+    code = main(["train", "--config", DEMO, *args_for(tiny_config_args, out, f"train.resume={resume.format(out=out)}")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: config key 'train.resume'") and fragment in err
+
+
+def test_nan_loss_stops_with_the_step_and_last_good_checkpoint(tiny_config_args, tmp_path, capsys, monkeypatch):
+    from paddle_ft.engine import trainer
+
+    real = trainer._forward_backward
+    calls = {"n": 0}
+
+    def poisoned(*args):
+        loss, examples, tokens = real(*args)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] > 6 else loss), examples, tokens
+
+    monkeypatch.setattr(trainer, "_forward_backward", poisoned)
+    out = tmp_path / "run"
+    code = main(["train", "--config", DEMO, *args_for(tiny_config_args, out, "train.max_nonfinite_steps=3")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert (f"the loss was NaN/inf for 3 steps in a row (steps 7-9); last good checkpoint: "
+            f"{out / 'checkpoints' / 'step-8'}") in err
+    step8 = paddle.load(str(out / "checkpoints" / "step-8" / "model_state.pdparams"))
+    assert all(np.isfinite(v.numpy()).all() for v in step8.values())  # NaN steps never updated weights
+
+
+def test_full_disk_is_refused_before_training(tiny_config_args, tmp_path, capsys, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
+    out = tmp_path / "run"
+    assert main(["train", "--config", DEMO, *args_for(tiny_config_args, out)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {out} has 0 MiB free, but this run's checkpoints need about" in err
+    assert not (out / "metrics.jsonl").exists()
+
+
+def fake_checkpoint(folder: Path, complete=True):
+    folder.mkdir(parents=True)
+    for name in ckpt.STATE_FILES:
+        if complete or name != ckpt.TRAINER_STATE:
+            (folder / name).write_text("x")
+
+
+def test_rotation_keeps_newest_and_best_and_ignores_incomplete(tmp_path):
+    for step in (2, 4, 6, 8):
+        fake_checkpoint(tmp_path / f"step-{step}")
+    fake_checkpoint(tmp_path / "step-10", complete=False)
+    ckpt.rotate_checkpoints(tmp_path, keep=1, protect_step=4)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-10", "step-4", "step-8"]
+    ckpt.rotate_checkpoints(tmp_path, keep=1, protect_step=None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-10", "step-8"]  # the only complete one stays
+
+
+def test_a_crash_during_save_leaves_the_previous_checkpoint(tmp_path):
+    fake_checkpoint(tmp_path / "step-2")
+    with pytest.raises(OSError):
+        with ckpt.atomic_directory(tmp_path / "step-4") as tmp:
+            (tmp / "model_state.pdparams").write_text("partial")
+            raise OSError("No space left on device")
+    assert [p.name for p in tmp_path.iterdir()] == ["step-2"]
+    assert ckpt.complete_checkpoints(tmp_path) == [tmp_path / "step-2"]
