@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from paddle_ft.data.features import TrainBatchSampler, eval_batches, pad_batch, tokenize
+from paddle_ft.data.features import TrainBatchSampler, eval_batches, micro_batches, pad_batch, tokenize
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Example
 from paddle_ft.errors import ConfigError, UserError
@@ -66,3 +66,12 @@ def test_grouping_cuts_padding_without_changing_the_examples():
 def test_eval_batches_cover_everything_longest_first():
     batches = eval_batches(np.array([3, 9, 5, 7]), 3)
     assert batches == [[1, 3, 2], [0]]
+
+
+def test_micro_batches_split_a_step_across_accumulation_and_ranks():
+    step = list(range(10))
+    assert micro_batches(step, 4) == ([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]], 10)
+    assert micro_batches(step, 2, rank=0, world_size=2) == ([[0, 2], [4, 6], [8]], 10)
+    assert micro_batches(step, 2, rank=1, world_size=2) == ([[1, 3], [5, 7], [9]], 10)
+    # a last piece smaller than the number of ranks is dropped on every rank
+    assert micro_batches(list(range(9)), 2, rank=1, world_size=2) == ([[1, 3], [5, 7]], 8)

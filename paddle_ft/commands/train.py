@@ -10,6 +10,7 @@ import paddle
 
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
 from paddle_ft.config import Config, load_config, save_config
+from paddle_ft.engine import distributed
 from paddle_ft.engine.checkpoint import atomic_directory, check_complete, complete_checkpoints
 from paddle_ft.engine.trainer import log, train
 from paddle_ft.errors import ConfigError, UserError
@@ -20,18 +21,24 @@ def run(config_path: str, overrides: list[str]) -> int:
     config = load_config(config_path, overrides)
     if config.data.train is None:
         raise ConfigError("data.train", "training needs a training file; set data.train")
+    dist = distributed.from_environment()
     output_dir = Path(config.output_dir)
     resume_from = find_resume_checkpoint(config, output_dir)
-    prepare_output_dir(output_dir, resuming=resume_from is not None)
+    if dist.is_main:
+        prepare_output_dir(output_dir, resuming=resume_from is not None)
     seed_everything(config.seed)
 
     dataset = read_dataset(config.data)
     tokenizer = build_tokenizer(config.model)
     splits = build_splits(dataset, tokenizer, config.data.max_length)
     model = build_model(config.model, len(dataset.label_map), tokenizer)
-    check_free_space(output_dir, model, config.train.save_total_limit)
-    save_config(config, output_dir / "config.yaml")
-    dataset.label_map.save(output_dir)
+    if dist.active:
+        seed_everything(config.seed + dist.rank)  # same initial weights, a different dropout stream per rank
+    if dist.is_main:
+        check_free_space(output_dir, model, config.train.save_total_limit)
+        save_config(config, output_dir / "config.yaml")
+        dataset.label_map.save(output_dir)
+    dist.barrier()  # if rank 0 refused the output_dir, the launcher stops the ranks waiting here
     meta = model_meta(config)
 
     def save_best(trained, directory: Path) -> None:
@@ -41,8 +48,12 @@ def run(config_path: str, overrides: list[str]) -> int:
             dataset.label_map.save(tmp)
 
     resume_command = f"python tools/train.py --config {output_dir / 'config.yaml'} -o train.resume=auto"
+    if dist.active:
+        resume_command = f"the same paddle.distributed.launch options with {resume_command.removeprefix('python ')}"
     results = train(model, splits, config, output_dir, dataset.label_map.names, tokenizer.pad_token_id, save_best,
-                    resume_from, resume_command)
+                    resume_from, resume_command, dist)
+    if not dist.is_main:
+        return 0
     for split in ("dev", "test"):
         if split in results:
             log(f"{split} accuracy {results[split]['accuracy']:.4f}  macro-F1 {results[split]['macro_f1']:.4f} "

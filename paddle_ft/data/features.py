@@ -91,6 +91,21 @@ class TrainBatchSampler:
         return iter([batches[i] for i in rng.permutation(len(batches))])
 
 
+def micro_batches(step_batch: list[int], batch_size: int, rank: int = 0,
+                  world_size: int = 1) -> tuple[list[list[int]], int]:
+    """This rank's micro-batches of one optimizer step's examples.
+
+    The step batch is cut into pieces of `batch_size * world_size` (one per accumulation micro-step)
+    and each rank takes every world_size-th example of a piece, so lengths stay balanced. A piece
+    with fewer examples than ranks (only possible at the very end of an epoch) is dropped, so that
+    no rank gets an empty batch. Returns (this rank's micro-batches, examples used by all ranks).
+    """
+    width = batch_size * world_size
+    pieces = [step_batch[i:i + width] for i in range(0, len(step_batch), width)]
+    kept = [piece for piece in pieces if len(piece) >= world_size]
+    return [piece[rank::world_size] for piece in kept], sum(len(piece) for piece in kept)
+
+
 def eval_batches(lengths: np.ndarray, batch_size: int) -> list[list[int]]:
     """Batches for inference: examples sorted by length so each batch pads little."""
     return _cut(np.argsort(-np.asarray(lengths), kind="stable"), batch_size)

@@ -33,8 +33,8 @@ class TrainState:
     global_step: int = 0
     epoch: int = 0
     """The epoch the next step belongs to."""
-    batches_done: int = 0
-    """Micro-batches of `epoch` already consumed."""
+    epoch_steps_done: int = 0
+    """Optimizer steps of `epoch` already taken (the data position)."""
     best_metric: float | None = None
     best_step: int | None = None
     evals_since_best: int = 0
@@ -66,20 +66,27 @@ def atomic_directory(final: Path):
         tmp.rename(final)
 
 
-def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, state: TrainState) -> Path:
+def capture_rng() -> dict:
+    """This process's python, numpy and paddle RNG states."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "paddle": paddle.get_rng_state()}
+
+
+def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, state: TrainState,
+                    rng_states: list[dict] | None = None) -> Path:
+    """Write step-N atomically; `rng_states` holds one entry per rank (default: this process's)."""
     final = checkpoints_dir / f"step-{state.global_step}"
     with atomic_directory(final) as tmp:
         paddle.save(model.state_dict(), str(tmp / "model_state.pdparams"))
         paddle.save(_rename_keys(optimizer.state_dict(), _internal_to_structured(model)), str(tmp / "optimizer.pdopt"))
         paddle.save(scheduler.state_dict(), str(tmp / "scheduler.pdparams"))
         (tmp / "scaler.pdparams").write_bytes(pickle.dumps(scaler.state_dict()))  # {} when loss scaling is off
-        rng = {"python": random.getstate(), "numpy": np.random.get_state(), "paddle": paddle.get_rng_state()}
-        (tmp / "rng.pdstate").write_bytes(pickle.dumps(rng))  # paddle.load cannot read these types back
+        rng_states = rng_states or [capture_rng()]
+        (tmp / "rng.pdstate").write_bytes(pickle.dumps(rng_states))  # paddle.load cannot read these types back
         (tmp / TRAINER_STATE).write_text(json.dumps(dataclasses.asdict(state), indent=2))  # last: marks complete
     return final
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> TrainState:
+def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int = 0) -> TrainState:
     """Restore everything `save_checkpoint` wrote into the given objects; returns the trainer state."""
     check_complete(path)
     model.set_state_dict(paddle.load(str(path / "model_state.pdparams")))
@@ -89,7 +96,11 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> TrainSta
     scaler_state = pickle.loads((path / "scaler.pdparams").read_bytes())
     if scaler_state:
         scaler.load_state_dict(scaler_state)
-    rng = pickle.loads((path / "rng.pdstate").read_bytes())
+    rng_states = pickle.loads((path / "rng.pdstate").read_bytes())
+    if rank >= len(rng_states):
+        raise UserError(f"checkpoint {path} was written by {len(rng_states)} process(es); resume it with the same "
+                        "number of processes")
+    rng = rng_states[rank]
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     paddle.set_rng_state(rng["paddle"])

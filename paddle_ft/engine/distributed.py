@@ -1,0 +1,69 @@
+"""The few collective operations training needs, as no-ops in a single process."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Distributed:
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 alone writes logs, checkpoints, the best model and results."""
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+    def barrier(self) -> None:
+        if self.active:
+            import paddle.distributed as dist
+
+            dist.barrier()
+
+    def any(self, *flags: bool) -> list[bool]:
+        """Each flag OR-ed over all ranks, so every rank takes the same decision."""
+        if not self.active:
+            return list(flags)
+        import paddle
+        import paddle.distributed as dist
+
+        tensor = paddle.to_tensor([int(f) for f in flags], dtype="int32")
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return [bool(v) for v in tensor.numpy()]
+
+    def mean(self, tensor):
+        """`tensor` averaged over ranks (a new tensor; the input is left alone)."""
+        if not self.active:
+            return tensor
+        import paddle.distributed as dist
+
+        total = tensor.clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return total / self.world_size
+
+    def gather(self, obj) -> list:
+        """`obj` from every rank, in rank order (picklable objects)."""
+        if not self.active:
+            return [obj]
+        import paddle.distributed as dist
+
+        gathered: list = []
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+
+def from_environment() -> Distributed:
+    """Rank and world size as `paddle.distributed.launch` sets them; joins the group when there are
+    several processes. Called once, at the command-line edge."""
+    world_size = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
+    if world_size <= 1:
+        return Distributed()
+    import paddle.distributed as dist
+
+    dist.init_parallel_env()
+    return Distributed(dist.get_rank(), dist.get_world_size())

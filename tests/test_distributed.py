@@ -1,0 +1,132 @@
+"""Data parallel on CPU: real `paddle.distributed.launch` jobs of 2 gloo workers."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+
+from conftest import synthetic_rows, write_tsv
+from paddle_ft.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = str(ROOT / "configs" / "demo.yaml")
+
+
+@pytest.fixture
+def job_args(tiny_config_args, tmp_path):
+    # 61 dev rows: the two ranks score 31 and 30, so "every example exactly once" is put to the test
+    write_tsv(tmp_path / "data" / "dev.tsv", synthetic_rows(61, seed=2))
+    keep = [a for a in tiny_config_args if not a.startswith(("output_dir=", "train.batch_size", "train.epochs"))]
+    return keep + ["data.test=null", "model.dropout=0.0", "train.max_steps=10", "train.learning_rate=1e-3",
+                   "train.eval_every=5", "train.log_every=5"]
+
+
+def launch(args: list[str], log_dir: Path, extra_env=None, launcher=("--nproc_per_node", "2"), prefix=()):
+    env = {**os.environ, **(extra_env or {})}
+    command = [*prefix, sys.executable, "-m", "paddle.distributed.launch", *launcher, "--log_dir", str(log_dir),
+               str(ROOT / "tools" / "train.py"), "--config", DEMO, *[x for a in args for x in ("-o", a)]]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+
+
+def weights(out: Path, step: int) -> dict:
+    return {k: v.numpy() for k, v in paddle.load(str(out / "checkpoints" / f"step-{step}" / "model_state.pdparams")).items()}
+
+
+def evals(out: Path) -> dict:
+    lines = (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return {e["step"]: e for e in map(json.loads, lines) if e["event"] == "eval"}
+
+
+def assert_matches_single_process(single: Path, multi: Path, log_dir: Path):
+    assert "weights identical on all 2 ranks" in (log_dir / "workerlog.0").read_text()
+    a, b = weights(single, 10), weights(multi, 10)
+    assert max(float(np.abs(a[k] - b[k]).max()) for k in a) < 1e-5
+    assert [e["examples"] for e in evals(multi).values()] == [61, 61]
+
+
+@pytest.mark.parametrize("per_rank", [["train.batch_size=4"], ["train.batch_size=2", "train.accumulate_steps=2"]],
+                         ids=["batch4x2ranks", "batch2xaccum2x2ranks"])
+def test_two_gloo_workers_match_one_process_with_the_same_global_batch(per_rank, job_args, tmp_path):
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    assert main(["train", "--config", DEMO, *[x for a in job_args + [f"output_dir={single}", "train.batch_size=8"]
+                                              for x in ("-o", a)]]) == 0
+    result = launch(job_args + [f"output_dir={multi}", *per_rank], tmp_path / "log")
+    assert result.returncode == 0, (tmp_path / "log" / "workerlog.0").read_text()[-3000:]
+    assert_matches_single_process(single, multi, tmp_path / "log")
+    # only rank 0 writes: one metrics file, and the plan states the global batch
+    plan = json.loads((multi / "metrics.jsonl").read_text().splitlines()[0])
+    assert (plan["world_size"], plan["effective_batch_size"]) == (2, 8)
+
+
+def test_distributed_dev_metrics_equal_a_single_process_evaluation(job_args, tmp_path):
+    from paddle_ft.data.features import tokenize
+    from paddle_ft.data.labels import LabelMap
+    from paddle_ft.data.readers import Columns, read_examples
+    from paddle_ft.engine.trainer import evaluate
+    from paddle_ft.model import load_model
+
+    multi = tmp_path / "multi"
+    result = launch(job_args + [f"output_dir={multi}", "train.batch_size=4"], tmp_path / "log")
+    assert result.returncode == 0, (tmp_path / "log" / "workerlog.0").read_text()[-3000:]
+    model, _ = load_model(multi / "best")
+    from paddlenlp.transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(multi / "best"))
+    labels = LabelMap.load(multi)
+    dev, _ = read_examples(tmp_path / "data" / "dev.tsv", "tsv", Columns(), frozenset(labels.names))
+    features = tokenize(dev, tokenizer, 64, labels)
+    for step, logged in evals(multi).items():
+        model.set_state_dict(paddle.load(str(multi / "checkpoints" / f"step-{step}" / "model_state.pdparams")))
+        report, _ = evaluate(model, features, 64, tokenizer.pad_token_id, labels.names)
+        assert {k: logged[k] for k in report} == report
+
+
+def _netns(*args):
+    subprocess.run(["ip", "netns", *args], check=True, capture_output=True)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                    reason="needs root and iproute2 to make two network namespaces")
+def test_two_hosts_in_network_namespaces_match_one_process(job_args, tmp_path):
+    tag = uuid.uuid4().hex[:6]
+    hosts = [f"pft{tag}a", f"pft{tag}b"]
+    links = [f"va{tag}", f"vb{tag}"]
+    addresses = ["10.213.7.1", "10.213.7.2"]
+    try:
+        for host in hosts:
+            _netns("add", host)
+        subprocess.run(["ip", "link", "add", links[0], "type", "veth", "peer", "name", links[1]], check=True)
+        for host, link, address in zip(hosts, links, addresses):
+            subprocess.run(["ip", "link", "set", link, "netns", host], check=True)
+            for cmd in (["addr", "add", f"{address}/24", "dev", link], ["link", "set", link, "up"],
+                        ["link", "set", "lo", "up"]):
+                _netns("exec", host, "ip", *cmd)
+        single, multi = tmp_path / "single", tmp_path / "multi"
+        assert main(["train", "--config", DEMO, *[x for a in job_args + [f"output_dir={single}", "train.batch_size=8"]
+                                                  for x in ("-o", a)]]) == 0
+        jobs = []
+        for rank, (host, link, address) in enumerate(zip(hosts, links, addresses)):
+            out = multi if rank == 0 else tmp_path / "multi-rank1"  # each host has its own disk
+            launcher = ("--master", f"{addresses[0]}:29671", "--host", address, "--rank", str(rank), "--nnodes", "2",
+                        "--nproc_per_node", "1")
+            env = {**os.environ, "GLOO_SOCKET_IFNAME": link}
+            command = ["ip", "netns", "exec", host, "env", f"GLOO_SOCKET_IFNAME={link}", sys.executable, "-m",
+                       "paddle.distributed.launch", *launcher, "--log_dir", str(tmp_path / f"log{rank}"),
+                       str(ROOT / "tools" / "train.py"), "--config", DEMO,
+                       *[x for a in job_args + [f"output_dir={out}", "train.batch_size=4"] for x in ("-o", a)]]
+            jobs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         text=True))
+        outputs = [job.communicate(timeout=600)[0] for job in jobs]
+        assert [job.returncode for job in jobs] == [0, 0], outputs
+        assert_matches_single_process(single, multi, tmp_path / "log0")
+        assert not (tmp_path / "multi-rank1" / "metrics.jsonl").exists()  # rank 1 wrote nothing
+    finally:
+        for host in hosts:
+            subprocess.run(["ip", "netns", "del", host], capture_output=True)
