@@ -27,11 +27,16 @@ def job_args(tiny_config_args, tmp_path):
                    "train.eval_every=5", "train.log_every=5"]
 
 
-def launch(args: list[str], log_dir: Path, extra_env=None, launcher=("--nproc_per_node", "2"), prefix=()):
-    env = {**os.environ, **(extra_env or {})}
-    command = [*prefix, sys.executable, "-m", "paddle.distributed.launch", *launcher, "--log_dir", str(log_dir),
+def clean_env(**extra) -> dict:
+    """This process's environment without the FLAGS_* that paddle set in it while earlier tests ran
+    (an inherited FLAGS_enable_pir_in_executor makes launched workers abort at exit)."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("FLAGS_")}, **extra}
+
+
+def launch(args: list[str], log_dir: Path, launcher=("--nproc_per_node", "2")):
+    command = [sys.executable, "-m", "paddle.distributed.launch", *launcher, "--log_dir", str(log_dir),
                str(ROOT / "tools" / "train.py"), "--config", DEMO, *[x for a in args for x in ("-o", a)]]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=clean_env())
 
 
 def weights(out: Path, step: int) -> dict:
@@ -116,7 +121,7 @@ def test_two_hosts_in_network_namespaces_match_one_process(job_args, tmp_path):
             out = multi if rank == 0 else tmp_path / "multi-rank1"  # each host has its own disk
             launcher = ("--master", f"{addresses[0]}:29671", "--host", address, "--rank", str(rank), "--nnodes", "2",
                         "--nproc_per_node", "1")
-            env = {**os.environ, "GLOO_SOCKET_IFNAME": link}
+            env = clean_env(GLOO_SOCKET_IFNAME=link)
             command = ["ip", "netns", "exec", host, "env", f"GLOO_SOCKET_IFNAME={link}", sys.executable, "-m",
                        "paddle.distributed.launch", *launcher, "--log_dir", str(tmp_path / f"log{rank}"),
                        str(ROOT / "tools" / "train.py"), "--config", DEMO,
