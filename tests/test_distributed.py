@@ -92,6 +92,39 @@ def test_distributed_dev_metrics_equal_a_single_process_evaluation(job_args, tmp
         assert {k: logged[k] for k in report} == report
 
 
+def test_sigterm_to_the_launcher_stops_every_rank_and_the_resume_is_exact(job_args, tmp_path):
+    import signal
+    import time
+
+    args = [a for a in job_args if not a.startswith("train.max_steps")] + [
+        "train.epochs=2", "train.batch_size=2", "train.log_every=1", "model.dropout=0.1"]
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    assert launch(args + [f"output_dir={whole}"], tmp_path / "log-whole").returncode == 0
+
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
+               str(tmp_path / "log-broken"), str(ROOT / "tools" / "train.py"), "--config", DEMO,
+               *[x for a in args + [f"output_dir={broken}"] for x in ("-o", a)]]
+    launcher = subprocess.Popen(command, cwd=ROOT, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = broken / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count('"train"') >= 5):
+        time.sleep(0.05)
+    launcher.send_signal(signal.SIGTERM)
+    launcher.wait(timeout=300)
+    logs = [(tmp_path / "log-broken" / f"workerlog.{r}").read_text() for r in (0, 1)]
+    stops = [line for log in logs for line in log.splitlines() if line.startswith("stopped by signal 15 after step")]
+    assert len(stops) == 2 and stops[0] == stops[1]  # both ranks stopped after the same step
+    step = int(stops[0].split("after step ")[1].split(";")[0])
+    assert (broken / "checkpoints" / f"step-{step}").is_dir()
+
+    resumed = launch(args + [f"output_dir={broken}", "train.resume=auto"], tmp_path / "log-resumed")
+    assert resumed.returncode == 0, (tmp_path / "log-resumed" / "workerlog.0").read_text()[-3000:]
+    last = sorted((whole / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))[-1].name
+    a = paddle.load(str(whole / "checkpoints" / last / "model_state.pdparams"))
+    b = paddle.load(str(broken / "checkpoints" / last / "model_state.pdparams"))
+    assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
+
+
 def _netns(*args):
     subprocess.run(["ip", "netns", *args], check=True, capture_output=True)
 

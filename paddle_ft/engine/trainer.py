@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import signal
@@ -224,8 +225,10 @@ def _check_replicas_agree(model, dist: Distributed) -> None:
     """Data parallel must leave the same weights on every rank; a mismatch is a bug, not a user error."""
     if not dist.active:
         return
-    fingerprint = [float(np.abs(p.numpy().astype(np.float64)).sum()) for p in model.parameters()]
-    fingerprints = dist.gather(fingerprint)
+    digest = hashlib.sha256()
+    for parameter in model.parameters():
+        digest.update(np.ascontiguousarray(parameter.numpy()).tobytes())
+    fingerprints = dist.gather(digest.hexdigest())  # bit-for-bit identity, without shipping the weights
     if any(f != fingerprints[0] for f in fingerprints):
         raise RuntimeError("data-parallel replicas ended with different weights")
     say(dist, f"weights identical on all {dist.world_size} ranks")
