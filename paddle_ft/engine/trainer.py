@@ -127,14 +127,13 @@ def train(model, splits: Splits, config: Config, output_dir: Path, label_names: 
                 progress.update(1)
 
                 if state.global_step % tc.log_every == 0 or state.global_step == plan.total_steps:
-                    values = window.flush(dist)
-                if events and (state.global_step % tc.log_every == 0 or state.global_step == plan.total_steps):
-                    values.update(epoch=epoch, lr=lr,
-                                  loss_scale=runner.loss_scale, skipped_steps=runner.skipped_steps,
+                    values = window.flush(dist)  # every rank joins the loss all-reduce
+                    values.update(epoch=epoch, lr=lr, loss_scale=runner.loss_scale, skipped_steps=runner.skipped_steps,
                                   grad_norm=float(grad_norm) if grad_norm is not None else None)
-                    events.write("train", state.global_step, **values)
-                    log(f"step {state.global_step}/{plan.total_steps} loss {_fmt(values['loss'])} lr {lr:.3g} "
-                        f"{values['samples_per_s']:.1f} samples/s")
+                    if events:
+                        events.write("train", state.global_step, **values)
+                        log(f"step {state.global_step}/{plan.total_steps} loss {_fmt(values['loss'])} lr {lr:.3g} "
+                            f"{values['samples_per_s']:.1f} samples/s")
                 if state.nonfinite_streak >= tc.max_nonfinite_steps:
                     dist.barrier()
                     raise TrainingDiverged(_diverged_message(state, tc.max_nonfinite_steps, checkpoints_dir))
@@ -143,13 +142,10 @@ def train(model, splits: Splits, config: Config, output_dir: Path, label_names: 
                 due_save = due_eval or (tc.save_every and state.global_step % tc.save_every == 0)
                 if due_eval and splits.dev is not None:
                     metric = _evaluate_dev(raw_model, splits.dev, tc, pad_token_id, label_names, events, state, dist)
-                    if state.best_metric is None or metric > state.best_metric:
-                        state.best_metric, state.best_step, state.evals_since_best = metric, state.global_step, 0
+                    if _track_best(state, metric):
                         if dist.is_main:
                             save_best(raw_model, best_dir)
-                    else:
-                        state.evals_since_best += 1
-                    if tc.early_stopping_patience and state.evals_since_best >= tc.early_stopping_patience:
+                    elif tc.early_stopping_patience and state.evals_since_best >= tc.early_stopping_patience:
                         say(dist, f"early stopping: no {tc.metric} gain in {state.evals_since_best} evaluations")
                         stop = True
                 if due_save or stop_requested:
@@ -219,6 +215,15 @@ def _evaluate_dev(model, dev: Features, tc, pad_token_id, label_names, events, s
     say(dist, f"eval step {state.global_step}: accuracy {report['accuracy']:.4f} macro_f1 {report['macro_f1']:.4f}")
     model.train()
     return report[tc.metric]
+
+
+def _track_best(state: TrainState, metric: float) -> bool:
+    """Record an evaluation; True when it is the best so far (the first of equal scores wins)."""
+    if state.best_metric is None or metric > state.best_metric:
+        state.best_metric, state.best_step, state.evals_since_best = metric, state.global_step, 0
+        return True
+    state.evals_since_best += 1
+    return False
 
 
 def _check_replicas_agree(model, dist: Distributed) -> None:
