@@ -12,7 +12,8 @@ from paddle_ft.build import build_model, build_splits, build_tokenizer, model_me
 from paddle_ft.config import Config, load_config, save_config
 from paddle_ft.engine import distributed
 from paddle_ft.engine.checkpoint import atomic_directory, check_complete, complete_checkpoints
-from paddle_ft.engine.trainer import log, train
+from paddle_ft.engine.interrupt import TrainingInterrupted
+from paddle_ft.engine.trainer import TrainingDiverged, log, train
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.model import save_model
 
@@ -50,8 +51,13 @@ def run(config_path: str, overrides: list[str]) -> int:
     resume_command = f"python tools/train.py --config {output_dir / 'config.yaml'} -o train.resume=auto"
     if dist.active:
         resume_command = f"the same paddle.distributed.launch options with {resume_command.removeprefix('python ')}"
-    results = train(model, splits, config, output_dir, dataset.label_map.names, tokenizer.pad_token_id, save_best,
-                    resume_from, resume_command, dist)
+    try:
+        results = train(model, splits, config, output_dir, dataset.label_map.names, tokenizer.pad_token_id,
+                        save_best, resume_from, resume_command, dist)
+    except (TrainingInterrupted, TrainingDiverged):
+        dist.shutdown()  # every rank stopped after the same step
+        raise
+    dist.shutdown()
     if not dist.is_main:
         return 0
     for split in ("dev", "test"):

@@ -25,6 +25,15 @@ class Distributed:
 
             dist.barrier()
 
+    def shutdown(self) -> None:
+        """Leave the group together: a rank that exits while another still tears down its gloo
+        connections can make that one abort (exit code -6) after a run that succeeded."""
+        if self.active:
+            import paddle.distributed as dist
+
+            dist.barrier()
+            dist.destroy_process_group()
+
     def any(self, *flags: bool) -> list[bool]:
         """Each flag OR-ed over all ranks, so every rank takes the same decision."""
         if not self.active:
