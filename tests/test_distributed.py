@@ -28,8 +28,8 @@ def job_args(tiny_config_args, tmp_path):
 
 
 def clean_env(**extra) -> dict:
-    """This process's environment without the FLAGS_* that paddle set in it while earlier tests ran
-    (an inherited FLAGS_enable_pir_in_executor makes launched workers abort at exit)."""
+    """This process's environment without FLAGS_* overrides, so that nothing an earlier test left in this
+    process changes how the launched workers run."""
     return {**{k: v for k, v in os.environ.items() if not k.startswith("FLAGS_")}, **extra}
 
 
