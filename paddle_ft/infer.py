@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from paddle_ft.errors import UserError
+from paddle_ft.runtime import cpu_supports_bf16
 
 PROGRAM_FILES = ("model.json", "model.pdmodel")
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
@@ -39,6 +40,10 @@ class Predictor:
         if precision not in PRECISIONS.get(device, ()):
             raise UserError(f"precision '{precision}' on device '{device}': choose one of "
                             f"{', '.join(f'{d}: {p}' for d, ps in PRECISIONS.items() for p in ps)}")
+        if device == "cpu" and precision == "bf16" and not cpu_supports_bf16():
+            # Paddle would quietly run fp32 instead; say so rather than pretend
+            raise UserError("precision 'bf16' needs a CPU with AVX512-BF16 or AMX-BF16, and this one has neither; "
+                            "use --precision fp32")
         if use_tensorrt and device != "gpu":
             raise UserError("TensorRT needs --device gpu")
         model_dir = Path(model_dir)

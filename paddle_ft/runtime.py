@@ -16,6 +16,16 @@ def cpu_vendor() -> str:
     return "unknown"
 
 
+def cpu_supports_bf16() -> bool:
+    """True when the CPU has bfloat16 arithmetic (AVX512-BF16 or AMX-BF16), which oneDNN bf16 needs."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            flags = next((line for line in info if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags.split()))
+
+
 def configure() -> None:
     # Paddle's CPU wheel uses Intel MKL, which takes a slow code path on AMD processors unless told
     # otherwise (about 2x on matmul here). It must be set before MKL loads; a user's value wins.

@@ -119,3 +119,16 @@ def test_predictor_is_exported_at_package_level_and_checks_precision(exported):
         Predictor(folder, precision="fp16")
     with pytest.raises(UserError, match="TensorRT needs --device gpu"):
         Predictor(folder, use_tensorrt=True)
+
+
+def test_bf16_runs_where_the_cpu_has_it_and_is_refused_where_not(exported):
+    from paddle_ft.runtime import cpu_supports_bf16
+
+    folder, _ = exported
+    texts = [t for t, _ in synthetic_rows(8)]
+    if cpu_supports_bf16():
+        np.testing.assert_allclose(Predictor(folder, precision="bf16").probabilities(texts),
+                                   Predictor(folder).probabilities(texts), atol=2e-2)
+    else:
+        with pytest.raises(UserError, match="needs a CPU with AVX512-BF16 or AMX-BF16"):
+            Predictor(folder, precision="bf16")
