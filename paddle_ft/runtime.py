@@ -5,25 +5,25 @@ import os
 import warnings
 
 
-def cpu_vendor() -> str:
+def _cpuinfo_field(name: str) -> str:
+    """The value of the first `name : value` line in /proc/cpuinfo ("" where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
             for line in info:
-                if line.startswith("vendor_id"):
+                if line.startswith(name):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "unknown"
+    return ""
+
+
+def cpu_vendor() -> str:
+    return _cpuinfo_field("vendor_id") or "unknown"
 
 
 def cpu_supports_bf16() -> bool:
     """True when the CPU has bfloat16 arithmetic (AVX512-BF16 or AMX-BF16), which oneDNN bf16 needs."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            flags = next((line for line in info if line.startswith("flags")), "")
-    except OSError:
-        return False
-    return bool({"avx512_bf16", "amx_bf16"} & set(flags.split()))
+    return bool({"avx512_bf16", "amx_bf16"} & set(_cpuinfo_field("flags").split()))
 
 
 def configure() -> None:
