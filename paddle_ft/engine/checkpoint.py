@@ -126,10 +126,14 @@ def _rename_keys(state: dict, names: dict[str, str]) -> dict:
             for k, v in state.items()}
 
 
+def _missing_files(folder: Path) -> list[str]:
+    return [name for name in STATE_FILES if not (folder / name).is_file()]
+
+
 def check_complete(path: Path) -> None:
-    missing = [name for name in STATE_FILES if not (path / name).is_file()]
     if not path.is_dir():
         raise UserError(f"checkpoint {path} does not exist; give a checkpoints/step-N folder or train.resume=auto")
+    missing = _missing_files(path)
     if missing:
         raise UserError(f"checkpoint {path} is incomplete (missing {', '.join(missing)}); "
                         "resume from another checkpoints/step-N folder or use train.resume=auto")
@@ -139,7 +143,7 @@ def complete_checkpoints(checkpoints_dir: Path, warn=None) -> list[Path]:
     """Complete step checkpoints, oldest first; incomplete ones are reported through `warn`."""
     found = []
     for folder in sorted(checkpoints_dir.glob("step-*"), key=_step_of):
-        if all((folder / name).is_file() for name in STATE_FILES):
+        if not _missing_files(folder):
             found.append(folder)
         elif warn is not None:
             warn(f"warning: skipping incomplete checkpoint {folder}")

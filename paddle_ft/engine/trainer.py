@@ -19,8 +19,8 @@ from tqdm import tqdm
 from paddle_ft.config import Config
 from paddle_ft.data.features import Features, TrainBatchSampler, eval_batches, micro_batches, pad_batch
 from paddle_ft.engine.amp import StepRunner
-from paddle_ft.engine.checkpoint import (TrainState, capture_rng, load_checkpoint, rotate_checkpoints,
-                                         save_checkpoint)
+from paddle_ft.engine.checkpoint import (TrainState, capture_rng, complete_checkpoints, load_checkpoint,
+                                         rotate_checkpoints, save_checkpoint)
 from paddle_ft.engine.distributed import Distributed
 from paddle_ft.engine.events import EventLog
 from paddle_ft.engine.interrupt import StopRequests, TrainingInterrupted
@@ -240,9 +240,7 @@ def _check_replicas_agree(model, dist: Distributed) -> None:
 
 
 def _diverged_message(state: TrainState, limit: int, checkpoints_dir: Path) -> str:
-    from paddle_ft.engine.checkpoint import complete_checkpoints
-
-    good = complete_checkpoints(checkpoints_dir) if checkpoints_dir.is_dir() else []
+    good = complete_checkpoints(checkpoints_dir)  # empty when the folder does not exist yet
     last = f"last good checkpoint: {good[-1]}" if good else "no checkpoint was saved yet"
     return (f"the loss was NaN/inf for {limit} steps in a row (steps {state.global_step - limit + 1}-"
             f"{state.global_step}); {last}. Lower train.learning_rate or check the data, then resume "
