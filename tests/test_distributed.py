@@ -27,16 +27,10 @@ def job_args(tiny_config_args, tmp_path):
                    "train.eval_every=5", "train.log_every=5"]
 
 
-def clean_env(**extra) -> dict:
-    """This process's environment without FLAGS_* overrides, so that nothing an earlier test left in this
-    process changes how the launched workers run."""
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("FLAGS_")}, **extra}
-
-
 def launch(args: list[str], log_dir: Path, launcher=("--nproc_per_node", "2")):
     command = [sys.executable, "-m", "paddle.distributed.launch", *launcher, "--log_dir", str(log_dir),
                str(ROOT / "tools" / "train.py"), "--config", DEMO, *[x for a in args for x in ("-o", a)]]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=clean_env())
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def weights(out: Path, step: int) -> dict:
@@ -104,7 +98,7 @@ def test_sigterm_to_the_launcher_stops_every_rank_and_the_resume_is_exact(job_ar
     command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
                str(tmp_path / "log-broken"), str(ROOT / "tools" / "train.py"), "--config", DEMO,
                *[x for a in args + [f"output_dir={broken}"] for x in ("-o", a)]]
-    launcher = subprocess.Popen(command, cwd=ROOT, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    launcher = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = broken / "metrics.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count('"train"') >= 5):
@@ -154,12 +148,11 @@ def test_two_hosts_in_network_namespaces_match_one_process(job_args, tmp_path):
             out = multi if rank == 0 else tmp_path / "multi-rank1"  # each host has its own disk
             launcher = ("--master", f"{addresses[0]}:29671", "--host", address, "--rank", str(rank), "--nnodes", "2",
                         "--nproc_per_node", "1")
-            env = clean_env(GLOO_SOCKET_IFNAME=link)
             command = ["ip", "netns", "exec", host, "env", f"GLOO_SOCKET_IFNAME={link}", sys.executable, "-m",
                        "paddle.distributed.launch", *launcher, "--log_dir", str(tmp_path / f"log{rank}"),
                        str(ROOT / "tools" / "train.py"), "--config", DEMO,
                        *[x for a in job_args + [f"output_dir={out}", "train.batch_size=4"] for x in ("-o", a)]]
-            jobs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            jobs.append(subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          text=True))
         outputs = [job.communicate(timeout=600)[0] for job in jobs]
         assert [job.returncode for job in jobs] == [0, 0], outputs
