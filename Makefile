@@ -1,17 +1,19 @@
 # make demo   build the demo data, train, evaluate, export and predict (creates .venv on first use)
 # make test   run the test suite
+# make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
 VENV ?= .venv
+PEERS ?= .venv-peers
 PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
 
-.PHONY: demo test install clean
+.PHONY: demo test bench bench-peers install clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: setup.py
 	python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --quiet -e ".[cpu,demo,test]"
+	$(PYTHON) -m pip install --quiet -e ".[cpu,demo,bench,test]"
 	touch $@
 
 data/demo/train.tsv: $(VENV)/.installed
@@ -28,5 +30,18 @@ demo: $(VENV)/.installed data/demo/train.tsv
 test: $(VENV)/.installed
 	$(PYTHON) -m pytest -q tests
 
+bench: $(VENV)/.installed data/demo/train.tsv
+	$(PYTHON) tools/bench.py --output out/bench
+
+# The Hugging Face peer lives in its own environment: torch and paddle never share a process.
+# torch 2.13.0 is the CPU build this machine kind keeps on disk.
+bench-peers: $(PEERS)/.installed
+
+$(PEERS)/.installed:
+	python3 -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS)/bin/python -m pip install --quiet torch==2.13.0 transformers==5.24.0 accelerate==1.16.0
+	touch $@
+
 clean:
-	rm -rf $(VENV) out data/demo
+	rm -rf $(VENV) $(PEERS) out data/demo

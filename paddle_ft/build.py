@@ -5,9 +5,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paddle_ft.config import Config, DataConfig, ModelConfig
-from paddle_ft.data.features import Features, tokenize
+from paddle_ft.data.cache import cached_tokenize
+from paddle_ft.data.features import Features
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, read_examples
+from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.trainer import Splits, log
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.model import BERTForTextClassification, pretrained_encoder, scratch_encoder
@@ -42,13 +44,21 @@ def read_dataset(data: DataConfig) -> Dataset:
     return Dataset(label_map, examples)
 
 
-def build_splits(dataset: Dataset, tokenizer, max_length: int) -> Splits:
-    features: dict[str, Features] = {
-        name: tokenize(rows, tokenizer, max_length, dataset.label_map) for name, rows in dataset.examples.items()}
+def build_splits(dataset: Dataset, tokenizer, max_length: int, cache_dir: str | None = None) -> Splits:
+    """Token ids of every split, from the feature cache when the same texts were tokenised before."""
+    features: dict[str, Features] = {}
+    hits = []
+    for name, rows in dataset.examples.items():
+        features[name], hit = cached_tokenize(rows, tokenizer, max_length, dataset.label_map, cache_dir)
+        if hit:
+            hits.append(name)
+    if hits:
+        log(f"token ids of {', '.join(hits)} read from the feature cache {cache_dir}")
     return Splits(features["train"], features.get("dev"), features.get("test"))
 
 
 def build_tokenizer(model: ModelConfig):
+    """The model's PaddleNLP tokenizer, encoding through its fast (Rust) equivalent where there is one."""
     from paddlenlp.transformers import AutoTokenizer, BertTokenizer
 
     if model.backbone is None:
@@ -56,11 +66,13 @@ def build_tokenizer(model: ModelConfig):
         if not vocab.is_file():
             raise ConfigError("model.scratch.vocab_file", f"{vocab} not found; build it with "
                               "tools/prepare_demo_data.py or point to a vocab.txt")
-        return BertTokenizer(str(vocab))
-    try:
-        return AutoTokenizer.from_pretrained(model.backbone)
-    except Exception as exc:  # PaddleNLP raises a variety of errors for a name it cannot fetch
-        raise _backbone_error(model.backbone, exc) from None
+        tokenizer = BertTokenizer(str(vocab))
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model.backbone)
+        except Exception as exc:  # PaddleNLP raises a variety of errors for a name it cannot fetch
+            raise _backbone_error(model.backbone, exc) from None
+    return fastest(tokenizer)
 
 
 def build_model(model: ModelConfig, num_classes: int, tokenizer) -> BERTForTextClassification:

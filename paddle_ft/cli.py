@@ -1,4 +1,4 @@
-"""`python -m paddle_ft {train,eval,export,predict}`; `tools/*.py` are thin wrappers over `main`.
+"""`python -m paddle_ft {train,eval,export,predict,bench}`; `tools/*.py` are thin wrappers over `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -69,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
                          help="bf16: oneDNN on CPUs with AVX512-BF16/AMX; fp16: GPU")
     predict.add_argument("--tensorrt", action="store_true", help="GPU: run the graph with TensorRT")
     predict.set_defaults(run=_predict)
+
+    from paddle_ft.bench.run import add_arguments
+
+    bench = commands.add_parser("bench", help="benchmark training and inference against PaddleNLP, HF and ONNX Runtime")
+    add_arguments(bench)
+    bench.set_defaults(run=_bench)
     return parser
 
 
@@ -100,6 +106,12 @@ def _predict(args) -> int:
     options = {"device": args.device, "gpu_id": args.gpu_id, "cpu_threads": args.threads,
                "precision": args.precision, "use_tensorrt": args.tensorrt}
     return command.run(args.model_dir, args.text, args.input, args.output, args.batch_size, options)
+
+
+def _bench(args) -> int:
+    from paddle_ft.bench.run import main
+
+    return main(args)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ class DataConfig:
     """Tokens per example after truncation, [CLS] and [SEP] included."""
     on_bad_row: str = field(default="error", metadata=_one_of("error", "skip"))
     """`error` stops at the first bad row; `skip` drops bad rows and reports how many."""
+    cache_dir: str | None = "~/.cache/paddle_ft/features"
+    """Token ids of each split are cached here (keyed by texts, tokenizer and max_length); null = no cache."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,10 @@ class TrainConfig:
     """Stop after this many evaluations without improvement; 0 = never."""
     group_by_length: bool = True
     """Batch examples of similar length together (shuffled in chunks) so padding costs little."""
+    cpu_threads: int | None = field(default=None, metadata=_positive())
+    """CPU math threads per process; null = OMP_NUM_THREADS if set, else the usable cores / processes per host."""
+    fast_cpu_linear: bool = True
+    """On CPU, compute the gradients of linear layers with matmuls only (same values, ~1.2x faster steps)."""
 
 
 @dataclass(frozen=True)

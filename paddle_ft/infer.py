@@ -6,13 +6,13 @@ the tokenizer files, `label_map.json` and `export.json`.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
+from paddle_ft.data.tokenizer import fastest
 from paddle_ft.errors import UserError
-from paddle_ft.runtime import cpu_supports_bf16
+from paddle_ft.runtime import cpu_supports_bf16, usable_cores
 
 PROGRAM_FILES = ("model.json", "model.pdmodel")
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
@@ -55,7 +55,7 @@ class Predictor:
             raise UserError(f"{model_dir} has no label_map.json: re-create it with tools/export.py")
         ids = json.loads((model_dir / "label_map.json").read_text(encoding="utf-8"))
         self.labels = sorted(ids, key=ids.get)  # class id -> label name
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.tokenizer = fastest(AutoTokenizer.from_pretrained(str(model_dir)))
 
         config = inference.Config(str(program), str(model_dir / PARAMS_FILE))
         if device == "gpu":
@@ -63,23 +63,32 @@ class Predictor:
         else:
             config.disable_gpu()
             if enable_onednn:
-                config.enable_mkldnn()  # oneDNN kernels: about 3x faster than the default CPU path here
+                config.enable_mkldnn()  # oneDNN kernels; see README Performance for what they give on which CPU
                 if precision == "bf16":
                     config.enable_mkldnn_bfloat16()
-            config.set_cpu_math_library_num_threads(cpu_threads or os.cpu_count() or 1)
+            config.set_cpu_math_library_num_threads(cpu_threads or usable_cores())
         config.switch_ir_optim(True)
         config.disable_glog_info()
         self._predictor = inference.create_predictor(config)
-        self._input_names = self._predictor.get_input_names()
+        # zero-copy tensor handles, looked up once: run() writes straight into the predictor's inputs
+        self._inputs = [self._predictor.get_input_handle(name) for name in self._predictor.get_input_names()]
+        self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """The first run allocates memory and creates kernels (and TensorRT engines): pay for that at
+        load time, not on the first request."""
+        for batch, width in ((1, 8), (8, min(64, self.max_length))):
+            ids = np.full((batch, width), self.tokenizer.cls_token_id, dtype=np.int64)
+            self.run(ids, np.zeros_like(ids))
 
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
         """Logits [batch, num_classes] for padded ids [batch, seq] int64."""
-        for name, array in zip(self._input_names, (input_ids, token_type_ids)):
-            handle = self._predictor.get_input_handle(name)
+        for handle, array in zip(self._inputs, (input_ids, token_type_ids)):
             handle.reshape(array.shape)
             handle.copy_from_cpu(np.ascontiguousarray(array, dtype=np.int64))
         self._predictor.run()
-        return self._predictor.get_output_handle(self._predictor.get_output_names()[0]).copy_to_cpu()
+        return self._output.copy_to_cpu()
 
     def probabilities(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """Softmax probabilities [len(texts), num_classes] in the order of `texts`."""
@@ -89,7 +98,7 @@ class Predictor:
         probs = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             chosen = order[start:start + batch_size]
-            input_ids, token_type_ids = _pad([ids[i] for i in chosen], [types[i] for i in chosen],
+            input_ids, token_type_ids = pad_ids([ids[i] for i in chosen], [types[i] for i in chosen],
                                              self.tokenizer.pad_token_id)
             probs[chosen] = softmax(self.run(input_ids, token_type_ids))
         return probs
@@ -111,7 +120,8 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
-def _pad(ids: list[list[int]], types: list[list[int]], pad_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+def pad_ids(ids: list[list[int]], types: list[list[int]], pad_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids and segment ids of texts, padded to the longest of them."""
     width = max(len(x) for x in ids)
     input_ids = np.full((len(ids), width), pad_token_id, dtype=np.int64)  # [batch, seq]
     token_type_ids = np.zeros((len(ids), width), dtype=np.int64)         # [batch, seq]

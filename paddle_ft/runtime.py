@@ -1,8 +1,18 @@
-"""Process set-up done once at the command-line edge, before paddle is imported."""
+"""Process set-up done once at the command-line edge: environment before paddle is imported, then
+the CPU settings that make Paddle fast here (threads, allocator, stride kernels), logged."""
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import warnings
+
+# glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+# The user's OMP_NUM_THREADS as it was before `import paddle`, which sets it to 1 when it is unset.
+_user_threads: int | None = None
+_variables_set: set[str] = set()  # environment variables configure() added, not the user
 
 
 def _cpuinfo_field(name: str) -> str:
@@ -21,19 +31,80 @@ def cpu_vendor() -> str:
     return _cpuinfo_field("vendor_id") or "unknown"
 
 
+def cpu_model() -> str:
+    return _cpuinfo_field("model name") or platform.processor() or "unknown"
+
+
 def cpu_supports_bf16() -> bool:
     """True when the CPU has bfloat16 arithmetic (AVX512-BF16 or AMX-BF16), which oneDNN bf16 needs."""
     return bool({"avx512_bf16", "amx_bf16"} & set(_cpuinfo_field("flags").split()))
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    """Math threads per process: the usable cores shared by the processes the launcher put on this host."""
+    local_processes = int(os.environ.get("PADDLE_LOCAL_SIZE", "1") or 1)
+    return max(1, usable_cores() // max(1, local_processes))
+
+
 def configure() -> None:
+    global _user_threads
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        _user_threads = int(os.environ["OMP_NUM_THREADS"])
     # Paddle's CPU wheel uses Intel MKL, which takes a slow code path on AMD processors unless told
     # otherwise (about 2x on matmul here). It must be set before MKL loads; a user's value wins.
-    if cpu_vendor() == "AuthenticAMD":
-        os.environ.setdefault("MKL_DEBUG_CPU_TYPE", "5")
+    if cpu_vendor() == "AuthenticAMD" and "MKL_DEBUG_CPU_TYPE" not in os.environ:
+        os.environ["MKL_DEBUG_CPU_TYPE"] = "5"
+        _variables_set.add("MKL_DEBUG_CPU_TYPE")
+    _keep_freed_memory()
     warnings.filterwarnings("ignore", message="No ccache found")
     warnings.filterwarnings("ignore", message="Setuptools is replacing distutils")
     warnings.filterwarnings("ignore", message="Tensor do not have .place. interface")  # jit.save noise
     from paddlenlp.utils.log import logger
 
     logger.set_level("WARNING")  # PaddleNLP logs every file it saves or loads at INFO
+
+
+def environment_as_given() -> dict[str, str]:
+    """The process environment without what configure() added: how a user's own script would start."""
+    return {key: value for key, value in os.environ.items() if key not in _variables_set}
+
+
+def _keep_freed_memory() -> None:
+    """Paddle's CPU allocator calls malloc for every activation; glibc serves blocks over 128 KiB with
+    a fresh mmap and unmaps them on free, so each op pays page faults on its output (an out-of-place
+    scale of a 32x64x256 tensor: 2.2 ms, against 0.16 ms in place). Keeping freed memory in the heap
+    makes them reusable. A user's MALLOC_* environment wins."""
+    if platform.system() != "Linux" or any(k.startswith("MALLOC_") for k in os.environ):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (musl, ...)
+        return
+    libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)  # the largest glibc allows; larger blocks still mmap
+    libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
+
+
+def apply_cpu_settings(threads: int | None = None) -> dict:
+    """Set Paddle's CPU math threads (default: the user's OMP_NUM_THREADS, else `default_threads()`)
+    and turn off stride kernels, whose strided copies after each transpose cost ~8 ms per attention
+    tensor in training (0.2 ms with contiguous transposes). Returns what was applied, for the log."""
+    import paddle
+
+    threads = threads or _user_threads or default_threads()
+    paddle.base.core.set_num_threads(threads)  # Paddle's own default is 1 thread
+    paddle.set_flags({"FLAGS_use_stride_kernel": False})
+    return {"cpu": cpu_model(), "usable_cores": usable_cores(), "threads": threads,
+            "mkl_debug_cpu_type": os.environ.get("MKL_DEBUG_CPU_TYPE")}
+
+
+def describe(settings: dict) -> str:
+    mkl = f", MKL_DEBUG_CPU_TYPE={settings['mkl_debug_cpu_type']}" if settings["mkl_debug_cpu_type"] else ""
+    return f"cpu: {settings['cpu']}, {settings['usable_cores']} usable cores, {settings['threads']} math threads{mkl}"

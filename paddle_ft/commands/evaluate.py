@@ -6,6 +6,7 @@ from pathlib import Path
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import Columns, format_of, read_examples
+from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.trainer import evaluate
 from paddle_ft.model import load_model
 
@@ -16,7 +17,7 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     model_dir = Path(model_dir)
     model, meta = load_model(model_dir)
     label_map = LabelMap.load(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    tokenizer = fastest(AutoTokenizer.from_pretrained(str(model_dir)))
     columns = Columns(meta["text_column"], meta["text_pair_column"], meta["label_column"])
     examples, _ = read_examples(data_path, format_of(data_path, meta["format"]), columns,
                                 frozenset(label_map.names))

@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import paddle
 
+from paddle_ft import runtime
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
 from paddle_ft.config import Config, load_config, save_config
 from paddle_ft.engine import distributed
 from paddle_ft.engine.checkpoint import atomic_directory, check_complete, complete_checkpoints
+from paddle_ft.engine.cpu_linear import use_fast_linear
 from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.trainer import TrainingDiverged, log, train
 from paddle_ft.errors import ConfigError, UserError
@@ -31,8 +33,9 @@ def run(config_path: str, overrides: list[str]) -> int:
 
     dataset = read_dataset(config.data)
     tokenizer = build_tokenizer(config.model)
-    splits = build_splits(dataset, tokenizer, config.data.max_length)
+    splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir)
     model = build_model(config.model, len(dataset.label_map), tokenizer)
+    speed_up_cpu(model, config, dist)
     if dist.active:
         seed_everything(config.seed + dist.rank)  # same initial weights, a different dropout stream per rank
     if dist.is_main:
@@ -66,6 +69,16 @@ def run(config_path: str, overrides: list[str]) -> int:
                 f"(best model, step {results['best_step']})")
     log(f"wrote {output_dir}/best and {output_dir}/results.json")
     return 0
+
+
+def speed_up_cpu(model, config: Config, dist) -> None:
+    settings = runtime.apply_cpu_settings(config.train.cpu_threads)
+    on_cpu = paddle.device.get_device().startswith("cpu")
+    if on_cpu and config.train.fast_cpu_linear:
+        use_fast_linear(model)
+    if dist.is_main:
+        fast = ", matmul-only linear gradients" if on_cpu and config.train.fast_cpu_linear else ""
+        log(runtime.describe(settings) + fast)
 
 
 def find_resume_checkpoint(config: Config, output_dir: Path) -> Path | None:

@@ -31,11 +31,15 @@ def tokenize(examples: Sequence[Example], tokenizer, max_length: int,
     texts = [e.text for e in examples]
     pairs = [e.text_pair for e in examples] if examples and examples[0].text_pair is not None else None
     encoded = tokenizer(texts, text_pair=pairs, max_length=max_length, truncation=True)
-    labels = None
-    if label_map is not None:
-        labels = np.array([label_map.id(e.label) for e in examples], dtype=np.int64)
     return Features([np.asarray(ids, dtype=np.int64) for ids in encoded["input_ids"]],
-                    [np.asarray(t, dtype=np.int64) for t in encoded["token_type_ids"]], labels)
+                    [np.asarray(t, dtype=np.int64) for t in encoded["token_type_ids"]], label_ids(examples, label_map))
+
+
+def label_ids(examples: Sequence[Example], label_map: LabelMap | None) -> np.ndarray | None:
+    """Class id of each example; None for unlabelled input."""
+    if label_map is None:
+        return None
+    return np.array([label_map.id(e.label) for e in examples], dtype=np.int64)
 
 
 def pad_batch(features: Features, indices: Sequence[int], pad_token_id: int) -> dict[str, np.ndarray]:

@@ -180,8 +180,8 @@ def train(model, splits: Splits, config: Config, output_dir: Path, label_names: 
 def _forward_backward(model, runner: StepRunner, features: Features, group: list[list[int]], group_examples: int,
                       pad_token_id: int, world_size: int = 1):
     """Backward over this rank's share of one accumulation group of `group_examples` examples (all
-    ranks together). Returns (this rank's part of the group's mean loss, real tokens)."""
-    step_loss, tokens = None, 0
+    ranks together). Returns (this rank's part of the group's mean loss, (real, padded) tokens)."""
+    step_loss, tokens, padded = None, 0, 0
     for i, indices in enumerate(group):
         batch = pad_batch(features, indices, pad_token_id)
         # gradients are all-reduced once per optimizer step, on its last micro-batch
@@ -197,7 +197,8 @@ def _forward_backward(model, runner: StepRunner, features: Features, group: list
             runner.backward(loss)
         step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
         tokens += int((batch["input_ids"] != pad_token_id).sum())
-    return step_loss, tokens
+        padded += batch["input_ids"].size
+    return step_loss, (tokens, padded)
 
 
 def _evaluate_dev(model, dev: Features, tc, pad_token_id, label_names, events, state: TrainState,
@@ -293,24 +294,27 @@ class _Window:
 
     def restart_clock(self):
         """Throughput counts only training time: called after each log line and each save."""
-        self.examples, self.tokens, self.started = 0, 0, time.perf_counter()
+        self.examples, self.tokens, self.padded_tokens, self.started = 0, 0, 0, time.perf_counter()
 
-    def add(self, step_loss: paddle.Tensor | None, examples: int, tokens: int) -> None:
+    def add(self, step_loss: paddle.Tensor | None, examples: int, tokens: tuple[int, int]) -> None:
         if step_loss is not None:  # a non-finite step is counted in skipped_steps, not averaged in
             self.loss_sum += step_loss
             self.steps += 1
         self.examples += examples
-        self.tokens += tokens
+        self.tokens += tokens[0]
+        self.padded_tokens += tokens[1]
 
     def snapshot(self) -> tuple[float, int]:
         return float(self.loss_sum), self.steps
 
     def flush(self, dist: Distributed) -> dict:
-        """Mean loss of the window over all ranks; samples/s of the whole job, tokens/s of this rank."""
+        """Mean loss of the window over all ranks; samples/s of the whole job, real and padded
+        (real + pad) tokens/s of this rank."""
         seconds = max(time.perf_counter() - self.started, 1e-9)
         loss_sum = dist.mean(self.loss_sum)
         values = {"loss": float(loss_sum) / self.steps if self.steps else None,
-                  "samples_per_s": self.examples / seconds, "tokens_per_s": self.tokens / seconds}
+                  "samples_per_s": self.examples / seconds, "tokens_per_s": self.tokens / seconds,
+                  "padded_tokens_per_s": self.padded_tokens / seconds}
         self.loss_sum, self.steps = paddle.zeros([], dtype="float32"), 0
         self.restart_clock()
         return values

@@ -1,0 +1,82 @@
+"""The Hugging Face `Trainer` peer, run with the peer virtual environment's python (torch + transformers;
+`make bench-peers`), never imported by paddle_ft:
+
+    .venv-peers/bin/python paddle_ft/bench/hf_trainer.py FEATURES.jsonl VOCAB.txt STEPS THREADS [--group-by-length]
+
+Trains the benchmark's model shape with the Trainer's defaults (dynamic padding by
+DataCollatorWithPadding, no length grouping unless asked) on token ids the parent wrote, so every
+engine sees the same ids. Prints one result line (see shape.py).
+"""
+import argparse
+import json
+import tempfile
+import time
+
+import shape  # the sibling module: this file runs as a script from its own folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("features")
+    parser.add_argument("vocab")
+    parser.add_argument("steps", type=int)
+    parser.add_argument("threads", type=int)
+    parser.add_argument("--group-by-length", action="store_true")
+    args = parser.parse_args()
+
+    import torch
+    import transformers
+    from transformers import (BertConfig, BertForSequenceClassification, BertTokenizerFast,
+                              DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments)
+
+    torch.set_num_threads(args.threads)
+    with open(args.features, encoding="utf-8") as lines:
+        rows = [json.loads(line) for line in lines]
+    dataset = [{"input_ids": r["input_ids"], "token_type_ids": r["token_type_ids"],
+                "attention_mask": [1] * len(r["input_ids"]), "labels": r["label"]} for r in rows]
+    tokenizer = BertTokenizerFast(vocab_file=args.vocab)  # used only to pad, as the default collator does
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=shape.SHAPE["hidden_size"],
+                        num_hidden_layers=shape.SHAPE["num_layers"], num_attention_heads=shape.SHAPE["num_heads"],
+                        intermediate_size=shape.SHAPE["intermediate_size"],
+                        max_position_embeddings=shape.SHAPE["max_length"], num_labels=2)
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(config)
+
+    pad = DataCollatorWithPadding(tokenizer)
+    counts = {"samples": [], "real": [], "padded": []}
+
+    def counting_collator(features):
+        batch = pad(features)
+        counts["samples"].append(len(features))
+        counts["real"].append(int(batch["attention_mask"].sum()))
+        counts["padded"].append(int(batch["attention_mask"].numel()))
+        return batch
+
+    clock = {"started": 0.0, "ends": []}
+
+    class StepClock(TrainerCallback):
+        def on_train_begin(self, *unused, **kwargs):
+            clock["started"] = time.perf_counter()
+
+        def on_step_end(self, *unused, **kwargs):
+            clock["ends"].append(time.perf_counter())
+
+    sampling = {}
+    if args.group_by_length:  # transformers 5 renamed the option
+        sampling = {"train_sampling_strategy": "group_by_length"} \
+            if "train_sampling_strategy" in TrainingArguments.__dataclass_fields__ else {"group_by_length": True}
+    with tempfile.TemporaryDirectory() as output_dir:
+        training_args = TrainingArguments(
+            output_dir=output_dir, per_device_train_batch_size=shape.BATCH_SIZE, max_steps=args.steps,
+            learning_rate=shape.LEARNING_RATE, use_cpu=True, **sampling,
+            report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0)
+        Trainer(model=model, args=training_args, train_dataset=dataset, data_collator=counting_collator,
+                callbacks=[StepClock()]).train()
+    windows = shape.step_windows(clock["ends"], clock["started"], counts["samples"], counts["real"],
+                                 counts["padded"])
+    shape.emit({**shape.summarise_windows(windows), "threads": torch.get_num_threads(),
+                "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Inference throughput and latency of one trained model under four engines, on real demo texts:
+dygraph, the exported graph under Paddle Inference with oneDNN off and on, and ONNX Runtime on the
+same graph converted by paddle2onnx. Every engine gets the same padded batches, and its logits are
+compared with dygraph's."""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+ENGINES = ("dygraph", "paddle_inference", "paddle_inference_onednn", "onnxruntime")
+
+
+def inference(args: dict) -> dict:
+    from paddle_ft import runtime
+
+    runtime.configure()
+    import paddle
+
+    from paddle_ft.data.readers import Columns, read_examples
+    from paddle_ft.export import export_model
+    from paddle_ft.infer import Predictor, pad_ids
+    from paddle_ft.model import load_model
+
+    threads = args["threads"]
+    runtime.apply_cpu_settings(threads)
+    workdir = Path(args["workdir"])
+    export_dir = workdir / "export"
+    if not export_dir.exists():
+        export_model(Path(args["model_dir"]), export_dir)
+    predictors = {"paddle_inference": Predictor(export_dir, cpu_threads=threads, enable_onednn=False),
+                  "paddle_inference_onednn": Predictor(export_dir, cpu_threads=threads)}
+    tokenizer = predictors["paddle_inference"].tokenizer
+    texts = [e.text for e in read_examples(Path(args["demo"]) / "test.tsv", "tsv", Columns("text", None, "label"))[0]]
+    encoded = tokenizer(texts, max_length=predictors["paddle_inference"].max_length, truncation=True)
+
+    def batches(size: int, count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Consecutive texts in file order (mixed lengths), each batch padded to its longest."""
+        ids, types = encoded["input_ids"], encoded["token_type_ids"]
+        return [pad_ids(ids[i:i + size], types[i:i + size], tokenizer.pad_token_id)
+                for i in range(0, size * count, size)]
+
+    model, _ = load_model(args["model_dir"])
+
+    @paddle.no_grad()
+    def dygraph(input_ids, token_type_ids):
+        return model(paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids)).numpy()
+
+    engines = {"dygraph": dygraph, **{name: p.run for name, p in predictors.items()},
+               "onnxruntime": _onnxruntime_session(export_dir, workdir / "model.onnx", threads)}
+    results = {name: {} for name in ENGINES}
+    for size in args["batch_sizes"]:
+        work = batches(size, max(4, args["samples_per_round"] // size))
+        reference = [dygraph(*batch) for batch in work]
+        for name in ENGINES:
+            run = engines[name]
+            for batch in work[:2]:  # warm-up: first-call allocation and oneDNN primitive creation
+                run(*batch)
+            rounds = []
+            for _ in range(args["rounds"]):
+                started = time.perf_counter()
+                outputs = [run(*batch) for batch in work]
+                rounds.append(size * len(work) / (time.perf_counter() - started))
+            diff = max(float(np.abs(out - ref).max()) for out, ref in zip(outputs, reference))
+            results[name][f"batch_{size}"] = {"samples_per_s": statistics.median(rounds)}
+            results[name]["max_abs_diff"] = max(diff, results[name].get("max_abs_diff", 0.0))
+    single = batches(1, args["latency_calls"])
+    for name in ENGINES:
+        latencies = []
+        for batch in single:
+            started = time.perf_counter()
+            engines[name](*batch)
+            latencies.append((time.perf_counter() - started) * 1000)
+        results[name]["batch_1_p50_ms"] = float(np.percentile(latencies, 50))
+        results[name]["batch_1_p99_ms"] = float(np.percentile(latencies, 99))
+    return {"engines": results, "threads": threads, "onnxruntime_version": _onnxruntime_version()}
+
+
+def _onnxruntime_session(export_dir: Path, onnx_path: Path, threads: int):
+    import onnxruntime
+    import paddle2onnx
+
+    from paddle_ft.infer import PARAMS_FILE, program_file
+
+    paddle2onnx.export(str(program_file(export_dir)), str(export_dir / PARAMS_FILE), save_file=str(onnx_path),
+                       opset_version=13, optimize_tool="onnxoptimizer")  # polygraphy would pip-install packages
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def run(input_ids, token_type_ids):
+        return session.run(None, dict(zip(names, (input_ids, token_type_ids))))[0]
+
+    return run
+
+
+def _onnxruntime_version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__

@@ -1,0 +1,144 @@
+"""The benchmark's Paddle-side measurements, one per child process:
+
+    python -m paddle_ft.bench.jobs JOB ARGS_JSON
+
+Jobs: `paddle_ft` (our engine, through the real `train` command), `paddlenlp_trainer` (PaddleNLP's
+`Trainer` with its defaults, in an environment without paddle_ft's settings), `inference` and
+`tokenizer`. Each prints one result line (shape.emit).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from paddle_ft.bench.shape import BATCH_SIZE, LEARNING_RATE, SHAPE, emit, step_windows, summarise_windows
+
+
+def _scratch_overrides(demo: Path, output_dir: Path, steps: int, threads: int) -> list[str]:
+    return [f"output_dir={output_dir}", f"data.train={demo / 'train.tsv'}", "data.dev=null", "data.test=null",
+            "data.labels=null", f"data.max_length={SHAPE['max_length']}", f"model.scratch.vocab_file={demo / 'vocab.txt'}",
+            f"model.scratch.hidden_size={SHAPE['hidden_size']}", f"model.scratch.num_layers={SHAPE['num_layers']}",
+            f"model.scratch.num_heads={SHAPE['num_heads']}",
+            f"model.scratch.intermediate_size={SHAPE['intermediate_size']}",
+            f"model.scratch.max_position_embeddings={SHAPE['max_length']}", f"train.batch_size={BATCH_SIZE}",
+            f"train.learning_rate={LEARNING_RATE}", f"train.max_steps={steps}", f"train.cpu_threads={threads}"]
+
+
+def paddle_ft(args: dict) -> dict:
+    """Our engine exactly as `tools/train.py` runs it; throughput from its own metrics.jsonl windows."""
+    from paddle_ft import runtime
+    from paddle_ft.bench.shape import WINDOW_STEPS
+    from paddle_ft.commands import train
+
+    runtime.configure()
+    output_dir = Path(args["workdir"]) / f"paddle_ft-{args.get('name', 'fp32')}"
+    overrides = _scratch_overrides(Path(args["demo"]), output_dir, args["steps"], args["threads"])
+    overrides += [f"train.log_every={WINDOW_STEPS}", f"train.group_by_length={args.get('group_by_length', True)}"]
+    overrides += [f"{key}={value}" for key, value in args.get("overrides", {}).items()]
+    train.run(None, overrides)
+    windows = []
+    for line in (output_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
+        event = json.loads(line)
+        if event.get("event") == "train":
+            windows.append({"samples_per_s": event["samples_per_s"], "real_tokens_per_s": event["tokens_per_s"],
+                            "padded_tokens_per_s": event["padded_tokens_per_s"]})
+    return summarise_windows(windows)
+
+
+def paddlenlp_trainer(args: dict) -> dict:
+    """`paddlenlp.trainer.Trainer` as its examples use it: BertForSequenceClassification,
+    DataCollatorWithPadding, TrainingArguments defaults (no length grouping)."""
+    import tempfile
+
+    import paddle
+    from paddlenlp.data import DataCollatorWithPadding
+    from paddlenlp.trainer import Trainer, TrainerCallback, TrainingArguments
+    from paddlenlp.transformers import BertConfig, BertForSequenceClassification, BertTokenizer
+
+    rows = _read_features(args["features"])
+    dataset = [{"input_ids": r["input_ids"], "token_type_ids": r["token_type_ids"], "labels": r["label"]}
+               for r in rows]
+    tokenizer = BertTokenizer(str(Path(args["demo"]) / "vocab.txt"))
+    paddle.seed(0)
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=len(tokenizer.vocab), hidden_size=SHAPE["hidden_size"], num_hidden_layers=SHAPE["num_layers"],
+        num_attention_heads=SHAPE["num_heads"], intermediate_size=SHAPE["intermediate_size"],
+        max_position_embeddings=SHAPE["max_length"], num_labels=2))
+    pad = DataCollatorWithPadding(tokenizer)
+    counts = {"samples": [], "real": [], "padded": []}
+
+    def counting_collator(features):
+        batch = pad(features)
+        ids = batch["input_ids"].numpy()
+        counts["samples"].append(len(features))
+        counts["real"].append(int((ids != tokenizer.pad_token_id).sum()))
+        counts["padded"].append(int(ids.size))
+        return batch
+
+    clock = {"started": 0.0, "ends": []}
+
+    class StepClock(TrainerCallback):
+        def on_train_begin(self, *unused, **kwargs):
+            clock["started"] = time.perf_counter()
+
+        def on_step_end(self, *unused, **kwargs):
+            clock["ends"].append(time.perf_counter())
+
+    with tempfile.TemporaryDirectory() as output_dir:
+        training_args = TrainingArguments(output_dir=output_dir, per_device_train_batch_size=BATCH_SIZE,
+                                          max_steps=args["steps"], learning_rate=LEARNING_RATE, report_to=[],
+                                          save_strategy="no", logging_steps=10**9, disable_tqdm=True, seed=0)
+        Trainer(model=model, args=training_args, train_dataset=dataset, data_collator=counting_collator,
+                callbacks=[StepClock()]).train()
+    windows = step_windows(clock["ends"], clock["started"], counts["samples"], counts["real"], counts["padded"])
+    return summarise_windows(windows)
+
+
+def _read_features(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines]
+
+
+def tokenizer(args: dict) -> dict:
+    """Texts/s of PaddleNLP's Python BertTokenizer and of the tokenizer the pipeline uses."""
+    from paddle_ft import runtime
+    from paddle_ft.data.readers import Columns, read_examples
+    from paddle_ft.data.tokenizer import fast_tokenizer_for
+
+    runtime.configure()
+    from paddlenlp.transformers import BertTokenizer
+
+    texts = [e.text for e in read_examples(Path(args["demo"]) / "test.tsv", "tsv", Columns("text", None, "label"))[0]]
+    slow = BertTokenizer(str(Path(args["demo"]) / "vocab.txt"))
+    fast = fast_tokenizer_for(slow)
+    results = {}
+    for name, tok in (("paddlenlp_python", slow), ("paddle_ft", fast)):
+        if tok is None:
+            continue
+        rounds = []
+        for _ in range(args.get("rounds", 3)):
+            started = time.perf_counter()
+            tok(texts, max_length=SHAPE["max_length"], truncation=True)
+            rounds.append(len(texts) / (time.perf_counter() - started))
+        results[name] = {"texts_per_s": statistics.median(rounds), "class": type(tok).__name__}
+    return results
+
+
+JOBS = {"paddle_ft": paddle_ft, "paddlenlp_trainer": paddlenlp_trainer, "tokenizer": tokenizer}
+
+
+def main(argv: list[str]) -> int:
+    name, args = argv[0], json.loads(argv[1])
+    if name == "inference":
+        from paddle_ft.bench.inference import inference as job
+    else:
+        job = JOBS[name]
+    emit(job(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

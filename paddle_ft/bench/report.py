@@ -1,0 +1,108 @@
+"""The bench's markdown table, ratios and PNG chart, from the results dictionary `run.py` builds."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from paddle_ft.bench.inference import ENGINES
+
+TRAIN_ENGINES = ("paddle_ft", "paddlenlp_trainer", "hf_trainer", "hf_trainer_group_by_length")
+TRAIN_TITLES = {"paddle_ft": "paddle_ft engine", "paddlenlp_trainer": "PaddleNLP Trainer (defaults)",
+                "hf_trainer": "HF Trainer (defaults)", "hf_trainer_group_by_length": "HF Trainer (group_by_length)"}
+
+
+def ratios(results: dict) -> dict:
+    """paddle_ft's training samples/s over each peer's, and Paddle Inference + oneDNN over ONNX Runtime."""
+    train = results["train"]
+    ours = train["paddle_ft"].get("samples_per_s")
+    out = {f"train_vs_{name}": _ratio(ours, train[name].get("samples_per_s")) for name in TRAIN_ENGINES[1:]}
+    infer = results["infer"]
+    for size in (1, 8, 32):
+        key = f"batch_{size}"
+        out[f"infer_{key}_onednn_vs_onnxruntime"] = _ratio(
+            infer.get("paddle_inference_onednn", {}).get(key, {}).get("samples_per_s"),
+            infer.get("onnxruntime", {}).get(key, {}).get("samples_per_s"))
+    return out
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
+def _num(value, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def markdown(results: dict) -> str:
+    m, s = results["machine"], results["settings"]
+    lines = [f"Machine: {m['cpu']}, {m['usable_cores']} usable cores, {m['threads']} threads; Paddle "
+             f"{m['paddle_version']}, PaddleNLP {m['paddlenlp_version']}; model {s['shape']['num_layers']} layers x "
+             f"{s['shape']['hidden_size']} hidden x {s['shape']['num_heads']} heads, max length "
+             f"{s['shape']['max_length']}, batch {s['batch_size']}, fp32, {s['train_steps']} steps per engine "
+             f"(medians of 8-step windows after one warm-up window){' QUICK RUN' if s['quick'] else ''}.", "",
+             "| training | samples/s | real tokens/s | padded tokens/s | padding | peak RSS MB | paddle_ft is |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in TRAIN_ENGINES:
+        row = results["train"][name]
+        if "samples_per_s" not in row:
+            lines.append(f"| {TRAIN_TITLES[name]} | {row.get('skipped') or row.get('error')} | | | | | |")
+            continue
+        ratio = results["ratios"].get(f"train_vs_{name}")
+        lines.append(f"| {TRAIN_TITLES[name]} | {_num(row['samples_per_s'])} | {_num(row['real_tokens_per_s'], 0)} | "
+                     f"{_num(row['padded_tokens_per_s'], 0)} | {row['padding_share']:.0%} | "
+                     f"{_num(row.get('peak_rss_mb'), 0)} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+    lines += ["", "| AMP vs fp32 | samples/s | epoch (min) | peak memory MB | largest batch | final accuracy |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for row in results["amp"]["rows"]:
+        lines.append(f"| {row['precision']} | {_num(row['samples_per_s'])} | {_num(row['epoch_minutes'])} | "
+                     f"{_num(row['peak_memory_mb'], 0)} | {row['largest_batch'] or 'n/a'} | "
+                     f"{_num(row['final_accuracy'], 4)} |")
+    lines += ["", f"{results['amp']['note']}.", ""]
+    infer = results["infer"]
+    if "error" in infer:
+        lines.append(f"inference: {infer['error']}")
+    else:
+        lines += ["| inference | batch 1 samples/s | batch 8 | batch 32 | p50 ms (batch 1) | p99 ms | max abs diff vs dygraph |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for name in ENGINES:
+            row = infer[name]
+            lines.append(f"| {name} | " + " | ".join(_num(row[f"batch_{n}"]["samples_per_s"]) for n in (1, 8, 32))
+                         + f" | {row['batch_1_p50_ms']:.2f} | {row['batch_1_p99_ms']:.2f} | {row['max_abs_diff']:.2g} |")
+    ratio = results["ratios"].get("infer_batch_32_onednn_vs_onnxruntime")
+    if ratio:
+        lines += ["", f"Paddle Inference + oneDNN vs ONNX Runtime at batch 32: {ratio:.2f}x."]
+    tok = results["tokenizer"]
+    if "error" not in tok:
+        lines += ["", "| tokenizer | texts/s |", "|---|---:|"]
+        lines += [f"| {name} ({row['class']}) | {_num(row['texts_per_s'], 0)} |" for name, row in tok.items()
+                  if isinstance(row, dict) and "texts_per_s" in row]
+    return "\n".join(lines) + "\n"
+
+
+def chart(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: write the file only
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    names = [n for n in TRAIN_ENGINES if "samples_per_s" in results["train"][n]]
+    values = [results["train"][n]["samples_per_s"] for n in names]
+    left.barh([TRAIN_TITLES[n] for n in names], values, color=["tab:blue"] + ["tab:gray"] * (len(names) - 1))
+    left.set_xlabel("training samples/s (higher is better)")
+    left.invert_yaxis()
+    for y, v in enumerate(values):
+        left.text(v, y, f" {v:.1f}", va="center")
+    infer = results["infer"]
+    if "error" not in infer:
+        sizes, width = (1, 8, 32), 0.2
+        for i, name in enumerate(ENGINES):
+            xs = [j + (i - 1.5) * width for j in range(len(sizes))]
+            right.bar(xs, [infer[name][f"batch_{n}"]["samples_per_s"] for n in sizes], width, label=name)
+        right.set_xticks(range(len(sizes)), [f"batch {n}" for n in sizes])
+        right.set_ylabel("inference samples/s")
+        right.legend(fontsize=8)
+    m = results["machine"]
+    figure.suptitle(f"paddle_ft bench: {m['cpu']}, {m['threads']} threads, Paddle {m['paddle_version']}")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

@@ -1,0 +1,160 @@
+"""`python tools/bench.py [--output DIR]`: run every measurement in its own child process, then write
+DIR/bench.json, DIR/bench.md and DIR/bench.png and print the table."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from paddle_ft import runtime
+from paddle_ft.bench import report
+from paddle_ft.bench.shape import BATCH_SIZE, RESULT_MARK, SHAPE, train_steps
+from paddle_ft.errors import UserError
+
+HF_SCRIPT = Path(__file__).with_name("hf_trainer.py")
+DEFAULT_PEERS_PYTHON = ".venv-peers/bin/python"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", default="out/bench", help="folder for bench.json, bench.md, bench.png, logs/")
+    parser.add_argument("--data", default="data/demo", help="the demo corpus (tools/prepare_demo_data.py)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for every engine (default: all usable cores)")
+    parser.add_argument("--windows", type=int, default=4,
+                        help=f"measured training windows of 8 steps per engine, after one warm-up window")
+    parser.add_argument("--peers-python", default=os.environ.get("PADDLE_FT_PEERS_PYTHON", DEFAULT_PEERS_PYTHON),
+                        help="python of the peer environment with torch + transformers (make bench-peers)")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (fewer samples); numbers are rough")
+
+
+def main(args: argparse.Namespace) -> int:
+    demo = Path(args.data)
+    if not (demo / "train.tsv").is_file() or not (demo / "vocab.txt").is_file():
+        raise UserError(f"{demo} has no train.tsv/vocab.txt: build the demo corpus with "
+                        f"python tools/prepare_demo_data.py --output {demo}")
+    output = Path(args.output)
+    workdir = output / "work"
+    (output / "logs").mkdir(parents=True, exist_ok=True)
+    threads = args.threads or runtime.usable_cores()
+    windows = 1 if args.quick else args.windows
+    steps = train_steps(windows)
+    features = workdir / "train_features.jsonl"
+    write_features(demo, features)
+    jobs = Jobs(output, threads)
+    started = time.perf_counter()
+
+    common = {"demo": str(demo), "workdir": str(workdir), "threads": threads, "steps": steps}
+    results: dict = {"train": {}, "infer": {}}
+    results["tokenizer"] = jobs.paddle("tokenizer", common)
+    results["train"]["paddle_ft"] = jobs.paddle("paddle_ft", common)
+    # PaddleNLP's Trainer as a user runs it: none of the settings paddle_ft applies at start-up
+    results["train"]["paddlenlp_trainer"] = jobs.paddle("paddlenlp_trainer", {**common, "features": str(features)},
+                                                        env=runtime.environment_as_given())
+    peers_python = Path(args.peers_python)
+    for name, flags in (("hf_trainer", []), ("hf_trainer_group_by_length", ["--group-by-length"])):
+        if peers_python.is_file():
+            results["train"][name] = jobs.run(name, [str(peers_python), str(HF_SCRIPT), str(features),
+                                                     str(demo / "vocab.txt"), str(steps), str(threads), *flags],
+                                              runtime.environment_as_given())
+        else:
+            results["train"][name] = {"skipped": f"no peer environment at {peers_python}: run make bench-peers"}
+    results["amp"] = amp_table(results["train"]["paddle_ft"], count_lines(features))
+    infer_args = {**common, "model_dir": str(workdir / "paddle_ft-fp32" / "best"), "batch_sizes": [1, 8, 32],
+                  "rounds": 2 if args.quick else 3, "samples_per_round": 32 if args.quick else 96,
+                  "latency_calls": 30 if args.quick else 200}
+    infer = jobs.paddle("inference", infer_args)
+    results["infer"] = infer.pop("engines", {}) if "error" not in infer else {"error": infer["error"]}
+    results["machine"] = machine(threads, infer, results["train"].get("hf_trainer", {}))
+    results["settings"] = {"shape": SHAPE, "batch_size": BATCH_SIZE, "precision": "fp32", "train_steps": steps,
+                           "quick": args.quick, "seconds": round(time.perf_counter() - started, 1)}
+    results["ratios"] = report.ratios(results)
+    (output / "bench.json").write_text(json.dumps(results, indent=2, ensure_ascii=False), encoding="utf-8")
+    table = report.markdown(results)
+    (output / "bench.md").write_text(table, encoding="utf-8")
+    report.chart(results, output / "bench.png")
+    print(table)
+    print(f"wrote {output / 'bench.json'}, {output / 'bench.md'}, {output / 'bench.png'} "
+          f"in {results['settings']['seconds']:.0f} s")
+    return 0
+
+
+class Jobs:
+    """Runs a measurement in a child process, its output in logs/NAME.log; a failed child is reported,
+    not fatal, so one broken engine still leaves a table of the others."""
+
+    def __init__(self, output: Path, threads: int):
+        self.output, self.threads = output, threads
+
+    def paddle(self, name: str, args: dict, env: dict | None = None) -> dict:
+        command = [sys.executable, "-m", "paddle_ft.bench.jobs", name, json.dumps(args)]
+        return self.run(name, command, env if env is not None else dict(os.environ))
+
+    def run(self, name: str, command: list[str], env: dict) -> dict:
+        # threads fixed for every engine; paddle's import would otherwise have set 1 for the children
+        env = {**env, "OMP_NUM_THREADS": str(self.threads), "PYTHONPATH": _package_root()}
+        log = self.output / "logs" / f"{name}.log"
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        with log.open("w", encoding="utf-8") as out:
+            done = subprocess.run(command, stdout=subprocess.PIPE, stderr=out, text=True, env=env, check=False)
+            out.write(done.stdout)
+        marked = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
+        seconds = time.perf_counter() - started
+        if done.returncode != 0 or not marked:
+            print(f"bench: {name} failed after {seconds:.0f} s (exit {done.returncode}); see {log}", file=sys.stderr)
+            return {"error": f"exit {done.returncode}; see {log}"}
+        print(f"bench: {name} done in {seconds:.0f} s", file=sys.stderr, flush=True)
+        return {**json.loads(marked[-1][len(RESULT_MARK):]), "job_seconds": round(seconds, 1)}
+
+
+def _package_root() -> str:
+    """So that children import this checkout's paddle_ft, installed or not."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def write_features(demo: Path, path: Path) -> None:
+    """Token ids of the training split, written once, so the Trainer peers train on exactly our ids."""
+    from paddlenlp.transformers import BertTokenizer
+
+    from paddle_ft.data.labels import resolve_labels
+    from paddle_ft.data.readers import Columns, read_examples
+
+    examples = read_examples(demo / "train.tsv", "tsv", Columns("text", None, "label"))[0]
+    labels = resolve_labels(None, [e.label for e in examples])
+    encoded = BertTokenizer(str(demo / "vocab.txt"))([e.text for e in examples], max_length=SHAPE["max_length"],
+                                                     truncation=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        for ids, types, example in zip(encoded["input_ids"], encoded["token_type_ids"], examples):
+            out.write(json.dumps({"input_ids": ids, "token_type_ids": types, "label": labels.id(example.label)}) + "\n")
+
+
+def count_lines(path: Path) -> int:
+    with path.open(encoding="utf-8") as lines:
+        return sum(1 for _ in lines)
+
+
+def amp_table(fp32: dict, train_examples: int) -> dict:
+    """AMP vs fp32. On CPU only the fp32 row can be measured: Paddle turns auto_cast and GradScaler
+    off on CPUPlace, so an AMP run there is the fp32 run."""
+    row = {"precision": "fp32", "samples_per_s": fp32.get("samples_per_s"),
+           "epoch_minutes": train_examples / fp32["samples_per_s"] / 60 if fp32.get("samples_per_s") else None,
+           "peak_memory_mb": fp32.get("peak_rss_mb"), "largest_batch": None, "final_accuracy": None}
+    return {"device": "cpu", "rows": [row], "note": (
+        "CPU: fp16/bf16 AMP does not apply (Paddle disables auto_cast and GradScaler on CPUPlace), so only the "
+        "fp32 row is measured; largest batch, AMP speed-up, GPU memory and AMP accuracy need a GPU run")}
+
+
+def machine(threads: int, infer: dict, hf: dict) -> dict:
+    import paddle
+    import paddlenlp
+
+    return {"cpu": runtime.cpu_model(), "vendor": runtime.cpu_vendor(), "cores": os.cpu_count(),
+            "usable_cores": runtime.usable_cores(), "threads": threads, "python": platform.python_version(),
+            "paddle_version": paddle.__version__, "paddlenlp_version": paddlenlp.__version__,
+            "onnxruntime_version": infer.get("onnxruntime_version"), "peer_versions": hf.get("versions"),
+            "bf16_cpu": runtime.cpu_supports_bf16()}

@@ -1,0 +1,82 @@
+"""Tokenise once: token ids kept on disk as memory-mapped arrays, keyed by what determines them.
+
+The key is a SHA-256 of the texts (so any change to the data file that changes a text invalidates
+it), the tokenizer's class, rules and vocabulary, and max_length. Labels are not cached: they are
+cheap and come from the label map of the run. An entry is written to a temporary folder and renamed
+into place, so a crash never leaves a half-written entry behind.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from paddle_ft.data.features import Features, label_ids, tokenize
+from paddle_ft.data.labels import LabelMap
+from paddle_ft.data.readers import Example
+
+FORMAT_VERSION = 1
+_ARRAYS = ("input_ids", "token_type_ids", "offsets")
+
+
+def cache_key(examples: Sequence[Example], tokenizer, max_length: int) -> str:
+    slow = getattr(tokenizer, "slow", tokenizer)  # the fast tokenizer gives the same ids: same key
+    basic = getattr(slow, "basic_tokenizer", None)
+    rules = {"version": FORMAT_VERSION, "class": type(slow).__name__, "max_length": max_length,
+             "lower": getattr(basic, "do_lower_case", None), "chinese": getattr(basic, "tokenize_chinese_chars", None),
+             "accents": getattr(basic, "strip_accents", None), "special": list(slow.all_special_tokens)}
+    digest = hashlib.sha256(json.dumps(rules, sort_keys=True).encode())
+    digest.update(json.dumps(sorted(slow.get_vocab().items()), ensure_ascii=False).encode())
+    for example in examples:
+        digest.update(example.text.encode())
+        digest.update(b"\x00" if example.text_pair is None else b"\x01" + example.text_pair.encode())
+        digest.update(b"\x1e")
+    return digest.hexdigest()
+
+
+def cached_tokenize(examples: Sequence[Example], tokenizer, max_length: int, label_map: LabelMap | None,
+                    cache_dir: str | Path | None) -> tuple[Features, bool]:
+    """`tokenize()` through the cache; returns (features, True when they came from the cache)."""
+    if cache_dir is None:
+        return tokenize(examples, tokenizer, max_length, label_map), False
+    entry = Path(cache_dir).expanduser() / cache_key(examples, tokenizer, max_length)
+    labels = label_ids(examples, label_map)
+    if all((entry / f"{name}.npy").is_file() for name in _ARRAYS):
+        arrays = {name: np.load(entry / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}
+        return _split(arrays, labels), True
+    features = tokenize(examples, tokenizer, max_length, label_map)
+    _write(entry, features)
+    return features, False
+
+
+def _split(arrays: dict, labels: np.ndarray | None) -> Features:
+    """Per-example views into the memory-mapped flat arrays (nothing is copied)."""
+    offsets = arrays["offsets"]
+    bounds = list(zip(offsets[:-1].tolist(), offsets[1:].tolist()))
+    return Features([arrays["input_ids"][a:b] for a, b in bounds],
+                    [arrays["token_type_ids"][a:b] for a, b in bounds], labels)
+
+
+def _write(entry: Path, features: Features) -> None:
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    except OSError:
+        return  # an unwritable cache costs speed, not correctness
+    try:
+        offsets = np.concatenate([[0], np.cumsum(features.lengths)]).astype(np.int64)
+        np.save(tmp / "input_ids.npy", np.concatenate(features.input_ids) if len(features) else np.zeros(0, np.int64))
+        np.save(tmp / "token_type_ids.npy",
+                np.concatenate(features.token_type_ids) if len(features) else np.zeros(0, np.int64))
+        np.save(tmp / "offsets.npy", offsets)
+        os.replace(tmp, entry)  # atomic; another process that got there first leaves its entry in place
+    except OSError:
+        pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,52 @@
+"""A faster backward for `nn.Linear` when training on CPU.
+
+Paddle's CPU kernel for the bias gradient (a broadcast add's backward, a sum over batch x sequence)
+is slow: for a [2048, 1024] output it takes ~18 ms, as long as the two weight-gradient matmuls
+together, while the same sum as a matmul with a row of ones takes 0.25 ms. `FastLinear` computes
+exactly the same gradients (bit-identical in the tests) with matmuls only. It is used in training
+mode only: evaluation, `paddle.jit.save` and the exported graph keep Paddle's own `linear`.
+"""
+from __future__ import annotations
+
+import types
+
+import paddle
+import paddle.nn.functional as F
+from paddle.autograd import PyLayer
+
+
+class FastLinear(PyLayer):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        rows = x.reshape([-1, x.shape[-1]])  # [tokens, in]
+        out = paddle.addmm(bias, rows, weight) if bias is not None else paddle.matmul(rows, weight)
+        return out.reshape(x.shape[:-1] + [weight.shape[1]])
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.saved_tensor()
+        rows = x.reshape([-1, x.shape[-1]])                    # [tokens, in]
+        grad_rows = grad_out.reshape([-1, grad_out.shape[-1]])  # [tokens, out]
+        grad_x = paddle.matmul(grad_out, weight, transpose_y=True)
+        grad_weight = paddle.matmul(rows, grad_rows, transpose_x=True)
+        if not ctx.has_bias:
+            return grad_x, grad_weight
+        ones = paddle.ones([1, grad_rows.shape[0]], dtype=grad_rows.dtype)
+        return grad_x, grad_weight, paddle.matmul(ones, grad_rows).reshape([-1])
+
+
+def _forward(self: paddle.nn.Linear, x):
+    # under auto_cast (a GPU matter) x and weight may differ in dtype: Paddle's linear handles that
+    if self.training and paddle.in_dynamic_mode() and x.dtype == self.weight.dtype:
+        return FastLinear.apply(x, self.weight, self.bias)
+    return F.linear(x, self.weight, self.bias, name=self.name)
+
+
+def use_fast_linear(model: paddle.nn.Layer) -> int:
+    """Route every `nn.Linear` of `model` through `FastLinear` while training; returns how many."""
+    linears = [layer for layer in model.sublayers(include_self=True) if isinstance(layer, paddle.nn.Linear)]
+    for layer in linears:
+        layer.forward = types.MethodType(_forward, layer)
+    return len(linears)

@@ -1,0 +1,72 @@
+"""The CPU speed settings change how fast training runs, never what it computes."""
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from paddle_ft import runtime
+from paddle_ft.engine.cpu_linear import FastLinear, use_fast_linear
+
+
+def _leaf(*shape, seed):
+    paddle.seed(seed)
+    value = paddle.randn(list(shape))
+    value.stop_gradient = False
+    return value
+
+
+def _grads(fn, leaves, upstream):
+    for leaf in leaves:
+        leaf.clear_gradient()
+    out = fn()
+    (out * upstream).sum().backward()
+    return [out.numpy()] + [leaf.grad.numpy() for leaf in leaves]
+
+
+def test_fast_linear_gives_the_same_output_and_gradients_as_paddle_linear():
+    x, w, b = _leaf(4, 7, 16, seed=1), _leaf(16, 24, seed=2), _leaf(24, seed=3)
+    upstream = paddle.randn([4, 7, 24])
+    expected = _grads(lambda: F.linear(x, w, b), [x, w, b], upstream)
+    got = _grads(lambda: FastLinear.apply(x, w, b), [x, w, b], upstream)
+    for name, e, g in zip(("out", "grad_x", "grad_w", "grad_b"), expected, got):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6, err_msg=name)
+    no_bias = _grads(lambda: FastLinear.apply(x, w, None), [x, w], upstream)
+    for e, g in zip(_grads(lambda: F.linear(x, w), [x, w], upstream), no_bias):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+
+
+def test_patched_model_trains_identically_and_evaluates_with_paddle_linear(make_model):
+    plain, fast = make_model(), make_model()
+    fast.set_state_dict(plain.state_dict())
+    assert use_fast_linear(fast) == sum(isinstance(m, paddle.nn.Linear) for m in fast.sublayers())
+    ids = paddle.to_tensor(np.random.default_rng(0).integers(5, 20, (6, 9)))
+    types = paddle.zeros_like(ids)
+    labels = paddle.to_tensor([0, 1, 0, 1, 1, 0])
+    for model in (plain, fast):
+        model.train()
+        F.cross_entropy(model(ids, types), labels).backward()
+    for (name, p), q in zip(plain.named_parameters(), fast.parameters()):
+        np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    fast.eval()
+    calls = []
+    original = FastLinear.apply
+    FastLinear.apply = lambda *a: calls.append(1) or original(*a)
+    try:
+        with paddle.no_grad():
+            np.testing.assert_allclose(fast(ids, types).numpy(), plain.eval()(ids, types).numpy(), atol=1e-6)
+    finally:
+        FastLinear.apply = original
+    assert calls == []  # evaluation (and export, which traces in eval mode) uses Paddle's linear
+
+
+def test_cpu_settings_set_the_threads_and_report_them(monkeypatch):
+    monkeypatch.setattr(runtime, "_user_threads", None)
+    settings = runtime.apply_cpu_settings(1)
+    assert settings["threads"] == 1 and paddle.get_flags("FLAGS_use_stride_kernel")["FLAGS_use_stride_kernel"] is False
+    assert "1 math threads" in runtime.describe(settings)
+    monkeypatch.setenv("PADDLE_LOCAL_SIZE", "2")
+    assert runtime.default_threads() == max(1, runtime.usable_cores() // 2)
+    monkeypatch.setattr(runtime, "_user_threads", 3)
+    assert runtime.apply_cpu_settings()["threads"] == 3
+    runtime.apply_cpu_settings(runtime.usable_cores())
