@@ -34,11 +34,14 @@ def main() -> None:
         rows = [json.loads(line) for line in lines]
     dataset = [{"input_ids": r["input_ids"], "token_type_ids": r["token_type_ids"],
                 "attention_mask": [1] * len(r["input_ids"]), "labels": r["label"]} for r in rows]
-    tokenizer = BertTokenizerFast(vocab_file=args.vocab)  # used only to pad, as the default collator does
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=shape.SHAPE["hidden_size"],
-                        num_hidden_layers=shape.SHAPE["num_layers"], num_attention_heads=shape.SHAPE["num_heads"],
-                        intermediate_size=shape.SHAPE["intermediate_size"],
-                        max_position_embeddings=shape.SHAPE["max_length"], num_labels=2)
+    tokenizer = BertTokenizerFast(args.vocab)  # only pads, as the default collator does (positional: 4.x and 5.x)
+    size = shape.model_shape()
+    with open(args.vocab, encoding="utf-8") as vocab:
+        vocab_size = sum(1 for _ in vocab)  # ids are line numbers, as in the Paddle tokenizer
+    config = BertConfig(vocab_size=vocab_size, hidden_size=size["hidden_size"],
+                        num_hidden_layers=size["num_layers"], num_attention_heads=size["num_heads"],
+                        intermediate_size=size["intermediate_size"], max_position_embeddings=size["max_length"],
+                        num_labels=2)
     torch.manual_seed(0)
     model = BertForSequenceClassification(config)
 

@@ -37,8 +37,10 @@ def inference(args: dict) -> dict:
     encoded = tokenizer(texts, max_length=predictors["paddle_inference"].max_length, truncation=True)
 
     def batches(size: int, count: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Consecutive texts in file order (mixed lengths), each batch padded to its longest."""
-        ids, types = encoded["input_ids"], encoded["token_type_ids"]
+        """Consecutive texts in file order (mixed lengths), each batch padded to its longest; a short file
+        is cycled through."""
+        repeat = -(-size * count // len(texts))
+        ids, types = encoded["input_ids"] * repeat, encoded["token_type_ids"] * repeat
         return [pad_ids(ids[i:i + size], types[i:i + size], tokenizer.pad_token_id)
                 for i in range(0, size * count, size)]
 

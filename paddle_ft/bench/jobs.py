@@ -14,16 +14,17 @@ import sys
 import time
 from pathlib import Path
 
-from paddle_ft.bench.shape import BATCH_SIZE, LEARNING_RATE, SHAPE, emit, step_windows, summarise_windows
+from paddle_ft.bench.shape import BATCH_SIZE, LEARNING_RATE, MAX_LENGTH, emit, model_shape, step_windows, summarise_windows
 
 
 def _scratch_overrides(demo: Path, output_dir: Path, steps: int, threads: int) -> list[str]:
+    shape = model_shape()
     return [f"output_dir={output_dir}", f"data.train={demo / 'train.tsv'}", "data.dev=null", "data.test=null",
-            "data.labels=null", f"data.max_length={SHAPE['max_length']}", f"model.scratch.vocab_file={demo / 'vocab.txt'}",
-            f"model.scratch.hidden_size={SHAPE['hidden_size']}", f"model.scratch.num_layers={SHAPE['num_layers']}",
-            f"model.scratch.num_heads={SHAPE['num_heads']}",
-            f"model.scratch.intermediate_size={SHAPE['intermediate_size']}",
-            f"model.scratch.max_position_embeddings={SHAPE['max_length']}", f"train.batch_size={BATCH_SIZE}",
+            "data.labels=null", f"data.max_length={shape['max_length']}", f"model.scratch.vocab_file={demo / 'vocab.txt'}",
+            f"model.scratch.hidden_size={shape['hidden_size']}", f"model.scratch.num_layers={shape['num_layers']}",
+            f"model.scratch.num_heads={shape['num_heads']}",
+            f"model.scratch.intermediate_size={shape['intermediate_size']}",
+            f"model.scratch.max_position_embeddings={shape['max_length']}", f"train.batch_size={BATCH_SIZE}",
             f"train.learning_rate={LEARNING_RATE}", f"train.max_steps={steps}", f"train.cpu_threads={threads}"]
 
 
@@ -36,16 +37,28 @@ def paddle_ft(args: dict) -> dict:
     runtime.configure()
     output_dir = Path(args["workdir"]) / f"paddle_ft-{args.get('name', 'fp32')}"
     overrides = _scratch_overrides(Path(args["demo"]), output_dir, args["steps"], args["threads"])
+    if args.get("dev"):  # a full run scored on dev (the AMP table's accuracy column)
+        overrides += [f"data.dev={Path(args['demo']) / 'dev.tsv'}", "train.max_steps=null", "train.epochs=1"]
     overrides += [f"train.log_every={WINDOW_STEPS}", f"train.group_by_length={args.get('group_by_length', True)}"]
     overrides += [f"{key}={value}" for key, value in args.get("overrides", {}).items()]
     train.run(None, overrides)
+    import paddle
+
+    extra = {}
+    if paddle.device.get_device().startswith("gpu"):
+        extra["gpu_peak_memory_mb"] = paddle.device.cuda.max_memory_allocated() / 2**20
+    if args.get("dev"):
+        results = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))
+        extra["dev_accuracy"] = results["dev"]["accuracy"]
     windows = []
     for line in (output_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
         event = json.loads(line)
-        if event.get("event") == "train":
-            windows.append({"samples_per_s": event["samples_per_s"], "real_tokens_per_s": event["tokens_per_s"],
-                            "padded_tokens_per_s": event["padded_tokens_per_s"]})
-    return summarise_windows(windows)
+        if event.get("event") == "train":  # every window but a last short one has WINDOW_STEPS full batches
+            seconds = WINDOW_STEPS * BATCH_SIZE / event["samples_per_s"]
+            windows.append({"seconds": seconds, "samples": WINDOW_STEPS * BATCH_SIZE,
+                            "real_tokens": event["tokens_per_s"] * seconds,
+                            "padded_tokens": event["padded_tokens_per_s"] * seconds})
+    return {**summarise_windows(windows), **extra} if len(windows) > 1 else extra
 
 
 def paddlenlp_trainer(args: dict) -> dict:
@@ -63,10 +76,11 @@ def paddlenlp_trainer(args: dict) -> dict:
                for r in rows]
     tokenizer = BertTokenizer(str(Path(args["demo"]) / "vocab.txt"))
     paddle.seed(0)
+    shape = model_shape()
     model = BertForSequenceClassification(BertConfig(
-        vocab_size=len(tokenizer.vocab), hidden_size=SHAPE["hidden_size"], num_hidden_layers=SHAPE["num_layers"],
-        num_attention_heads=SHAPE["num_heads"], intermediate_size=SHAPE["intermediate_size"],
-        max_position_embeddings=SHAPE["max_length"], num_labels=2))
+        vocab_size=len(tokenizer.vocab), hidden_size=shape["hidden_size"], num_hidden_layers=shape["num_layers"],
+        num_attention_heads=shape["num_heads"], intermediate_size=shape["intermediate_size"],
+        max_position_embeddings=shape["max_length"], num_labels=2))
     pad = DataCollatorWithPadding(tokenizer)
     counts = {"samples": [], "real": [], "padded": []}
 
@@ -121,7 +135,7 @@ def tokenizer(args: dict) -> dict:
         rounds = []
         for _ in range(args.get("rounds", 3)):
             started = time.perf_counter()
-            tok(texts, max_length=SHAPE["max_length"], truncation=True)
+            tok(texts, max_length=MAX_LENGTH, truncation=True)
             rounds.append(len(texts) / (time.perf_counter() - started))
         results[name] = {"texts_per_s": statistics.median(rounds), "class": type(tok).__name__}
     return results

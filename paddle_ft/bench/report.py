@@ -37,13 +37,14 @@ def markdown(results: dict) -> str:
     lines = [f"Machine: {m['cpu']}, {m['usable_cores']} usable cores, {m['threads']} threads; Paddle "
              f"{m['paddle_version']}, PaddleNLP {m['paddlenlp_version']}; model {s['shape']['num_layers']} layers x "
              f"{s['shape']['hidden_size']} hidden x {s['shape']['num_heads']} heads, max length "
-             f"{s['shape']['max_length']}, batch {s['batch_size']}, fp32, {s['train_steps']} steps per engine "
-             f"(medians of 8-step windows after one warm-up window){' QUICK RUN' if s['quick'] else ''}.", "",
+             f"{s['shape']['max_length']}, batch {s['batch_size']}, fp32; {s['train_steps']} training steps per engine "
+             f"({s['paddlenlp_trainer_steps']} for PaddleNLP's Trainer), the first 8 of them warm-up; inference: "
+             f"medians of repeated rounds{' QUICK RUN' if s['quick'] else ''}.", "",
              "| training | samples/s | real tokens/s | padded tokens/s | padding | peak RSS MB | paddle_ft is |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for name in TRAIN_ENGINES:
         row = results["train"][name]
-        if "samples_per_s" not in row:
+        if row.get("samples_per_s") is None:
             lines.append(f"| {TRAIN_TITLES[name]} | {row.get('skipped') or row.get('error')} | | | | | |")
             continue
         ratio = results["ratios"].get(f"train_vs_{name}")
@@ -85,7 +86,7 @@ def chart(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    names = [n for n in TRAIN_ENGINES if "samples_per_s" in results["train"][n]]
+    names = [n for n in TRAIN_ENGINES if results["train"][n].get("samples_per_s") is not None]
     values = [results["train"][n]["samples_per_s"] for n in names]
     left.barh([TRAIN_TITLES[n] for n in names], values, color=["tab:blue"] + ["tab:gray"] * (len(names) - 1))
     left.set_xlabel("training samples/s (higher is better)")

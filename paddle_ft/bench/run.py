@@ -13,22 +13,27 @@ from pathlib import Path
 
 from paddle_ft import runtime
 from paddle_ft.bench import report
-from paddle_ft.bench.shape import BATCH_SIZE, RESULT_MARK, SHAPE, train_steps
+from paddle_ft.bench.shape import BATCH_SIZE, MAX_LENGTH, RESULT_MARK, SHAPE_VARIABLE, model_shape, train_steps
 from paddle_ft.errors import UserError
 
 HF_SCRIPT = Path(__file__).with_name("hf_trainer.py")
 DEFAULT_PEERS_PYTHON = ".venv-peers/bin/python"
+PADDLENLP_WINDOWS = 3  # its rate varies little between windows (random batches); more would cost minutes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default="out/bench", help="folder for bench.json, bench.md, bench.png, logs/")
     parser.add_argument("--data", default="data/demo", help="the demo corpus (tools/prepare_demo_data.py)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for every engine (default: all usable cores)")
-    parser.add_argument("--windows", type=int, default=4,
-                        help=f"measured training windows of 8 steps per engine, after one warm-up window")
+    parser.add_argument("--windows", type=int, default=6,
+                        help="measured training windows of 8 steps per engine, after one warm-up window "
+                             "(PaddleNLP's Trainer, the slowest by far, gets at most 3)")
     parser.add_argument("--peers-python", default=os.environ.get("PADDLE_FT_PEERS_PYTHON", DEFAULT_PEERS_PYTHON),
                         help="python of the peer environment with torch + transformers (make bench-peers)")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (fewer samples); numbers are rough")
+    parser.add_argument("--model-shape", default=None, metavar="LAYERS,HIDDEN,HEADS,INTERMEDIATE",
+                        help="another encoder shape than the reference 4,256,4,1024 (ratios are only comparable "
+                             "at the same shape)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -36,6 +41,12 @@ def main(args: argparse.Namespace) -> int:
     if not (demo / "train.tsv").is_file() or not (demo / "vocab.txt").is_file():
         raise UserError(f"{demo} has no train.tsv/vocab.txt: build the demo corpus with "
                         f"python tools/prepare_demo_data.py --output {demo}")
+    if args.model_shape:
+        os.environ[SHAPE_VARIABLE] = args.model_shape  # the children read it
+        try:
+            model_shape()
+        except ValueError:
+            raise UserError(f"--model-shape {args.model_shape}: give four integers, e.g. 4,256,4,1024") from None
     output = Path(args.output)
     workdir = output / "work"
     (output / "logs").mkdir(parents=True, exist_ok=True)
@@ -52,8 +63,10 @@ def main(args: argparse.Namespace) -> int:
     results["tokenizer"] = jobs.paddle("tokenizer", common)
     results["train"]["paddle_ft"] = jobs.paddle("paddle_ft", common)
     # PaddleNLP's Trainer as a user runs it: none of the settings paddle_ft applies at start-up
-    results["train"]["paddlenlp_trainer"] = jobs.paddle("paddlenlp_trainer", {**common, "features": str(features)},
-                                                        env=runtime.environment_as_given())
+    slow_steps = train_steps(min(windows, PADDLENLP_WINDOWS))
+    results["train"]["paddlenlp_trainer"] = jobs.paddle(
+        "paddlenlp_trainer", {**common, "features": str(features), "steps": slow_steps},
+        env=runtime.environment_as_given())
     peers_python = Path(args.peers_python)
     for name, flags in (("hf_trainer", []), ("hf_trainer_group_by_length", ["--group-by-length"])):
         if peers_python.is_file():
@@ -61,15 +74,17 @@ def main(args: argparse.Namespace) -> int:
                                                      str(demo / "vocab.txt"), str(steps), str(threads), *flags],
                                               runtime.environment_as_given())
         else:
-            results["train"][name] = {"skipped": f"no peer environment at {peers_python}: run make bench-peers"}
-    results["amp"] = amp_table(results["train"]["paddle_ft"], count_lines(features))
+            results["train"][name] = {"samples_per_s": None,
+                                      "skipped": f"no peer environment at {peers_python}: run make bench-peers"}
+    results["amp"] = amp_table(jobs, common, results["train"]["paddle_ft"], count_lines(features))
     infer_args = {**common, "model_dir": str(workdir / "paddle_ft-fp32" / "best"), "batch_sizes": [1, 8, 32],
                   "rounds": 2 if args.quick else 3, "samples_per_round": 32 if args.quick else 96,
                   "latency_calls": 30 if args.quick else 200}
     infer = jobs.paddle("inference", infer_args)
     results["infer"] = infer.pop("engines", {}) if "error" not in infer else {"error": infer["error"]}
     results["machine"] = machine(threads, infer, results["train"].get("hf_trainer", {}))
-    results["settings"] = {"shape": SHAPE, "batch_size": BATCH_SIZE, "precision": "fp32", "train_steps": steps,
+    results["settings"] = {"shape": model_shape(), "batch_size": BATCH_SIZE, "precision": "fp32", "train_steps": steps,
+                           "paddlenlp_trainer_steps": slow_steps,
                            "quick": args.quick, "seconds": round(time.perf_counter() - started, 1)}
     results["ratios"] = report.ratios(results)
     (output / "bench.json").write_text(json.dumps(results, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -106,7 +121,7 @@ class Jobs:
         seconds = time.perf_counter() - started
         if done.returncode != 0 or not marked:
             print(f"bench: {name} failed after {seconds:.0f} s (exit {done.returncode}); see {log}", file=sys.stderr)
-            return {"error": f"exit {done.returncode}; see {log}"}
+            return {"samples_per_s": None, "error": f"exit {done.returncode}; see {log}"}
         print(f"bench: {name} done in {seconds:.0f} s", file=sys.stderr, flush=True)
         return {**json.loads(marked[-1][len(RESULT_MARK):]), "job_seconds": round(seconds, 1)}
 
@@ -125,7 +140,7 @@ def write_features(demo: Path, path: Path) -> None:
 
     examples = read_examples(demo / "train.tsv", "tsv", Columns("text", None, "label"))[0]
     labels = resolve_labels(None, [e.label for e in examples])
-    encoded = BertTokenizer(str(demo / "vocab.txt"))([e.text for e in examples], max_length=SHAPE["max_length"],
+    encoded = BertTokenizer(str(demo / "vocab.txt"))([e.text for e in examples], max_length=MAX_LENGTH,
                                                      truncation=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as out:
@@ -138,15 +153,47 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in lines)
 
 
-def amp_table(fp32: dict, train_examples: int) -> dict:
-    """AMP vs fp32. On CPU only the fp32 row can be measured: Paddle turns auto_cast and GradScaler
-    off on CPUPlace, so an AMP run there is the fp32 run."""
-    row = {"precision": "fp32", "samples_per_s": fp32.get("samples_per_s"),
-           "epoch_minutes": train_examples / fp32["samples_per_s"] / 60 if fp32.get("samples_per_s") else None,
-           "peak_memory_mb": fp32.get("peak_rss_mb"), "largest_batch": None, "final_accuracy": None}
-    return {"device": "cpu", "rows": [row], "note": (
-        "CPU: fp16/bf16 AMP does not apply (Paddle disables auto_cast and GradScaler on CPUPlace), so only the "
-        "fp32 row is measured; largest batch, AMP speed-up, GPU memory and AMP accuracy need a GPU run")}
+AMP_ROWS = (("fp32", {}), ("fp16 (O1)", {"train.amp.enabled": True, "train.amp.dtype": "float16"}),
+            ("bf16 (O1)", {"train.amp.enabled": True, "train.amp.dtype": "bfloat16"}))
+
+
+def amp_table(jobs: "Jobs", common: dict, fp32: dict, train_examples: int) -> dict:
+    """AMP vs fp32: speed, time per epoch, peak memory, largest batch, accuracy after one epoch.
+    On CPU only the fp32 row can be measured: Paddle turns auto_cast and GradScaler off on CPUPlace,
+    so an AMP run there is the fp32 run."""
+    import paddle
+
+    def row(precision: str, measured: dict, largest=None, accuracy=None) -> dict:
+        speed = measured.get("samples_per_s")
+        return {"precision": precision, "samples_per_s": speed,
+                "epoch_minutes": train_examples / speed / 60 if speed else None,
+                "peak_memory_mb": measured.get("gpu_peak_memory_mb", measured.get("peak_rss_mb")),
+                "largest_batch": largest, "final_accuracy": accuracy}
+
+    if not (paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0):
+        return {"device": "cpu", "rows": [row("fp32", fp32)], "note": (
+            "CPU: fp16/bf16 AMP does not apply (Paddle disables auto_cast and GradScaler on CPUPlace), so only the "
+            "fp32 row is measured; largest batch, AMP speed-up, GPU memory and AMP accuracy need a GPU run")}
+    rows = []
+    for precision, overrides in AMP_ROWS:  # a GPU: every cell is measured (not run on the CPU-only machine here)
+        measured = fp32 if not overrides else jobs.paddle(f"amp-{precision.split()[0]}", {
+            **common, "name": precision.split()[0], "overrides": overrides})
+        accuracy = jobs.paddle(f"amp-{precision.split()[0]}-epoch", {
+            **common, "name": precision.split()[0] + "-epoch", "overrides": overrides, "dev": True})
+        rows.append(row(precision, measured, largest_batch(jobs, common, overrides), accuracy.get("dev_accuracy")))
+    return {"device": "gpu", "rows": rows, "note": "GPU: accuracy is dev accuracy after one epoch"}
+
+
+def largest_batch(jobs: "Jobs", common: dict, overrides: dict, limit: int = 4096) -> int | None:
+    """Double the batch from 32 until a 3-step run fails (out of memory); the last one that ran."""
+    size, fits = 32, None
+    while size <= limit:
+        result = jobs.paddle(f"largest-batch-{size}", {**common, "steps": 3, "name": f"batch-{size}",
+                                                         "overrides": {**overrides, "train.batch_size": size}})
+        if "error" in result:
+            break
+        fits, size = size, size * 2
+    return fits
 
 
 def machine(threads: int, infer: dict, hf: dict) -> dict:

@@ -3,16 +3,25 @@ Standard library only: the Hugging Face peer imports it from another virtual env
 from __future__ import annotations
 
 import json
+import os
 import resource
 import statistics
 import sys
 
-SHAPE = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024, "max_length": 128}
+SHAPE_VARIABLE = "PADDLE_FT_BENCH_SHAPE"  # LAYERS,HIDDEN,HEADS,INTERMEDIATE, set by --model-shape for the children
+DEFAULT_SHAPE = "4,256,4,1024"
+MAX_LENGTH = 128
 BATCH_SIZE = 32
 LEARNING_RATE = 5e-5
-WINDOW_STEPS = 8   # throughput is summed over windows of this many steps ...
-WARMUP_WINDOWS = 1  # ... the first windows are warm-up and dropped; the median of the rest is reported
+WINDOW_STEPS = 8   # steps are timed in windows of this many ...
+WARMUP_WINDOWS = 1  # ... the first windows are warm-up and dropped
 RESULT_MARK = "BENCH_RESULT "
+
+
+def model_shape() -> dict:
+    layers, hidden, heads, intermediate = (int(v) for v in os.environ.get(SHAPE_VARIABLE, DEFAULT_SHAPE).split(","))
+    return {"num_layers": layers, "hidden_size": hidden, "num_heads": heads, "intermediate_size": intermediate,
+            "max_length": MAX_LENGTH}
 
 
 def train_steps(windows: int) -> int:
@@ -20,17 +29,20 @@ def train_steps(windows: int) -> int:
 
 
 def summarise_windows(windows: list[dict]) -> dict:
-    """Medians over the measured windows; each window is {"samples_per_s", "real_tokens_per_s",
-    "padded_tokens_per_s"} (padded = real + pad tokens, what the matmuls actually process)."""
+    """Throughput over the measured windows (the warm-up ones dropped), as totals over time: with
+    length-grouped batches, windows differ in length on purpose (the Hugging Face sampler even starts
+    with the longest batches), so the rate over all of them is what an epoch would see. Each window is
+    {"seconds", "samples", "real_tokens", "padded_tokens"}; padded = real + pad tokens, what the
+    matmuls actually process."""
     measured = windows[WARMUP_WINDOWS:]
     if not measured:
         raise ValueError("no window after warm-up: train for more steps")
-    summary = {key: statistics.median(w[key] for w in measured)
-               for key in ("samples_per_s", "real_tokens_per_s", "padded_tokens_per_s")}
-    summary["padding_share"] = 1 - statistics.median(w["real_tokens_per_s"] / w["padded_tokens_per_s"]
-                                                     for w in measured)
-    summary["windows"] = len(measured)
-    return summary
+    seconds = sum(w["seconds"] for w in measured)
+    total = {key: sum(w[key] for w in measured) for key in ("samples", "real_tokens", "padded_tokens")}
+    return {"samples_per_s": total["samples"] / seconds, "real_tokens_per_s": total["real_tokens"] / seconds,
+            "padded_tokens_per_s": total["padded_tokens"] / seconds,
+            "padding_share": 1 - total["real_tokens"] / total["padded_tokens"],
+            "measured_steps": WINDOW_STEPS * len(measured), "measured_seconds": seconds}
 
 
 def step_windows(step_ends: list[float], started: float, samples: list[int], real: list[int],
@@ -38,10 +50,9 @@ def step_windows(step_ends: list[float], started: float, samples: list[int], rea
     """Windows of WINDOW_STEPS steps from per-step end times and per-step batch counts."""
     windows, begin = [], started
     for end in range(WINDOW_STEPS, len(step_ends) + 1, WINDOW_STEPS):
-        steps, seconds = slice(end - WINDOW_STEPS, end), step_ends[end - 1] - begin
-        windows.append({"samples_per_s": sum(samples[steps]) / seconds,
-                        "real_tokens_per_s": sum(real[steps]) / seconds,
-                        "padded_tokens_per_s": sum(padded[steps]) / seconds})
+        steps = slice(end - WINDOW_STEPS, end)
+        windows.append({"seconds": step_ends[end - 1] - begin, "samples": sum(samples[steps]),
+                        "real_tokens": sum(real[steps]), "padded_tokens": sum(padded[steps])})
         begin = step_ends[end - 1]
     return windows
 

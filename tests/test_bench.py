@@ -1,0 +1,91 @@
+"""tools/bench.py: the summaries it computes, the report it writes, and one real (tiny) run of it."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from paddle_ft.bench import report
+from paddle_ft.bench.inference import ENGINES
+from paddle_ft.bench.shape import step_windows, summarise_windows
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_windows_drop_the_warm_up_and_total_the_rest():
+    ends = [1.0 * i for i in range(1, 25)]  # 24 steps of 1 s: three windows of 8
+    samples, real, padded = [32] * 24, [100] * 8 + [300] * 16, [400] * 24
+    windows = step_windows(ends, 0.0, samples, real, padded)
+    assert [w["seconds"] for w in windows] == [8.0, 8.0, 8.0]
+    summary = summarise_windows(windows)
+    assert summary["samples_per_s"] == 32 and summary["real_tokens_per_s"] == 300
+    assert summary["padded_tokens_per_s"] == 400 and summary["padding_share"] == 0.25
+    assert summary["measured_steps"] == 16
+    with pytest.raises(ValueError):
+        summarise_windows(windows[:1])
+
+
+def _results() -> dict:
+    train = {"paddle_ft": {"samples_per_s": 48.0, "real_tokens_per_s": 3000, "padded_tokens_per_s": 3100,
+                           "padding_share": 0.03, "peak_rss_mb": 1300},
+             "paddlenlp_trainer": {"samples_per_s": 8.0, "real_tokens_per_s": 500, "padded_tokens_per_s": 1000,
+                                   "padding_share": 0.5, "peak_rss_mb": 1200},
+             "hf_trainer": {"samples_per_s": None, "skipped": "no peer environment"},
+             "hf_trainer_group_by_length": {"samples_per_s": None, "skipped": "no peer environment"}}
+    infer = {name: {"batch_1": {"samples_per_s": 50.0}, "batch_8": {"samples_per_s": 80.0},
+                    "batch_32": {"samples_per_s": 90.0 if name != "onnxruntime" else 60.0},
+                    "batch_1_p50_ms": 20.0, "batch_1_p99_ms": 30.0, "max_abs_diff": 1e-7} for name in ENGINES}
+    results = {"train": train, "infer": infer,
+               "amp": {"device": "cpu", "note": "CPU: only fp32", "rows": [
+                   {"precision": "fp32", "samples_per_s": 48.0, "epoch_minutes": 4.8, "peak_memory_mb": 1300,
+                    "largest_batch": None, "final_accuracy": None}]},
+               "tokenizer": {"paddle_ft": {"texts_per_s": 7000, "class": "FastBertTokenizer"}},
+               "machine": {"cpu": "Test CPU", "usable_cores": 2, "threads": 2, "paddle_version": "3.3.1",
+                           "paddlenlp_version": "2.8.1"},
+               "settings": {"shape": {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "max_length": 128},
+                            "batch_size": 32, "train_steps": 56, "paddlenlp_trainer_steps": 32, "quick": False}}
+    results["ratios"] = report.ratios(results)
+    return results
+
+
+def test_report_ratios_table_and_chart(tmp_path):
+    results = _results()
+    assert results["ratios"]["train_vs_paddlenlp_trainer"] == 6.0
+    assert results["ratios"]["train_vs_hf_trainer"] is None
+    assert results["ratios"]["infer_batch_32_onednn_vs_onnxruntime"] == 1.5
+    table = report.markdown(results)
+    assert "| paddle_ft engine | 48.0 | 3,000 | 3,100 | 3% | 1,300 |  |" in table
+    assert "| PaddleNLP Trainer (defaults) | 8.0 | 500 | 1,000 | 50% | 1,200 | 6.00x |" in table
+    assert "| HF Trainer (defaults) | no peer environment |" in table
+    assert "| onnxruntime | 50.0 | 80.0 | 60.0 | 20.00 | 30.00 | 1e-07 |" in table
+    assert "at batch 32: 1.50x" in table
+    report.chart(results, tmp_path / "bench.png")
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, data_dir, vocab_file):
+    shutil.copy(vocab_file, data_dir / "vocab.txt")
+    out = tmp_path / "bench"
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "--quick", "--model-shape", "1,32,2,64",
+                           "--data", str(data_dir), "--output", str(out), "--peers-python", str(tmp_path / "none"),
+                           "--threads", "1"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    bench = json.loads((out / "bench.json").read_text(encoding="utf-8"))
+    assert bench["train"]["paddle_ft"]["samples_per_s"] > 0
+    assert bench["train"]["paddlenlp_trainer"]["samples_per_s"] > 0
+    for peer in ("hf_trainer", "hf_trainer_group_by_length"):
+        assert bench["train"][peer]["samples_per_s"] is None and "make bench-peers" in bench["train"][peer]["skipped"]
+    for engine in ENGINES:
+        for size in (1, 8, 32):
+            assert bench["infer"][engine][f"batch_{size}"]["samples_per_s"] > 0
+        assert bench["infer"][engine]["max_abs_diff"] < 1e-4
+    assert bench["infer"]["dygraph"]["max_abs_diff"] == 0.0
+    assert {"cpu", "cores", "threads", "paddle_version"} <= bench["machine"].keys()
+    assert bench["machine"]["threads"] == 1 and bench["settings"]["shape"]["hidden_size"] == 32
+    assert bench["tokenizer"]["paddle_ft"]["class"] == "FastBertTokenizer"
+    assert (out / "bench.png").is_file() and "| paddle_ft engine |" in (out / "bench.md").read_text(encoding="utf-8")
+    assert "| paddle_ft engine |" in done.stdout
