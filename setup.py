@@ -27,6 +27,10 @@ setup(
         # Rust tokenizer with the same ids as PaddleNLP's Python one, ~5x faster (PaddleNLP's own fast
         # tokenizer, fast-tokenizer-python, has no wheel for current Pythons)
         "tokenizers>=0.19,<1",
+        # the HTTP service (paddlenlp installs FastAPI and uvicorn too; we import them, so we declare them)
+        "fastapi",
+        "uvicorn",
+        "prometheus-client",
     ],
     extras_require={
         "cpu": ["paddlepaddle==3.3.1"],

@@ -1,4 +1,4 @@
-"""`python -m paddle_ft {train,eval,export,predict,bench}`; `tools/*.py` are thin wrappers over `main`.
+"""`python -m paddle_ft {train,eval,export,predict,serve,bench}`; `tools/*.py` are thin wrappers over `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -70,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--tensorrt", action="store_true", help="GPU: run the graph with TensorRT")
     predict.set_defaults(run=_predict)
 
+    from paddle_ft.serve.options import add_arguments as serve_arguments
+
+    serve = commands.add_parser("serve", help="serve an exported model over HTTP with dynamic batching")
+    serve_arguments(serve)
+    serve.set_defaults(run=_serve)
+
     from paddle_ft.bench.run import add_arguments
 
     bench = commands.add_parser("bench", help="benchmark training and inference against PaddleNLP, HF and ONNX Runtime")
@@ -106,6 +112,12 @@ def _predict(args) -> int:
     options = {"device": args.device, "gpu_id": args.gpu_id, "cpu_threads": args.threads,
                "precision": args.precision, "use_tensorrt": args.tensorrt}
     return command.run(args.model_dir, args.text, args.input, args.output, args.batch_size, options)
+
+
+def _serve(args) -> int:
+    from paddle_ft.serve.main import main
+
+    return main(args)
 
 
 def _bench(args) -> int:

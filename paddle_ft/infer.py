@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.data.tokenizer import fastest
+from paddle_ft.data.tokenizer import FastBertTokenizer, fastest
 from paddle_ft.errors import UserError
 from paddle_ft.runtime import cpu_supports_bf16, usable_cores
 
 PROGRAM_FILES = ("model.json", "model.pdmodel")
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
 PARAMS_FILE = "model.pdiparams"
+TRUNCATIONS = ("head", "tail")
 EXPORT_INFO = "export.json"
 
 
@@ -90,28 +91,53 @@ class Predictor:
         self._predictor.run()
         return self._output.copy_to_cpu()
 
-    def probabilities(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+    def encode(self, texts: list[str], truncation: str = "head") -> tuple[list[list[int]], list[list[int]], list[bool]]:
+        """(input_ids, token_type_ids, truncated) per text. A text longer than max_length keeps its first
+        tokens (`head`) or its last ones (`tail`, where reviews often say what they conclude)."""
+        if truncation not in TRUNCATIONS:
+            raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
+        if truncation == "head" and isinstance(self.tokenizer, FastBertTokenizer):
+            return self.tokenizer.encode(texts, max_length=self.max_length)
+        encoded = self.tokenizer(list(texts), max_length=None, truncation=False)
+        ids, types, truncated, body = [], [], [], self.max_length - 2
+        for x, t in zip(encoded["input_ids"], encoded["token_type_ids"]):
+            cut = len(x) > self.max_length  # [CLS] body [SEP]: keep the specials, cut the body
+            if cut:
+                x = [x[0], *(x[1:body + 1] if truncation == "head" else x[-body - 1:-1]), x[-1]]
+                t = t[:self.max_length]
+            ids.append(x)
+            types.append(t)
+            truncated.append(cut)
+        return ids, types, truncated
+
+    def probabilities(self, texts: list[str], batch_size: int = 32, truncation: str = "head") -> np.ndarray:
         """Softmax probabilities [len(texts), num_classes] in the order of `texts`."""
-        encoded = self.tokenizer(list(texts), max_length=self.max_length, truncation=True)
-        ids, types = encoded["input_ids"], encoded["token_type_ids"]
+        return self.probabilities_and_flags(texts, batch_size, truncation)[0]
+
+    def probabilities_and_flags(self, texts: list[str], batch_size: int = 32,
+                                truncation: str = "head") -> tuple[np.ndarray, list[bool]]:
+        """(probabilities [len(texts), num_classes], truncated per text), in the order of `texts`."""
+        ids, types, truncated = self.encode(texts, truncation)
         order = np.argsort([-len(x) for x in ids], kind="stable")  # similar lengths share a batch
         probs = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             chosen = order[start:start + batch_size]
             input_ids, token_type_ids = pad_ids([ids[i] for i in chosen], [types[i] for i in chosen],
-                                             self.tokenizer.pad_token_id)
+                                                self.tokenizer.pad_token_id)
             probs[chosen] = softmax(self.run(input_ids, token_type_ids))
-        return probs
+        return probs, truncated
 
-    def predict(self, texts: list[str], batch_size: int = 32) -> list[dict]:
-        """Per text: the top label, its probability, and every class's probability."""
+    def predict(self, texts: list[str], batch_size: int = 32, truncation: str = "head") -> list[dict]:
+        """Per text: the top label, its probability, every class's probability, and whether it was truncated."""
         if not texts:
             return []
+        probs, truncated = self.probabilities_and_flags(texts, batch_size, truncation)
         results = []
-        for row in self.probabilities(texts, batch_size):
+        for row, cut in zip(probs, truncated):
             best = int(row.argmax())
             results.append({"label": self.labels[best], "score": float(row[best]),
-                            "probabilities": {name: float(p) for name, p in zip(self.labels, row)}})
+                            "probabilities": {name: float(p) for name, p in zip(self.labels, row)},
+                            "truncated": cut})
         return results
 
 

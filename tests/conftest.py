@@ -98,3 +98,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def export_tiny_model(folder: Path, seed: int = 5) -> Path:
+    """A tiny model with the conftest vocabulary, saved and exported; returns the export folder."""
+    from paddlenlp.transformers import BertTokenizer
+
+    from paddle_ft.data.labels import LabelMap
+    from paddle_ft.export import export_model
+    from paddle_ft.model import save_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = folder / "vocab.txt"
+    vocab.write_text("\n".join([*SPECIAL_TOKENS, *sorted(set(POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS))]) + "\n",
+                     encoding="utf-8")
+    tokenizer = BertTokenizer(str(vocab))
+    paddle.seed(seed)
+    encoder = scratch_encoder("bert", len(tokenizer.vocab), hidden_size=32, num_layers=2, num_heads=2,
+                              intermediate_size=64, max_position_embeddings=64, dropout=0.0,
+                              pad_token_id=tokenizer.pad_token_id)
+    best = folder / "best"
+    best.mkdir()
+    save_model(BERTForTextClassification(encoder, num_classes=2, dropout=0.0), best,
+               {"dropout": 0.0, "max_length": 64, "format": "tsv", "text_column": "text", "text_pair_column": None,
+                "label_column": "label"})
+    tokenizer.save_pretrained(str(best))
+    LabelMap(LABELS).save(best)
+    export_model(best, folder / "export")
+    return folder / "export"

@@ -30,5 +30,27 @@ def test_dockerfile_builds_on_the_paddle_gpu_image_without_a_second_paddle():
     for line in installs:
         assert "paddlepaddle" not in line and "[" not in line, line
     assert "is_compiled_with_cuda()" in text
-    for copied in re.findall(r"^COPY (\S+)", text, re.M):
-        assert (ROOT / copied).exists(), copied
+    for line in re.findall(r"^COPY (.+)$", text, re.M):
+        sources = [word for word in line.split()[:-1] if not word.startswith("--")]
+        if "--from=" not in line:
+            assert all((ROOT / source).exists() for source in sources), line
+
+
+def _final_stage(text: str) -> str:
+    return text[[m.start() for m in re.finditer(r"^FROM ", text, re.M)][-1]:]
+
+
+def test_dockerfile_serves_as_a_non_root_user_with_a_healthcheck():
+    text = (ROOT / "docker" / "Dockerfile").read_text()
+    final = _final_stage(text)
+    users = re.findall(r"^USER (\S+)$", final, re.M)
+    assert users and users[-1] not in ("root", "0")
+    assert re.search(rf"useradd .*{users[-1]}", final)
+    health = re.search(r"^HEALTHCHECK .*\n(?:.*\n)*?\s*CMD (.+)$", final, re.M)
+    assert health and "/healthz" in health.group(1)
+    assert re.search(r'^ENTRYPOINT \["/usr/local/bin/paddle_ft-serve"\]$', final, re.M)
+    assert "docker/entrypoint.sh /usr/local/bin/paddle_ft-serve" in final
+    assert re.search(r"^ENV MODEL_DIR=/model PORT=8080", final, re.M) and re.search(r"^EXPOSE 8080$", final, re.M)
+    # build tools stay in the build stage: the final stage installs only the wheel built there
+    assert "COPY --from=build /wheels /wheels" in final and "pip wheel" not in final
+    assert not re.search(r"apt-get install|build-essential|gcc|setup.py", final)

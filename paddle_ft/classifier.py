@@ -1,0 +1,62 @@
+"""`paddle_ft.Classifier`: an exported model as a function from texts to labels.
+
+    >>> classify = paddle_ft.Classifier("out/demo/export")
+    >>> classify("这个服务太差了")
+    [{'label': '负面', 'score': 0.98}]
+    >>> classify(["质量很好", "太差了"], top_k=2)
+    [[{'label': '正面', ...}, {'label': '负面', ...}], [...]]
+
+A text longer than the model's max_length is truncated (`truncation="head"` keeps its beginning,
+`"tail"` its end) and each of its labels then carries `"truncated": True`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from paddle_ft.errors import UserError
+from paddle_ft.infer import TRUNCATIONS, Predictor
+
+
+class Classifier:
+    def __init__(self, model_dir: str | Path, top_k: int = 1, batch_size: int = 32, truncation: str = "head",
+                 **predictor_options):
+        """`predictor_options` go to `Predictor` (device, cpu_threads, precision, use_tensorrt, ...)."""
+        if truncation not in TRUNCATIONS:
+            raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
+        self.predictor = Predictor(model_dir, **predictor_options)
+        self.labels = tuple(self.predictor.labels)
+        self.top_k, self.batch_size, self.truncation = self._check_top_k(top_k), _positive(batch_size), truncation
+
+    def __call__(self, texts: str | list[str], top_k: int | None = None, batch_size: int | None = None):
+        """One text -> its `top_k` labels, best first; a list of texts -> a list of those, in order."""
+        single = isinstance(texts, str)
+        batch = [texts] if single else list(texts)
+        if not all(isinstance(t, str) for t in batch):
+            raise UserError("Classifier takes a text or a list of texts (str)")
+        k = self._check_top_k(self.top_k if top_k is None else top_k)
+        if not batch:
+            return []
+        probs, truncated = self.predictor.probabilities_and_flags(
+            batch, _positive(batch_size or self.batch_size), self.truncation)
+        results = []
+        for row, cut in zip(probs, truncated):
+            best = np.argsort(-row, kind="stable")[:k]
+            labels = [{"label": self.labels[i], "score": float(row[i])} for i in best]
+            if cut:
+                for label in labels:
+                    label["truncated"] = True
+            results.append(labels)
+        return results[0] if single else results
+
+    def _check_top_k(self, top_k) -> int:
+        if not isinstance(top_k, int) or not 1 <= top_k <= len(self.labels):
+            raise UserError(f"top_k={top_k!r}: give an integer from 1 to {len(self.labels)} (the number of labels)")
+        return top_k
+
+
+def _positive(batch_size) -> int:
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"batch_size={batch_size!r}: give a positive integer")
+    return batch_size

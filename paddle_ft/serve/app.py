@@ -1,0 +1,202 @@
+"""The FastAPI application: POST /v1/classify, GET /healthz, /readyz, /metrics, /openapi.json.
+
+Every error answers JSON `{"error": {"status": N, "message": "..."}}`: malformed JSON or wrong types
+422, an empty list or empty text 422, too many texts or too large a body 413, a full queue or a model
+still loading 503 with Retry-After. Input never crashes the server.
+"""
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from contextlib import asynccontextmanager
+from typing import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from paddle_ft.serve.batcher import DynamicBatcher, QueueFull
+from paddle_ft.serve.metrics import Metrics
+from paddle_ft.serve.options import Limits
+
+
+class ClassifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    texts: list[StrictStr] = Field(description="texts to classify, at most max_texts of them")
+    top_k: StrictInt = Field(1, description="labels returned per text, best first")
+
+
+class LabelScore(BaseModel):
+    label: str
+    score: float
+
+
+class Classification(BaseModel):
+    label: str
+    score: float
+    probabilities: dict[str, float]
+    truncated: bool = Field(description="the text was longer than the model's max_length and was cut")
+    top_k: list[LabelScore] | None = Field(None, description="the top_k labels, when top_k > 1")
+
+
+class ClassifyResponse(BaseModel):
+    results: list[Classification]
+
+
+class ErrorBody(BaseModel):
+    status: int
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"status": status, "message": message}}, status_code=status, headers=headers)
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a body over `max_bytes`, by Content-Length or counted as it streams in
+    (chunked uploads declare none). The body is read here first, then handed on to the app."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._refuse(scope, receive, send)
+        messages, seen = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                return await self._refuse(scope, receive, send)
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+
+        async def replay():
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope, receive, send):
+        response = error(413, f"request body over {self.max_bytes} bytes; send fewer or shorter texts")
+        await response(scope, receive, send)
+
+
+def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), truncation: str = "head") -> FastAPI:
+    """`load_predictor()` returns a warmed-up `Predictor`; it runs on a worker thread, so that /healthz
+    answers while the model loads and /readyz says when it is ready."""
+    metrics = Metrics()
+    state: dict = {"predictor": None, "load_error": None}
+
+    def load() -> None:
+        try:
+            state["predictor"] = load_predictor()
+            metrics.ready.set(1)
+        except Exception as exc:  # reported by /readyz and the log; the process stays up to say so
+            state["load_error"] = f"{type(exc).__name__}: {exc}"
+
+    def run_batch(texts: list[str]) -> list[dict]:
+        return state["predictor"].predict(texts, batch_size=limits.max_batch_size, truncation=truncation)
+
+    batcher = DynamicBatcher(run_batch, limits.max_batch_size, limits.max_wait_ms, limits.max_queue_texts,
+                             on_batch=metrics.batch_sizes.observe)
+    metrics.queue_depth.set_function(lambda: batcher.queued_texts)
+
+    async def load_keeping_signal_handlers() -> None:
+        # Creating a Paddle predictor installs Paddle's own C handler for SIGTERM, which would kill the
+        # process instead of letting uvicorn drain it: put uvicorn's handlers back (on the main thread).
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        await asyncio.to_thread(load)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loader = asyncio.get_running_loop().create_task(load_keeping_signal_handlers())
+        batcher.start()
+        yield
+        await batcher.stop()  # uvicorn has let in-flight requests finish; nothing is queued by now
+        await loader
+
+    app = FastAPI(title="paddle_ft text classification", version="1", lifespan=lifespan,
+                  responses={422: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
+                             503: {"model": ErrorResponse}})
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+
+    @app.middleware("http")
+    async def count(request: Request, call_next):
+        started = time.perf_counter()
+        response = await call_next(request)
+        if request.url.path == "/v1/classify":
+            metrics.requests.labels(status=str(response.status_code)).inc()
+            metrics.latency.observe(time.perf_counter() - started)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        if "json" not in request.headers.get("content-type", ""):
+            return error(422, "the body must be JSON sent with Content-Type: application/json, "
+                              "like {\"texts\": [\"...\"]}")
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            where = next(e for e in exc.errors() if e["type"] == "json_invalid")["loc"][-1]
+            return error(422, f"the body is not valid JSON (at character {where}); send {{\"texts\": [\"...\"]}}")
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors())
+        return error(422, f"invalid request ({problems}); send JSON like {{\"texts\": [\"...\"]}}")
+
+    @app.post("/v1/classify", response_model=ClassifyResponse, response_model_exclude_none=True)
+    async def classify(body: ClassifyRequest):
+        predictor = state["predictor"]
+        if predictor is None:
+            return error(503, "the model is still loading" if state["load_error"] is None else
+                         f"the model failed to load: {state['load_error']}", {"Retry-After": str(limits.retry_after_s)})
+        if not body.texts:
+            return error(422, "texts is empty; send at least one text")
+        empty = [i for i, text in enumerate(body.texts) if not text.strip()]
+        if empty:
+            return error(422, f"texts[{empty[0]}] is empty; every text needs at least one visible character")
+        if len(body.texts) > limits.max_texts:
+            return error(413, f"{len(body.texts)} texts in one request; the limit is {limits.max_texts}: split it")
+        if not 1 <= body.top_k <= len(predictor.labels):
+            return error(422, f"top_k={body.top_k}: give 1 to {len(predictor.labels)}")
+        try:
+            results = await batcher.submit(body.texts)
+        except QueueFull as exc:
+            return error(503, f"server busy: {exc}; retry later", {"Retry-After": str(limits.retry_after_s)})
+        except Exception as exc:  # this batch failed; other requests are unaffected
+            metrics.errors.inc()
+            return error(500, f"prediction failed: {type(exc).__name__}: {exc}")
+        if body.top_k > 1:
+            for result in results:
+                ranked = sorted(result["probabilities"].items(), key=lambda item: -item[1])[:body.top_k]
+                result["top_k"] = [{"label": name, "score": p} for name, p in ranked]
+        metrics.texts.inc(len(body.texts))
+        return {"results": results}
+
+    @app.get("/healthz")
+    async def healthz():
+        """The process is up (the model may still be loading)."""
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz():
+        """The model is loaded and warmed up: send traffic."""
+        if state["predictor"] is not None:
+            return {"status": "ready"}
+        message = "loading" if state["load_error"] is None else f"failed to load: {state['load_error']}"
+        return error(503, message, {"Retry-After": str(limits.retry_after_s)})
+
+    @app.get("/metrics")
+    async def prometheus():
+        return PlainTextResponse(metrics.render(), media_type=metrics.content_type)
+
+    app.state.batcher, app.state.metrics = batcher, metrics
+    return app

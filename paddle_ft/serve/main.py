@@ -1,0 +1,52 @@
+"""`python -m paddle_ft serve --model-dir OUT/export [--host 127.0.0.1 --port 8080 ...]`.
+
+SIGTERM or Ctrl-C: uvicorn stops accepting connections, lets in-flight requests finish (up to
+--graceful-timeout seconds), the batcher drains, and the process exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from paddle_ft.errors import UserError
+from paddle_ft.infer import Predictor, program_file
+from paddle_ft.serve.app import create_app
+from paddle_ft.serve.options import Limits
+
+
+def main(args: argparse.Namespace) -> int:
+    model_dir = Path(args.model_dir)
+    program_file(model_dir)  # a wrong folder is a one-line error now, not a 503 later
+    for name, value in (("--max-batch-size", args.max_batch_size), ("--max-texts", args.max_texts),
+                        ("--max-body-bytes", args.max_body_bytes), ("--max-queue", args.max_queue)):
+        if value < 1:
+            raise UserError(f"{name} {value}: give a positive integer")
+    if args.max_queue < args.max_texts:
+        raise UserError(f"--max-queue {args.max_queue} is below --max-texts {args.max_texts}: a full request could "
+                        "never be queued; raise --max-queue")
+    limits = Limits(args.max_batch_size, args.max_wait_ms, args.max_texts, args.max_body_bytes, args.max_queue)
+    options = {"device": args.device, "cpu_threads": args.threads, "precision": args.precision}
+    app = create_app(lambda: Predictor(model_dir, **options), limits, args.truncation)
+    print(f"serving {model_dir} on http://{args.host}:{args.port} (POST /v1/classify; max batch "
+          f"{limits.max_batch_size}, wait {limits.max_wait_ms:g} ms)", file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=args.access_log,
+                            timeout_graceful_shutdown=args.graceful_timeout)
+    DrainingServer(config).run()
+    return 0
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, except that after a SIGTERM/SIGINT has drained it the process exits 0:
+    uvicorn re-raises the signal once it has shut down, so the process would end 'killed by SIGTERM'
+    even though nothing was lost."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self.handle_exit)  # first: drain; a second one: stop now (uvicorn's rule)
+        yield

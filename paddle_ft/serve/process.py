@@ -1,0 +1,49 @@
+"""A serving process on a free loopback port: started, waited for until ready, stopped with SIGTERM.
+Used by tools/loadtest.py and the tests, which talk to a real server, never to the app in-process."""
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SERVE_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "serve.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, model_dir: str | Path, log: Path, *options: str, ready_timeout: float = 120.0):
+        import httpx
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        with log.open("w") as out:
+            self.process = subprocess.Popen([sys.executable, str(SERVE_SCRIPT), "--model-dir", str(model_dir),
+                                             "--host", "127.0.0.1", "--port", str(self.port), *options],
+                                            stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the server exited with {self.process.returncode}: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the server was not ready in {ready_timeout:.0f} s; see {log}")
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM, then the exit code (0 after a clean drain)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
