@@ -30,6 +30,7 @@ def export_model(model_dir: Path, output_dir: Path, tolerance: float = PARITY_TO
     from paddle_ft.model import load_model
 
     model, meta = load_model(model_dir)
+    _drop_dropout(model)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     label_map = LabelMap.load(model_dir)
     input_spec = [InputSpec([None, None], "int64", "input_ids"),       # [batch, seq] token ids
@@ -50,6 +51,16 @@ def export_model(model_dir: Path, output_dir: Path, tolerance: float = PARITY_TO
             raise ParityError(f"exported model differs from dygraph by {diff:.3g} (> {tolerance:g}); "
                               f"nothing was written to {output_dir}. Report this with your paddle version")
     return info
+
+
+def _drop_dropout(model: paddle.nn.Layer) -> None:
+    """Dropout is the identity at inference, but each one stays an op in the exported graph (14 in a
+    4-layer BERT, ~1 ms per call at batch 1 on CPU). With p = 0 Paddle emits no op at all."""
+    for layer in model.sublayers(include_self=True):
+        if isinstance(layer, paddle.nn.Dropout):
+            layer.p = 0.0
+        elif isinstance(layer, paddle.nn.MultiHeadAttention):
+            layer.dropout = 0.0  # a float: attention weights go through F.dropout
 
 
 @paddle.no_grad()

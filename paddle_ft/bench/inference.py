@@ -4,6 +4,7 @@ same graph converted by paddle2onnx. Every engine gets the same padded batches, 
 compared with dygraph's."""
 from __future__ import annotations
 
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -28,8 +29,8 @@ def inference(args: dict) -> dict:
     runtime.apply_cpu_settings(threads)
     workdir = Path(args["workdir"])
     export_dir = workdir / "export"
-    if not export_dir.exists():
-        export_model(Path(args["model_dir"]), export_dir)
+    shutil.rmtree(export_dir, ignore_errors=True)  # a previous run's export belongs to another model
+    export_model(Path(args["model_dir"]), export_dir)
     predictors = {"paddle_inference": Predictor(export_dir, cpu_threads=threads, enable_onednn=False),
                   "paddle_inference_onednn": Predictor(export_dir, cpu_threads=threads)}
     tokenizer = predictors["paddle_inference"].tokenizer
@@ -52,11 +53,13 @@ def inference(args: dict) -> dict:
 
     engines = {"dygraph": dygraph, **{name: p.run for name, p in predictors.items()},
                "onnxruntime": _onnxruntime_session(export_dir, workdir / "model.onnx", threads)}
-    results = {name: {} for name in ENGINES}
+    precision, skipped = _precision_predictors(export_dir, threads)
+    engines.update({name: p.run for name, p in precision.items()})
+    results = {name: {} for name in engines}
     for size in args["batch_sizes"]:
         work = batches(size, max(4, args["samples_per_round"] // size))
         reference = [dygraph(*batch) for batch in work]
-        for name in ENGINES:
+        for name in engines:
             run = engines[name]
             for batch in work[:2]:  # warm-up: first-call allocation and oneDNN primitive creation
                 run(*batch)
@@ -66,10 +69,12 @@ def inference(args: dict) -> dict:
                 outputs = [run(*batch) for batch in work]
                 rounds.append(size * len(work) / (time.perf_counter() - started))
             diff = max(float(np.abs(out - ref).max()) for out, ref in zip(outputs, reference))
-            results[name][f"batch_{size}"] = {"samples_per_s": statistics.median(rounds)}
+            agree = [float((out.argmax(-1) == ref.argmax(-1)).mean()) for out, ref in zip(outputs, reference)]
+            results[name][f"batch_{size}"] = {"samples_per_s": statistics.median(rounds),
+                                              "label_agreement": float(np.mean(agree))}
             results[name]["max_abs_diff"] = max(diff, results[name].get("max_abs_diff", 0.0))
     single = batches(1, args["latency_calls"])
-    for name in ENGINES:
+    for name in engines:
         latencies = []
         for batch in single:
             started = time.perf_counter()
@@ -77,7 +82,31 @@ def inference(args: dict) -> dict:
             latencies.append((time.perf_counter() - started) * 1000)
         results[name]["batch_1_p50_ms"] = float(np.percentile(latencies, 50))
         results[name]["batch_1_p99_ms"] = float(np.percentile(latencies, 99))
-    return {"engines": results, "threads": threads, "onnxruntime_version": _onnxruntime_version()}
+    return {"engines": results, "precision_skipped": skipped, "threads": threads,
+            "onnxruntime_version": _onnxruntime_version()}
+
+
+def _precision_predictors(export_dir: Path, threads: int) -> tuple[dict, list[str]]:
+    """The reduced-precision rows this machine can run, and why the others are missing."""
+    import paddle
+
+    from paddle_ft.infer import Predictor
+    from paddle_ft.runtime import cpu_supports_bf16
+
+    predictors, skipped = {}, []
+    if cpu_supports_bf16():
+        predictors["paddle_inference_onednn_bf16"] = Predictor(export_dir, cpu_threads=threads, precision="bf16")
+    else:
+        skipped.append("bf16 (oneDNN): this CPU has neither AVX512-BF16 nor AMX-BF16")
+    if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+        predictors["paddle_inference_gpu"] = Predictor(export_dir, device="gpu")
+        predictors["paddle_inference_gpu_fp16"] = Predictor(export_dir, device="gpu", precision="fp16")
+        if paddle.inference.get_trt_compile_version()[0]:
+            predictors["paddle_inference_gpu_tensorrt_fp16"] = Predictor(export_dir, device="gpu", precision="fp16",
+                                                                         use_tensorrt=True)
+    else:
+        skipped.append("GPU fp32/fp16/TensorRT: no CUDA GPU here")
+    return predictors, skipped
 
 
 def _onnxruntime_session(export_dir: Path, onnx_path: Path, threads: int):

@@ -64,10 +64,12 @@ def markdown(results: dict) -> str:
     else:
         lines += ["| inference | batch 1 samples/s | batch 8 | batch 32 | p50 ms (batch 1) | p99 ms | max abs diff vs dygraph |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
-        for name in ENGINES:
-            row = infer[name]
+        for name, row in infer.items():
             lines.append(f"| {name} | " + " | ".join(_num(row[f"batch_{n}"]["samples_per_s"]) for n in (1, 8, 32))
-                         + f" | {row['batch_1_p50_ms']:.2f} | {row['batch_1_p99_ms']:.2f} | {row['max_abs_diff']:.2g} |")
+                         + f" | {row['batch_1_p50_ms']:.2f} | {row['batch_1_p99_ms']:.2f} | {row['max_abs_diff']:.2g} |"
+                         + ("" if name in ENGINES else f" (top label as fp32: {row['batch_32']['label_agreement']:.1%})"))
+        for reason in results.get("infer_precision_skipped", []):
+            lines.append(f"| {reason.split(':')[0]} | not measured:{reason.split(':', 1)[1]} | | | | | |")
     ratio = results["ratios"].get("infer_batch_32_onednn_vs_onnxruntime")
     if ratio:
         lines += ["", f"Paddle Inference + oneDNN vs ONNX Runtime at batch 32: {ratio:.2f}x."]

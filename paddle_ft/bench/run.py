@@ -59,29 +59,15 @@ def main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
 
     common = {"demo": str(demo), "workdir": str(workdir), "threads": threads, "steps": steps}
-    results: dict = {"train": {}, "infer": {}}
-    results["tokenizer"] = jobs.paddle("tokenizer", common)
-    results["train"]["paddle_ft"] = jobs.paddle("paddle_ft", common)
-    # PaddleNLP's Trainer as a user runs it: none of the settings paddle_ft applies at start-up
-    slow_steps = train_steps(min(windows, PADDLENLP_WINDOWS))
-    results["train"]["paddlenlp_trainer"] = jobs.paddle(
-        "paddlenlp_trainer", {**common, "features": str(features), "steps": slow_steps},
-        env=runtime.environment_as_given())
-    peers_python = Path(args.peers_python)
-    for name, flags in (("hf_trainer", []), ("hf_trainer_group_by_length", ["--group-by-length"])):
-        if peers_python.is_file():
-            results["train"][name] = jobs.run(name, [str(peers_python), str(HF_SCRIPT), str(features),
-                                                     str(demo / "vocab.txt"), str(steps), str(threads), *flags],
-                                              runtime.environment_as_given())
-        else:
-            results["train"][name] = {"samples_per_s": None,
-                                      "skipped": f"no peer environment at {peers_python}: run make bench-peers"}
+    results: dict = {"tokenizer": jobs.paddle("tokenizer", common)}
+    results["train"], slow_steps = train_rows(jobs, common, windows, features, demo, Path(args.peers_python))
     results["amp"] = amp_table(jobs, common, results["train"]["paddle_ft"], count_lines(features))
-    infer_args = {**common, "model_dir": str(workdir / "paddle_ft-fp32" / "best"), "batch_sizes": [1, 8, 32],
-                  "rounds": 2 if args.quick else 3, "samples_per_round": 32 if args.quick else 96,
-                  "latency_calls": 30 if args.quick else 200}
-    infer = jobs.paddle("inference", infer_args)
+    infer = jobs.paddle("inference", {
+        **common, "model_dir": str(workdir / "paddle_ft-fp32" / "best"), "batch_sizes": [1, 8, 32],
+        "rounds": 2 if args.quick else 3, "samples_per_round": 32 if args.quick else 96,
+        "latency_calls": 30 if args.quick else 200})
     results["infer"] = infer.pop("engines", {}) if "error" not in infer else {"error": infer["error"]}
+    results["infer_precision_skipped"] = infer.get("precision_skipped", [])
     results["machine"] = machine(threads, infer, results["train"].get("hf_trainer", {}))
     results["settings"] = {"shape": model_shape(), "batch_size": BATCH_SIZE, "precision": "fp32", "train_steps": steps,
                            "paddlenlp_trainer_steps": slow_steps,
@@ -95,6 +81,26 @@ def main(args: argparse.Namespace) -> int:
     print(f"wrote {output / 'bench.json'}, {output / 'bench.md'}, {output / 'bench.png'} "
           f"in {results['settings']['seconds']:.0f} s")
     return 0
+
+
+def train_rows(jobs: "Jobs", common: dict, windows: int, features: Path, demo: Path,
+               peers_python: Path) -> tuple[dict, int]:
+    """The training table: our engine, PaddleNLP's Trainer, the HF Trainer twice (when the peer
+    environment exists). Returns (rows, the steps PaddleNLP's Trainer ran)."""
+    rows = {"paddle_ft": jobs.paddle("paddle_ft", common)}
+    # PaddleNLP's Trainer as a user runs it: none of the settings paddle_ft applies at start-up
+    slow_steps = train_steps(min(windows, PADDLENLP_WINDOWS))
+    rows["paddlenlp_trainer"] = jobs.paddle("paddlenlp_trainer", {**common, "features": str(features),
+                                                                  "steps": slow_steps},
+                                            env=runtime.environment_as_given())
+    for name, flags in (("hf_trainer", []), ("hf_trainer_group_by_length", ["--group-by-length"])):
+        if peers_python.is_file():
+            rows[name] = jobs.run(name, [str(peers_python), str(HF_SCRIPT), str(features), str(demo / "vocab.txt"),
+                                         str(common["steps"]), str(common["threads"]), *flags],
+                                  runtime.environment_as_given())
+        else:
+            rows[name] = {"samples_per_s": None, "skipped": f"no peer environment at {peers_python}: run make bench-peers"}
+    return rows, slow_steps
 
 
 class Jobs:

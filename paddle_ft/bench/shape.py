@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import statistics
 import sys
 
 SHAPE_VARIABLE = "PADDLE_FT_BENCH_SHAPE"  # LAYERS,HIDDEN,HEADS,INTERMEDIATE, set by --model-shape for the children
