@@ -39,7 +39,7 @@ class Classifier:
         if not batch:
             return []
         probs, truncated = self.predictor.probabilities_and_flags(
-            batch, _positive(batch_size or self.batch_size), self.truncation)
+            batch, _positive(self.batch_size if batch_size is None else batch_size), self.truncation)
         results = []
         for row, cut in zip(probs, truncated):
             best = np.argsort(-row, kind="stable")[:k]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import time
 from contextlib import asynccontextmanager
 from typing import Callable
@@ -103,6 +104,7 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
             metrics.ready.set(1)
         except Exception as exc:  # reported by /readyz and the log; the process stays up to say so
             state["load_error"] = f"{type(exc).__name__}: {exc}"
+            print(f"error: the model failed to load: {state['load_error']}", file=sys.stderr, flush=True)
 
     def run_batch(texts: list[str]) -> list[dict]:
         return state["predictor"].predict(texts, batch_size=limits.max_batch_size, truncation=truncation)

@@ -17,7 +17,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("paddle_ft_requests", "POST /v1/classify requests by HTTP status", ["status"], registry=r)
-        self.errors = Counter("paddle_ft_prediction_errors", "Batches whose prediction raised", registry=r)
+        self.errors = Counter("paddle_ft_prediction_errors", "Requests whose batch raised in the predictor", registry=r)
         self.texts = Counter("paddle_ft_texts", "Texts classified", registry=r)
         self.latency = Histogram("paddle_ft_request_latency_seconds", "Time from request to response",
                                  buckets=LATENCY_BUCKETS, registry=r)
