@@ -95,6 +95,7 @@ def chart(results: dict, path: Path) -> None:
     left.invert_yaxis()
     for y, v in enumerate(values):
         left.text(v, y, f" {v:.1f}", va="center")
+    left.set_xlim(0, 1.15 * max(values, default=1))  # room for the value labels
     infer = results["infer"]
     if "error" not in infer:
         sizes, width = (1, 8, 32), 0.2
@@ -103,7 +104,9 @@ def chart(results: dict, path: Path) -> None:
             right.bar(xs, [infer[name][f"batch_{n}"]["samples_per_s"] for n in sizes], width, label=name)
         right.set_xticks(range(len(sizes)), [f"batch {n}" for n in sizes])
         right.set_ylabel("inference samples/s")
-        right.legend(fontsize=8)
+        top = max(infer[name][f"batch_{n}"]["samples_per_s"] for name in ENGINES for n in sizes)
+        right.set_ylim(0, 1.3 * top)  # the legend sits above the bars
+        right.legend(fontsize=8, ncol=2, loc="upper center")
     m = results["machine"]
     figure.suptitle(f"paddle_ft bench: {m['cpu']}, {m['threads']} threads, Paddle {m['paddle_version']}")
     figure.tight_layout()
