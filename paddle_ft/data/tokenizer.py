@@ -17,12 +17,16 @@ _PUNCTUATION_OR_SYMBOL = r"[!-/:-@\[-`{-~\p{P}\p{S}\x{00AD}\x{00B2}\x{00BA}\x{30
 
 
 class FastBertTokenizer:
-    """Encodes like the PaddleNLP tokenizer it was built from; everything else is delegated to it."""
+    """Encodes like the PaddleNLP tokenizer it was built from; everything else is delegated to it.
+    One instance is not meant to be shared by threads that encode with different max_lengths (the
+    backend's truncation setting is switched per call)."""
 
     def __init__(self, slow, backend):
         self.slow, self._backend, self._truncation = slow, backend, None
 
     def __getattr__(self, name):  # pad_token_id, vocab, save_pretrained, ...
+        if name in ("slow", "_backend", "_truncation") or name.startswith("__"):
+            raise AttributeError(name)  # not set yet (copy, unpickling): no recursion through self.slow
         return getattr(self.slow, name)
 
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
