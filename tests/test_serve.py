@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from conftest import NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, export_tiny_model
-from paddle_ft.serve.process import ServerProcess, free_port
+from paddle_ft.serve.process import ServerProcess, free_port, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 CHARS = POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS
@@ -219,13 +219,7 @@ def test_the_container_entrypoint_serves_outside_docker(export_dir, tmp_path):
     process = subprocess.Popen([str(ROOT / "docker" / "entrypoint.sh"), "--threads", "1"], env=env,
                                stdout=(tmp_path / "log").open("w"), stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_until_ready(f"http://127.0.0.1:{port}", process, tmp_path / "log")
         assert httpx.post(f"http://127.0.0.1:{port}/v1/classify", json={"texts": ["好"]}).status_code == 200
     finally:
         process.send_signal(signal.SIGTERM)

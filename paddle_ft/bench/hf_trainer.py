@@ -10,7 +10,6 @@ engine sees the same ids. Prints one result line (see shape.py).
 import argparse
 import json
 import tempfile
-import time
 
 import shape  # the sibling module: this file runs as a script from its own folder
 
@@ -46,23 +45,12 @@ def main() -> None:
     model = BertForSequenceClassification(config)
 
     pad = DataCollatorWithPadding(tokenizer)
-    counts = {"samples": [], "real": [], "padded": []}
+    recorder = shape.StepRecorder()
 
     def counting_collator(features):
         batch = pad(features)
-        counts["samples"].append(len(features))
-        counts["real"].append(int(batch["attention_mask"].sum()))
-        counts["padded"].append(int(batch["attention_mask"].numel()))
+        recorder.batch(len(features), int(batch["attention_mask"].sum()), int(batch["attention_mask"].numel()))
         return batch
-
-    clock = {"started": 0.0, "ends": []}
-
-    class StepClock(TrainerCallback):
-        def on_train_begin(self, *unused, **kwargs):
-            clock["started"] = time.perf_counter()
-
-        def on_step_end(self, *unused, **kwargs):
-            clock["ends"].append(time.perf_counter())
 
     sampling = {}
     if args.group_by_length:  # transformers 5 renamed the option
@@ -74,10 +62,8 @@ def main() -> None:
             learning_rate=shape.LEARNING_RATE, use_cpu=True, **sampling,
             report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0)
         Trainer(model=model, args=training_args, train_dataset=dataset, data_collator=counting_collator,
-                callbacks=[StepClock()]).train()
-    windows = shape.step_windows(clock["ends"], clock["started"], counts["samples"], counts["real"],
-                                 counts["padded"])
-    shape.emit({**shape.summarise_windows(windows), "threads": torch.get_num_threads(),
+                callbacks=[recorder.callback(TrainerCallback)]).train()
+    shape.emit({**recorder.summary(), "threads": torch.get_num_threads(),
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
 
 

@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from paddle_ft.bench.shape import BATCH_SIZE, LEARNING_RATE, MAX_LENGTH, emit, model_shape, step_windows, summarise_windows
+from paddle_ft.bench.shape import (BATCH_SIZE, LEARNING_RATE, MAX_LENGTH, StepRecorder, emit, model_shape,
+                                   summarise_windows)
 
 
 def _scratch_overrides(demo: Path, output_dir: Path, steps: int, threads: int) -> list[str]:
@@ -82,33 +83,21 @@ def paddlenlp_trainer(args: dict) -> dict:
         num_attention_heads=shape["num_heads"], intermediate_size=shape["intermediate_size"],
         max_position_embeddings=shape["max_length"], num_labels=2))
     pad = DataCollatorWithPadding(tokenizer)
-    counts = {"samples": [], "real": [], "padded": []}
+    recorder = StepRecorder()
 
     def counting_collator(features):
         batch = pad(features)
         ids = batch["input_ids"].numpy()
-        counts["samples"].append(len(features))
-        counts["real"].append(int((ids != tokenizer.pad_token_id).sum()))
-        counts["padded"].append(int(ids.size))
+        recorder.batch(len(features), int((ids != tokenizer.pad_token_id).sum()), int(ids.size))
         return batch
-
-    clock = {"started": 0.0, "ends": []}
-
-    class StepClock(TrainerCallback):
-        def on_train_begin(self, *unused, **kwargs):
-            clock["started"] = time.perf_counter()
-
-        def on_step_end(self, *unused, **kwargs):
-            clock["ends"].append(time.perf_counter())
 
     with tempfile.TemporaryDirectory() as output_dir:
         training_args = TrainingArguments(output_dir=output_dir, per_device_train_batch_size=BATCH_SIZE,
                                           max_steps=args["steps"], learning_rate=LEARNING_RATE, report_to=[],
                                           save_strategy="no", logging_steps=10**9, disable_tqdm=True, seed=0)
         Trainer(model=model, args=training_args, train_dataset=dataset, data_collator=counting_collator,
-                callbacks=[StepClock()]).train()
-    windows = step_windows(clock["ends"], clock["started"], counts["samples"], counts["real"], counts["padded"])
-    return summarise_windows(windows)
+                callbacks=[recorder.callback(TrainerCallback)]).train()
+    return recorder.summary()
 
 
 def _read_features(path: str) -> list[dict]:

@@ -54,14 +54,14 @@ def main(args: argparse.Namespace) -> int:
     windows = 1 if args.quick else args.windows
     steps = train_steps(windows)
     features = workdir / "train_features.jsonl"
-    write_features(demo, features)
+    train_examples = write_features(demo, features)
     jobs = Jobs(output, threads)
     started = time.perf_counter()
 
     common = {"demo": str(demo), "workdir": str(workdir), "threads": threads, "steps": steps}
     results: dict = {"tokenizer": jobs.paddle("tokenizer", common)}
     results["train"], slow_steps = train_rows(jobs, common, windows, features, demo, Path(args.peers_python))
-    results["amp"] = amp_table(jobs, common, results["train"]["paddle_ft"], count_lines(features))
+    results["amp"] = amp_table(jobs, common, results["train"]["paddle_ft"], train_examples)
     infer = jobs.paddle("inference", {
         **common, "model_dir": str(workdir / "paddle_ft-fp32" / "best"), "batch_sizes": [1, 8, 32],
         "rounds": 2 if args.quick else 3, "samples_per_round": 32 if args.quick else 96,
@@ -137,8 +137,9 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def write_features(demo: Path, path: Path) -> None:
-    """Token ids of the training split, written once, so the Trainer peers train on exactly our ids."""
+def write_features(demo: Path, path: Path) -> int:
+    """Token ids of the training split, written once, so the Trainer peers train on exactly our ids.
+    Returns how many examples it wrote."""
     from paddlenlp.transformers import BertTokenizer
 
     from paddle_ft.data.labels import resolve_labels
@@ -152,11 +153,7 @@ def write_features(demo: Path, path: Path) -> None:
     with path.open("w", encoding="utf-8") as out:
         for ids, types, example in zip(encoded["input_ids"], encoded["token_type_ids"], examples):
             out.write(json.dumps({"input_ids": ids, "token_type_ids": types, "label": labels.id(example.label)}) + "\n")
-
-
-def count_lines(path: Path) -> int:
-    with path.open(encoding="utf-8") as lines:
-        return sum(1 for _ in lines)
+    return len(examples)
 
 
 AMP_ROWS = (("fp32", {}), ("fp16 (O1)", {"train.amp.enabled": True, "train.amp.dtype": "float16"}),

@@ -6,6 +6,7 @@ import json
 import os
 import resource
 import sys
+import time
 
 SHAPE_VARIABLE = "PADDLE_FT_BENCH_SHAPE"  # LAYERS,HIDDEN,HEADS,INTERMEDIATE, set by --model-shape for the children
 DEFAULT_SHAPE = "4,256,4,1024"
@@ -54,6 +55,37 @@ def step_windows(step_ends: list[float], started: float, samples: list[int], rea
                         "real_tokens": sum(real[steps]), "padded_tokens": sum(padded[steps])})
         begin = step_ends[end - 1]
     return windows
+
+
+class StepRecorder:
+    """Per-step batch counts (recorded by the collator) and step end times (recorded by a Trainer
+    callback), for the PaddleNLP and the Hugging Face Trainer alike: their callback APIs have the same
+    method names, only the base classes differ."""
+
+    def __init__(self):
+        self.started, self.ends = 0.0, []
+        self.samples, self.real, self.padded = [], [], []
+
+    def batch(self, samples: int, real_tokens: int, padded_tokens: int) -> None:
+        self.samples.append(samples)
+        self.real.append(real_tokens)
+        self.padded.append(padded_tokens)
+
+    def callback(self, trainer_callback_class):
+        """An instance of a `trainer_callback_class` subclass that times the steps."""
+        recorder = self
+
+        class StepClock(trainer_callback_class):
+            def on_train_begin(self, *unused, **kwargs):
+                recorder.started = time.perf_counter()
+
+            def on_step_end(self, *unused, **kwargs):
+                recorder.ends.append(time.perf_counter())
+
+        return StepClock()
+
+    def summary(self) -> dict:
+        return summarise_windows(step_windows(self.ends, self.started, self.samples, self.real, self.padded))
 
 
 def peak_rss_mb() -> float:

@@ -18,10 +18,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_ready(url: str, process: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
+    """Poll `url`/readyz until it answers 200; RuntimeError if `process` exits or `timeout` passes first."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the server was not ready in {timeout:.0f} s; see {log}")
+
+
 class ServerProcess:
     def __init__(self, model_dir: str | Path, log: Path, *options: str, ready_timeout: float = 120.0):
-        import httpx
-
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -29,18 +44,11 @@ class ServerProcess:
             self.process = subprocess.Popen([sys.executable, str(SERVE_SCRIPT), "--model-dir", str(model_dir),
                                              "--host", "127.0.0.1", "--port", str(self.port), *options],
                                             stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.process.returncode}: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"the server was not ready in {ready_timeout:.0f} s; see {log}")
+        try:
+            wait_until_ready(self.url, self.process, log, ready_timeout)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self, timeout: float = 60.0) -> int:
         """SIGTERM, then the exit code (0 after a clean drain)."""
