@@ -101,8 +101,11 @@ def test_a_changed_text_or_max_length_misses_the_cache(tokenizer, tmp_path):
     assert len(list(cache.iterdir())) == 3
 
 
-def test_an_unwritable_cache_costs_speed_not_correctness(tokenizer, tmp_path):
+def test_an_unwritable_cache_costs_speed_not_correctness(tokenizer, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     features, hit = cached_tokenize(_examples(["好"]), tokenizer, 16, None, blocker / "cache")
     assert hit is False and features.input_ids[0].tolist() == tokenize(_examples(["好"]), tokenizer, 16).input_ids[0].tolist()
+    warning = capsys.readouterr().err.strip()
+    assert warning.startswith("warning: the feature cache") and "data.cache_dir" in warning
+    assert len(warning.splitlines()) == 1

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -64,19 +65,28 @@ def _split(arrays: dict, labels: np.ndarray | None) -> Features:
 
 
 def _write(entry: Path, features: Features) -> None:
+    """Save `features` as `entry`; a cache that cannot be written costs speed, not correctness, so a
+    failure is a one-line warning and the run goes on."""
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
-    except OSError:
-        return  # an unwritable cache costs speed, not correctness
+    except OSError as exc:
+        return _warn_unwritable(entry, exc)
     try:
         offsets = np.concatenate([[0], np.cumsum(features.lengths)]).astype(np.int64)
         np.save(tmp / "input_ids.npy", np.concatenate(features.input_ids) if len(features) else np.zeros(0, np.int64))
         np.save(tmp / "token_type_ids.npy",
                 np.concatenate(features.token_type_ids) if len(features) else np.zeros(0, np.int64))
         np.save(tmp / "offsets.npy", offsets)
-        os.replace(tmp, entry)  # atomic; another process that got there first leaves its entry in place
-    except OSError:
-        pass
+        if not entry.exists():  # another process may have written the same entry meanwhile: keep it
+            os.replace(tmp, entry)  # atomic
+    except OSError as exc:
+        _warn_unwritable(entry, exc)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _warn_unwritable(entry: Path, exc: OSError) -> None:
+    print(f"warning: the feature cache {entry.parent} is not writable ({exc.strerror or exc}); token ids are "
+          "computed again on every run. Point data.cache_dir at a writable folder, or set it to null",
+          file=sys.stderr)
