@@ -1,12 +1,13 @@
 # make demo   build the demo data, train, evaluate, export and predict (creates .venv on first use)
 # make test   run the test suite
+# make test-fast   the suite without the tests that start processes, servers or launchers (the inner loop)
 # make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
 VENV ?= .venv
 PEERS ?= .venv-peers
 PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
 
-.PHONY: demo test bench bench-peers install clean
+.PHONY: demo test test-fast bench bench-peers install clean
 
 install: $(VENV)/.installed
 
@@ -29,6 +30,9 @@ demo: $(VENV)/.installed data/demo/train.tsv
 
 test: $(VENV)/.installed
 	$(PYTHON) -m pytest -q tests
+
+test-fast: $(VENV)/.installed
+	$(PYTHON) -m pytest -q -m "not slow" tests
 
 bench: $(VENV)/.installed data/demo/train.tsv
 	$(PYTHON) tools/bench.py --output out/bench

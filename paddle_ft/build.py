@@ -66,6 +66,7 @@ def build_tokenizer(model: ModelConfig):
         if not vocab.is_file():
             raise ConfigError("model.scratch.vocab_file", f"{vocab} not found; build it with "
                               "tools/prepare_demo_data.py or point to a vocab.txt")
+        _check_vocab(vocab)
         tokenizer = BertTokenizer(str(vocab))
     else:
         try:
@@ -73,6 +74,22 @@ def build_tokenizer(model: ModelConfig):
         except Exception as exc:  # PaddleNLP raises a variety of errors for a name it cannot fetch
             raise _backbone_error(model.backbone, exc) from None
     return fastest(tokenizer)
+
+
+# a BERT tokenizer cannot encode without these (PaddleNLP would fail later with a KeyError)
+REQUIRED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
+
+
+def _check_vocab(vocab: Path) -> None:
+    try:
+        tokens = {line.strip() for line in vocab.read_text(encoding="utf-8").splitlines()}
+    except UnicodeDecodeError as exc:
+        raise ConfigError("model.scratch.vocab_file", f"{vocab} is not a UTF-8 text file (byte {exc.start}); give a "
+                          "vocab.txt with one token per line") from None
+    missing = [token for token in REQUIRED_TOKENS if token not in tokens]
+    if missing:
+        raise ConfigError("model.scratch.vocab_file", f"{vocab} lacks {', '.join(missing)}; give a WordPiece "
+                          "vocab.txt with one token per line, special tokens included")
 
 
 def build_model(model: ModelConfig, num_classes: int, tokenizer) -> BERTForTextClassification:

@@ -10,13 +10,23 @@ import sys
 from pathlib import Path
 
 from paddle_ft import runtime
+from paddle_ft.arguments import ArgumentParser, non_negative_int, positive_int
 from paddle_ft.errors import UserError
+from paddle_ft.io import describe_os_error
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     runtime.configure()  # environment and library noise, before paddle is imported
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # also a second Ctrl-C that lands while an error below is being reported
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(args) -> int:
     from paddle_ft.engine.interrupt import TrainingInterrupted
 
     try:
@@ -27,13 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except OSError as exc:  # a full disk or a read-only folder met while writing; anything else is a bug
+        problem = describe_os_error(exc)
+        if problem is None:
+            raise
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="paddle_ft", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="paddle_ft", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="fine-tune a classifier from a YAML config")
@@ -46,12 +59,13 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
     evaluate.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file")
     evaluate.add_argument("--errors", help="where to write misclassified rows (default: beside the model)")
-    evaluate.add_argument("--batch-size", type=int, default=64)
+    evaluate.add_argument("--batch-size", type=positive_int, default=64)
     evaluate.set_defaults(run=_eval)
 
     export = commands.add_parser("export", help="export a trained model to a static graph for Paddle Inference")
     export.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
-    export.add_argument("--output", required=True, help="the inference folder to create")
+    export.add_argument("--output", required=True, help="the inference folder to create (new or empty)")
+    export.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
     export.set_defaults(run=_export)
 
     predict = commands.add_parser("predict", help="classify texts with an exported model")
@@ -61,10 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--input", help="a file of texts: .txt (one per line), or .tsv/.csv/.jsonl with a "
                                         "'text' column")
     predict.add_argument("--output", help="JSON Lines file to write (default: standard output)")
-    predict.add_argument("--batch-size", type=int, default=32)
+    predict.add_argument("--batch-size", type=positive_int, default=32)
     predict.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    predict.add_argument("--gpu-id", type=int, default=0, help="GPU device id with --device gpu")
-    predict.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    predict.add_argument("--gpu-id", type=non_negative_int, default=0, help="GPU device id with --device gpu")
+    predict.add_argument("--threads", type=positive_int, help="CPU threads (default: all cores)")
     predict.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
                          help="bf16: oneDNN on CPUs with AVX512-BF16/AMX; fp16: GPU")
     predict.add_argument("--tensorrt", action="store_true", help="GPU: run the graph with TensorRT")
@@ -101,7 +115,7 @@ def _eval(args) -> int:
 def _export(args) -> int:
     from paddle_ft.export import export_model
 
-    info = export_model(Path(args.model), Path(args.output))
+    info = export_model(Path(args.model), Path(args.output), overwrite=args.overwrite)
     print(f"exported to {args.output}: max abs logit difference vs dygraph {info['parity_max_abs_diff']:.3g}")
     return 0
 

@@ -6,6 +6,7 @@ raises `ConfigError` naming the dotted key (and the YAML line, or `-o`, it came 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -141,8 +142,8 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class Config:
-    output_dir: str = "out/run"
-    seed: int = 42
+    output_dir: str = field(default="out/run", metadata=_check(lambda v: bool(v.strip()), "a folder path"))
+    seed: int = field(default=42, metadata=_check(lambda v: 0 <= v < 2**32, "an integer from 0 to 2**32 - 1"))
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
@@ -159,14 +160,21 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
         path = Path(path)
         if not path.is_file():
             raise UserError(f"config file {path} does not exist: pass an existing YAML file to --config")
-        text = path.read_text(encoding="utf-8")
         try:
-            raw = yaml.safe_load(text) or {}
-            lines = _key_lines(yaml.compose(text))
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{path}: not UTF-8 (byte {exc.start}); save the config as UTF-8") from None
+        try:
+            raw = yaml.load(text, Loader=_UniqueKeyLoader) or {}
+            lines = _key_lines(yaml.compose(text, Loader=_UniqueKeyLoader))
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f"{path}:{mark.line + 1}" if mark else str(path)
             raise UserError(f"{at}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        except RecursionError:
+            raise UserError(f"{path}: nested too deeply to be a paddle_ft config") from None
+        except ValueError:  # an integer of more digits than Python converts
+            raise UserError(f"{path}: a number has more digits than can be read; fix it") from None
         if not isinstance(raw, dict):
             raise UserError(f"{path}: the top level must be a mapping of config keys")
     overridden = set()
@@ -183,6 +191,20 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
     config = _build(Config, raw, "", where)
     _check_cross_field(config, where)
     return config
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys; a config that says two things about one key is refused."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"the key '{key}' appears twice in one section",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def config_to_dict(config) -> dict:
@@ -207,9 +229,9 @@ def _parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise UserError(f"override '{item}' is not KEY=VALUE: write it like -o train.batch_size=16")
     try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
-        raise UserError(f"override '{item}': the value is not valid YAML; quote it if it is a string") from None
+        value = yaml.load(text, Loader=_UniqueKeyLoader) if text.strip() else None
+    except (yaml.YAMLError, RecursionError, ValueError):
+        raise UserError(f"override '{_short(item, 60)[1:-1]}': the value is not valid YAML; quote it if it is a string") from None
     return key.strip(), value
 
 
@@ -258,7 +280,7 @@ def _build(cls, raw: Any, prefix: str, where: Callable[[str], str]):
         values[name] = _coerce(hints[name], raw[name], key, where)
         test = f.metadata.get("check")
         if test is not None and values[name] is not None and not test(values[name]):
-            raise ConfigError(key, f"expected {f.metadata['expected']}, got {raw[name]!r}", where(key))
+            raise ConfigError(key, f"expected {f.metadata['expected']}, got {_short(raw[name])}", where(key))
     return cls(**values)
 
 
@@ -288,30 +310,37 @@ def _coerce(hint, value, key: str, where):
             problems.append("true or false")
         elif option is int:
             if isinstance(value, int) and not isinstance(value, bool):
+                if abs(value) >= 2**63:
+                    raise ConfigError(key, f"expected an integer below 2**63, got {_short(value)}", where(key))
                 return value
             problems.append("an integer")
         elif option is float:
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value)
             number = _float_or_none(value)
-            if number is not None:
+            if number is not None and math.isfinite(number):
                 return number
-            problems.append("a number")
+            problems.append("a finite number")
         elif option is str:
             if isinstance(value, str):
                 return value
             problems.append("a string")
-    raise ConfigError(key, f"expected {' or '.join(problems)}, got {value!r}", where(key))
+    raise ConfigError(key, f"expected {' or '.join(problems)}, got {_short(value)}", where(key))
+
+
+def _short(value, limit: int = 40) -> str:
+    """repr() of a value as an error message shows it: a 5,000-digit number is not echoed whole."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else f"{str(value)[:limit]}..."
+    return text if len(text) <= limit else text[:limit - 4] + "...'"
 
 
 def _float_or_none(value):
-    """YAML 1.1 reads `3e-5` (no dot) as a string; accept it as the number the user meant."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
+    """A number as float (None if it is not one). YAML 1.1 reads `3e-5` (no dot) as a string: accept it
+    as the number the user meant."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except (ValueError, OverflowError):  # an int beyond float's range
+        return None
 
 
 def _is_union(hint) -> bool:

@@ -6,7 +6,18 @@ and keeps its traceback.
 
 
 class UserError(Exception):
-    """A problem in the user's input: the message says what, where, and how to fix it."""
+    """A problem in the user's input: the message says what, where, and how to fix it, on one line."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
+
+
+def one_line(message: str) -> str:
+    """`message` with line breaks and other unprintable characters written as escapes (a label or key
+    quoted from a user's file may hold them), so that an error is always exactly one line."""
+    if message.isprintable():
+        return message
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
 
 
 class ConfigError(UserError):

@@ -8,27 +8,33 @@ import numpy as np
 import paddle
 from paddle.static import InputSpec
 
-from paddle_ft.engine.checkpoint import atomic_directory
 from paddle_ft.errors import UserError
 from paddle_ft.infer import EXPORT_INFO, Predictor, program_file
+from paddle_ft.io import atomic_directory, check_output_folder
+from paddle_ft.model import MODEL_META
 
 PARITY_TOLERANCE = 1e-4
+# files that mark a folder as a training run; an export never goes into (or replaces) one
+RUN_FILES = ("metrics.jsonl", "results.json", "config.yaml", "checkpoints", "best", MODEL_META)
 
 
 class ParityError(UserError):
     """The exported graph does not reproduce the dygraph logits."""
 
 
-def export_model(model_dir: Path, output_dir: Path, tolerance: float = PARITY_TOLERANCE) -> dict:
+def export_model(model_dir: Path, output_dir: Path, tolerance: float = PARITY_TOLERANCE,
+                 overwrite: bool = False) -> dict:
     """jit.save `model_dir` into `output_dir` with tokenizer and labels, then check parity.
 
-    The folder appears only if the exported logits match dygraph within `tolerance`.
+    The folder appears only if the exported logits match dygraph within `tolerance`. An existing
+    `output_dir` is replaced only when it holds an earlier export and nothing else, and `overwrite` is set.
     """
     from paddlenlp.transformers import AutoTokenizer
 
     from paddle_ft.data.labels import LabelMap
     from paddle_ft.model import load_model
 
+    check_export_target(Path(output_dir), Path(model_dir), overwrite)
     model, meta = load_model(model_dir)
     _drop_dropout(model)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
@@ -46,11 +52,47 @@ def export_model(model_dir: Path, output_dir: Path, tolerance: float = PARITY_TO
         diff = parity_max_abs_diff(model, Predictor(tmp), len(tokenizer.vocab), tokenizer.pad_token_id,
                                    meta["max_length"])
         info["parity_max_abs_diff"] = diff
+        info["files"] = sorted(p.name for p in tmp.iterdir() if p.name != EXPORT_INFO)  # what --overwrite may replace
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
         if not diff <= tolerance:
             raise ParityError(f"exported model differs from dygraph by {diff:.3g} (> {tolerance:g}); "
                               f"nothing was written to {output_dir}. Report this with your paddle version")
     return info
+
+
+def check_export_target(output_dir: Path, model_dir: Path, overwrite: bool) -> None:
+    """Refuse an `--output` whose replacement would delete anything this export did not write."""
+    check_output_folder(output_dir, "--output")
+    target, model = output_dir.resolve(), model_dir.resolve()
+    if target == model or target in model.parents:
+        raise UserError(f"--output {output_dir} would replace the model folder {model_dir}; export into a new "
+                        f"folder such as {model_dir.parent / 'export'}")
+    if not output_dir.is_dir() or not any(output_dir.iterdir()):
+        return
+    run_file = next((name for name in RUN_FILES if (output_dir / name).exists()), None)
+    if run_file is not None:
+        raise UserError(f"--output {output_dir} holds a training run or a model ({run_file}); export into a new "
+                        f"folder such as {output_dir / 'export'}")
+    written = _export_files(output_dir)
+    if written is None:
+        raise UserError(f"--output {output_dir} is a folder that holds other files and no export; export into a "
+                        "new or empty folder")
+    stray = sorted(p.name for p in output_dir.iterdir() if p.name not in written)
+    if stray:
+        raise UserError(f"--output {output_dir} holds an export plus files it did not write ({', '.join(stray[:3])}); "
+                        "move them away or export into a new folder")
+    if not overwrite:
+        raise UserError(f"--output {output_dir} already holds an export; pass --overwrite to replace it, or "
+                        "export into a new folder")
+
+
+def _export_files(folder: Path) -> set[str] | None:
+    """Names an earlier export wrote into `folder` (from its export.json), or None if it is not one."""
+    try:
+        info = json.loads((folder / EXPORT_INFO).read_text(encoding="utf-8"))
+        return {EXPORT_INFO, *info["files"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _drop_dropout(model: paddle.nn.Layer) -> None:

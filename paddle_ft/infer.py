@@ -39,25 +39,26 @@ class Predictor:
         from paddle import inference
         from paddlenlp.transformers import AutoTokenizer
 
-        if precision not in PRECISIONS.get(device, ()):
-            raise UserError(f"precision '{precision}' on device '{device}': choose one of "
-                            f"{', '.join(f'{d}: {p}' for d, ps in PRECISIONS.items() for p in ps)}")
-        if device == "cpu" and precision == "bf16" and not cpu_supports_bf16():
-            # Paddle would quietly run fp32 instead; say so rather than pretend
-            raise UserError("precision 'bf16' needs a CPU with AVX512-BF16 or AMX-BF16, and this one has neither; "
-                            "use --precision fp32")
+        check_device(device, precision)
         if use_tensorrt and device != "gpu":
             raise UserError("TensorRT needs --device gpu")
         model_dir = Path(model_dir)
         program = program_file(model_dir)
-        info = json.loads((model_dir / EXPORT_INFO).read_text(encoding="utf-8")) \
-            if (model_dir / EXPORT_INFO).is_file() else {}
-        self.max_length = info.get("max_length", 512)
-        if not (model_dir / "label_map.json").is_file():
-            raise UserError(f"{model_dir} has no label_map.json: re-create it with tools/export.py")
-        ids = json.loads((model_dir / "label_map.json").read_text(encoding="utf-8"))
+        info = _read_json(model_dir / EXPORT_INFO, dict)
+        self.max_length = info.get("max_length")
+        if not isinstance(self.max_length, int) or self.max_length < 2:
+            raise UserError(f"{model_dir / EXPORT_INFO} has no valid max_length; re-create the folder with "
+                            "tools/export.py")
+        ids = _read_json(model_dir / "label_map.json", dict)
+        if sorted(ids.values()) != list(range(len(ids))) or len(ids) < 2:
+            raise UserError(f"{model_dir / 'label_map.json'} is not a label map; re-create the folder with "
+                            "tools/export.py")
         self.labels = sorted(ids, key=ids.get)  # class id -> label name
-        self.tokenizer = fastest(AutoTokenizer.from_pretrained(str(model_dir)))
+        try:
+            self.tokenizer = fastest(AutoTokenizer.from_pretrained(str(model_dir)))
+        except Exception as exc:  # PaddleNLP raises many kinds for missing or broken tokenizer files
+            raise UserError(f"{model_dir}: the tokenizer files cannot be loaded ({_first_line(exc)}); re-create the "
+                            "folder with tools/export.py") from None
 
         config = inference.Config(str(program), str(model_dir / PARAMS_FILE))
         if device == "gpu":
@@ -71,11 +72,16 @@ class Predictor:
             config.set_cpu_math_library_num_threads(cpu_threads or usable_cores())
         config.switch_ir_optim(True)
         config.disable_glog_info()
-        self._predictor = inference.create_predictor(config)
-        # zero-copy tensor handles, looked up once: run() writes straight into the predictor's inputs
-        self._inputs = [self._predictor.get_input_handle(name) for name in self._predictor.get_input_names()]
-        self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
-        self._warm_up()
+        try:
+            self._predictor = inference.create_predictor(config)
+            # zero-copy tensor handles, looked up once: run() writes straight into the predictor's inputs
+            self._inputs = [self._predictor.get_input_handle(name) for name in self._predictor.get_input_names()]
+            self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
+            self._warm_up()
+        except (RuntimeError, ValueError, OSError, MemoryError) as exc:  # a truncated or garbled graph/weights
+            raise UserError(f"{model_dir}: {program.name} / {PARAMS_FILE} cannot be loaded ({_first_line(exc)}); "
+                            "the files are damaged or from another model: re-create the folder with "
+                            "tools/export.py") from None
 
     def _warm_up(self) -> None:
         """The first run of a shape allocates memory and creates kernels (and TensorRT engines): pay for
@@ -129,6 +135,7 @@ class Predictor:
     def probabilities_and_flags(self, texts: list[str], batch_size: int = 32,
                                 truncation: str = "head") -> tuple[np.ndarray, list[bool]]:
         """(probabilities [len(texts), num_classes], truncated per text), in the order of `texts`."""
+        check_texts(texts)
         ids, types, truncated = self.encode(texts, truncation)
         order = np.argsort([-len(x) for x in ids], kind="stable")  # similar lengths share a batch
         probs = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
@@ -153,6 +160,57 @@ class Predictor:
         return results
 
 
+def check_device(device: str, precision: str) -> None:
+    """Refuse a device/precision this machine or this paddle build cannot run (Paddle would fall back
+    silently or fail later)."""
+    if precision not in PRECISIONS.get(device, ()):
+        raise UserError(f"precision '{precision}' on device '{device}': choose one of "
+                        f"{', '.join(f'{d}: {p}' for d, ps in PRECISIONS.items() for p in ps)}")
+    if device == "cpu" and precision == "bf16" and not cpu_supports_bf16():
+        # Paddle would quietly run fp32 instead; say so rather than pretend
+        raise UserError("precision 'bf16' needs a CPU with AVX512-BF16 or AMX-BF16, and this one has neither; "
+                        "use --precision fp32")
+    if device == "gpu":
+        import paddle
+
+        if not paddle.is_compiled_with_cuda():
+            raise UserError("device 'gpu' asked for, but this paddle build has no CUDA: install paddlepaddle-gpu "
+                            "or use --device cpu")
+
+
+def check_texts(texts: list[str], item: str = "text {}") -> None:
+    """Every text must be a string with a visible character and valid Unicode; the message names the first
+    one that is not, as `item` formatted with its index (the CLI and the HTTP service name them differently)."""
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise UserError(f"{item.format(i)} is not a string")
+        if not text.strip():
+            raise UserError(f"{item.format(i)} is empty; every text needs at least one visible character")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UserError(f"{item.format(i)} holds a lone surrogate ({text[exc.start]!r}), which is not text; "
+                            "send valid Unicode") from None
+
+
+def _read_json(path: Path, kind: type):
+    """A JSON file of an exported folder, or one line that says it is missing or broken."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path} is missing; re-create the folder with tools/export.py") from None
+    except (OSError, ValueError, RecursionError):
+        raise UserError(f"{path} is damaged (not JSON); re-create the folder with tools/export.py") from None
+    if not isinstance(value, kind):
+        raise UserError(f"{path} is damaged (not a JSON {kind.__name__}); re-create the folder with tools/export.py")
+    return value
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:200] if lines else type(exc).__name__
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
@@ -170,11 +228,6 @@ def pad_ids(ids: list[list[int]], types: list[list[int]], pad_token_id: int) -> 
 
 
 def _configure_gpu(config, inference, gpu_id: int, precision: str, use_tensorrt: bool) -> None:
-    import paddle
-
-    if not paddle.is_compiled_with_cuda():
-        raise UserError("device 'gpu' asked for, but this paddle build has no CUDA: install paddlepaddle-gpu "
-                        "or use --device cpu")
     config.enable_use_gpu(256, gpu_id)  # 256 MB initial memory pool, grown on demand
     if use_tensorrt:
         if not inference.get_trt_compile_version()[0]:

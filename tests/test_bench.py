@@ -67,6 +67,7 @@ def test_report_ratios_table_and_chart(tmp_path):
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, data_dir, vocab_file):
     shutil.copy(vocab_file, data_dir / "vocab.txt")
     out = tmp_path / "bench"

@@ -34,6 +34,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         assert fragment in errors[0]
 
 
+@pytest.mark.slow
 def test_train_eval_export_predict_end_to_end(tiny_config_args, tmp_path):
     out = tmp_path / "out"
     trained = tool("train", "--config", DEMO, *overrides(tiny_config_args))
@@ -75,17 +76,20 @@ def test_train_eval_export_predict_end_to_end(tiny_config_args, tmp_path):
     assert_one_line_error(again, "already holds a training run")
 
 
+@pytest.mark.slow
 def test_bad_config_key_is_one_line_without_traceback(tiny_config_args):
     result = tool("train", "--config", DEMO, *overrides(tiny_config_args + ["train.batchsize=8"]))
     assert_one_line_error(result, "config key 'train.batchsize' (from -o): unknown key")
 
 
+@pytest.mark.slow
 def test_bad_row_is_one_line_naming_file_and_line(tiny_config_args, tmp_path):
     bad = write_tsv(tmp_path / "bad.tsv", [("好", "正面"), ("差", "中性")])
     result = tool("train", "--config", DEMO, *overrides(tiny_config_args + [f"data.train={bad}"]))
     assert_one_line_error(result, f"{bad}:3: label '中性' is not one of")
 
 
+@pytest.mark.slow
 def test_module_entry_point_reports_errors_the_same_way():
     result = subprocess.run([sys.executable, "-m", "paddle_ft", "predict", "--model-dir", "/nonexistent", "--text", "好"],
                             capture_output=True, text=True, cwd=ROOT, timeout=300)

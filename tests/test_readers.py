@@ -64,12 +64,65 @@ def test_undecodable_bytes_name_file_and_line(tmp_path):
 
 
 def test_skip_mode_counts_and_reports_every_bad_row(tmp_path):
+    good = "".join(f"好{i}\t正面\n" for i in range(57)).encode()
     data = "text\tlabel\n好\t正面\n\t负面\n一般\t中性\n".encode() + b"\xff\xfe\t\xe6\xad\xa3\n" + "差\t负面\n".encode()
-    path = write_bytes(tmp_path, data)
+    path = write_bytes(tmp_path, data + good)
     examples, report = read(path, on_bad_row="skip")
-    assert [e.text for e in examples] == ["好", "差"]
+    assert [e.text for e in examples[:2]] == ["好", "差"] and len(examples) == 59
     assert [line for line, _ in report.skipped] == [3, 4, 5]
     assert "3 bad rows skipped" in report.summary()
+
+
+def test_skipping_more_than_a_small_share_is_an_error(tmp_path):
+    path = write_bytes(tmp_path, "text\tlabel\n好\t正面\n一般\t中性\n差\t负面\n".encode())
+    with pytest.raises(DataError, match=rf"^{path}:3: label '中性' .*; 1 of 3 rows are bad, more than "
+                                        r"data.on_bad_row=skip drops \(5%\)"):
+        read(path, on_bad_row="skip")
+
+
+def test_quoted_csv_reads_back_exactly_what_pythons_csv_writer_wrote(tmp_path):
+    import csv
+
+    rows = [("great\nproduct", "正面"), ('say "hi", ok\tthen', "负面"), ("a\n\nb", "正面"), (" kept  ", "负面"),
+            ("x\r\ny\rz", "正面")]
+    path = tmp_path / "d.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([("text", "label"), *rows])
+    examples, _ = read(path, "csv")
+    assert [(e.text, e.label) for e in examples] == rows
+    assert [e.line for e in examples] == [2, 4, 5, 8, 9]  # where each record starts
+
+
+@pytest.mark.parametrize("on_bad_row", ["error", "skip"])
+def test_an_unclosed_quote_is_reported_where_it_opened_and_never_skipped(tmp_path, on_bad_row):
+    lines = ["text,label"] + [f"文本{i},正面" for i in range(40)]
+    lines[2] = '"没有结束的引号,正面'  # line 3
+    path = write_bytes(tmp_path, ("\n".join(lines) + "\n").encode(), "d.csv")
+    with pytest.raises(DataError, match=rf"^{path}:3: a quote opened on this line is never closed"):
+        read(path, "csv", labels=None, on_bad_row=on_bad_row)
+
+
+def test_csv_undecodable_bytes_and_duplicate_header(tmp_path):
+    path = write_bytes(tmp_path, "text,label\n好,正面\n".encode() + "坏".encode("gbk") + ",负面\n".encode(), "d.csv")
+    with pytest.raises(DataError, match=rf"^{path}:3: column 'text' holds bytes that are not UTF-8"):
+        read(path, "csv")
+    path = write_bytes(tmp_path, "text\tlabel\ttext\n好\t正面\t差\n".encode())
+    with pytest.raises(DataError, match=rf"^{path}:1: the header names the column 'text' twice"):
+        read(path)
+
+
+@pytest.mark.parametrize("line, reason", [
+    ('{"text": NaN, "label": "正面"}', "not usable JSON (NaN is not a text or a label)"),
+    ('{"text": "x", "label": Infinity}', "not usable JSON (Infinity is not a text or a label)"),
+    ('{"text": "\\ud800", "label": "正面"}', "column 'text' holds bytes that are not UTF-8 or a lone surrogate"),
+    ('{"text": ' + "7" * 5000 + ', "label": "正面"}', "not usable JSON (an integer of more digits than can be read)"),
+    ('{"text": ' + "[" * 5000 + "]" * 5000 + "}", "JSON nested too deeply"),
+])
+def test_hostile_jsonl_rows_are_bad_rows_with_their_line(tmp_path, line, reason):
+    path = write_bytes(tmp_path, ('{"text": "好", "label": "正面"}\n' + line + "\n").encode(), "d.jsonl")
+    with pytest.raises(DataError) as info:
+        read(path, "jsonl")
+    assert str(info.value).startswith(f"{path}:2: {reason}")
 
 
 def test_missing_file_and_unknown_extension(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 
 from paddle_ft.cli import main
 from paddle_ft.engine import checkpoint as ckpt
+from paddle_ft.io import atomic_directory
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = str(ROOT / "configs" / "demo.yaml")
@@ -49,6 +50,7 @@ def stop_with_sigterm(args, out, after_step: int) -> subprocess.CompletedProcess
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", [[], ["train.accumulate_steps=3"], ["train.amp.enabled=true",
                                                                          "train.amp.dtype=bfloat16"]],
                          ids=["plain", "accumulation", "amp-bf16"])
@@ -94,7 +96,7 @@ def test_resume_auto_skips_an_incomplete_checkpoint(tiny_config_args, tmp_path, 
 
 
 @pytest.mark.parametrize("resume, fragment", [("/nonexistent/step-3", "does not exist"),
-                                              ("{out}/checkpoints/step-99", "is incomplete (missing")])
+                                              ("{out}/checkpoints/step-99", "is incomplete (no manifest.json")])
 def test_resume_from_a_bad_path_is_a_config_error(resume, fragment, tiny_config_args, tmp_path, capsys):
     out = tmp_path / "run"
     (out / "checkpoints" / "step-99").mkdir(parents=True)
@@ -141,8 +143,9 @@ def test_full_disk_is_refused_before_training(tiny_config_args, tmp_path, capsys
 def fake_checkpoint(folder: Path, complete=True):
     folder.mkdir(parents=True)
     for name in ckpt.STATE_FILES:
-        if complete or name != ckpt.TRAINER_STATE:
-            (folder / name).write_text("x")
+        (folder / name).write_text("x")
+    if complete:
+        (folder / ckpt.MANIFEST).write_text("{}")
 
 
 def test_rotation_keeps_newest_and_best_and_ignores_incomplete(tmp_path):
@@ -158,8 +161,118 @@ def test_rotation_keeps_newest_and_best_and_ignores_incomplete(tmp_path):
 def test_a_crash_during_save_leaves_the_previous_checkpoint(tmp_path):
     fake_checkpoint(tmp_path / "step-2")
     with pytest.raises(OSError):
-        with ckpt.atomic_directory(tmp_path / "step-4") as tmp:
+        with atomic_directory(tmp_path / "step-4") as tmp:
             (tmp / "model_state.pdparams").write_text("partial")
             raise OSError("No space left on device")
     assert [p.name for p in tmp_path.iterdir()] == ["step-2"]
     assert ckpt.complete_checkpoints(tmp_path) == [tmp_path / "step-2"]
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    first, second = paddle.load(str(a / "model_state.pdparams")), paddle.load(str(b / "model_state.pdparams"))
+    return first.keys() == second.keys() and all(np.array_equal(first[k].numpy(), second[k].numpy()) for k in first)
+
+
+@pytest.mark.parametrize("damage", [
+    lambda f: f.write_bytes(f.read_bytes()[: f.stat().st_size // 2]),  # truncated
+    lambda f: f.write_bytes(bytes(f.stat().st_size)),  # zeroed
+    lambda f: f.write_bytes(f.read_bytes()[:100] + b"garbage" + f.read_bytes()[107:]),  # garbled
+], ids=["truncated", "zeroed", "garbled"])
+def test_resume_auto_falls_back_past_a_damaged_checkpoint_and_ends_identical(damage, tiny_config_args, tmp_path,
+                                                                              capsys):
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    for out in (whole, broken):
+        assert main(["train", "--config", DEMO, *args_for(tiny_config_args, out, "train.max_steps=8")]) == 0
+    damage(broken / "checkpoints" / "step-8" / "model_state.pdparams")
+    capsys.readouterr()
+    assert main(["train", "--config", DEMO, *args_for(tiny_config_args, broken, "train.max_steps=8",
+                                                       "train.resume=auto")]) == 0
+    printed = capsys.readouterr().out
+    assert (f"warning: checkpoint {broken / 'checkpoints' / 'step-8'}: model_state.pdparams is damaged (its checksum "
+            "differs from the manifest); trying the previous checkpoint") in printed
+    assert f"resumed from {broken / 'checkpoints' / 'step-4'}" in printed
+    assert same_weights(whole / "checkpoints" / "step-8", broken / "checkpoints" / "step-8")
+    assert same_weights(whole / "best", broken / "best")
+
+
+def test_resume_from_a_damaged_path_names_the_file(tiny_config_args, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--config", DEMO, *args_for(tiny_config_args, out, "train.max_steps=4")]) == 0
+    (out / "checkpoints" / "step-4" / "optimizer.pdopt").write_bytes(b"")
+    code = main(["train", "--config", DEMO, *args_for(tiny_config_args, out, "train.max_steps=8",
+                                                       f"train.resume={out / 'checkpoints' / 'step-4'}")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert (f"error: config key 'train.resume': checkpoint {out / 'checkpoints' / 'step-4'}: optimizer.pdopt "
+            "is damaged") in err
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ("model.scratch.num_layers=1", "config key 'model.scratch.num_layers': the run in {out} was started "
+                                   "with 2, this resume asks for 1"),
+    ("train.batch_size=4", "config key 'train.batch_size': the run in {out} was started with 8"),
+    ("data.labels=[正面,负面]", "was trained with the labels ['负面', '正面'], this data has ['正面', '负面']"),
+])
+def test_a_resume_that_does_not_fit_the_run_is_refused_before_anything_is_rewritten(change, fragment,
+                                                                                   tiny_config_args, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--config", DEMO, *args_for(tiny_config_args, out, "train.max_steps=4")]) == 0
+    before = {name: (out / name).read_bytes() for name in ("config.yaml", "label_map.json", "metrics.jsonl")}
+    capsys.readouterr()
+    code = main(["train", "--config", DEMO, *args_for(tiny_config_args, out, "train.max_steps=8", "train.resume=auto",
+                                                       change)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and fragment.format(out=out) in err, err
+    assert {name: (out / name).read_bytes() for name in before} == before
+
+
+def test_a_run_killed_mid_save_resumes_with_its_best_and_without_leftovers(tiny_config_args, tmp_path, capsys):
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    for out in (whole, broken):
+        assert main(["train", "--config", DEMO, *args_for(tiny_config_args, out, "train.max_steps=8")]) == 0
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (broken / "best").rename(broken / f".best.old-{dead.pid}")  # killed between the two renames of best/
+    (broken / "checkpoints" / f".step-12.tmp-{dead.pid}").mkdir()  # killed while writing a checkpoint
+    assert main(["train", "--config", DEMO, *args_for(tiny_config_args, broken, "train.max_steps=8",
+                                                       "train.resume=auto")]) == 0
+    assert f"restored {broken / 'best'}" in capsys.readouterr().out
+    assert sorted(p.name for p in broken.iterdir() if p.name.startswith(".")) == []
+    assert sorted(p.name for p in (broken / "checkpoints").iterdir()) == ["step-4", "step-8"]
+    assert same_weights(whole / "best", broken / "best")
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_stops_at_once_with_130_and_no_traceback(tiny_config_args, tmp_path):
+    out = tmp_path / "run"
+    big = ["model.scratch.hidden_size=256", "model.scratch.num_layers=4", "model.scratch.num_heads=4",
+           "model.scratch.intermediate_size=1024", "train.batch_size=32", "train.epochs=20"]
+    process = subprocess.Popen([sys.executable, str(ROOT / "tools" / "train.py"), "--config", DEMO,
+                                *args_for(tiny_config_args, out, *big)], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not ((out / "metrics.jsonl").is_file() and train_events(out)):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.02)  # the first one waits for the end of the step; the second lands during it
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130 and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == ("interrupted again: stopped at once without saving; resume from the "
+                                               "last complete checkpoint with -o train.resume=auto")
+
+
+def test_a_damaged_feature_cache_entry_is_tokenised_again(tokenizer, tmp_path):
+    from conftest import synthetic_rows
+    from paddle_ft.data.cache import cache_key, cached_tokenize
+    from paddle_ft.data.readers import Example
+
+    examples = [Example(t, None, None, i) for i, (t, _) in enumerate(synthetic_rows(30))]
+    fresh, hit = cached_tokenize(examples, tokenizer, 64, None, tmp_path)
+    assert not hit
+    entry = tmp_path / cache_key(examples, tokenizer, 64)
+    (entry / "input_ids.npy").write_bytes((entry / "input_ids.npy").read_bytes()[:200])
+    again, hit = cached_tokenize(examples, tokenizer, 64, None, tmp_path)
+    assert not hit and all(np.array_equal(a, b) for a, b in zip(fresh.input_ids, again.input_ids))
+    cached, hit = cached_tokenize(examples, tokenizer, 64, None, tmp_path)  # rewritten, so a hit again
+    assert hit and all(np.array_equal(a, b) for a, b in zip(fresh.input_ids, cached.input_ids))

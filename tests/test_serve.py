@@ -19,6 +19,8 @@ from paddle_ft.serve.process import ServerProcess, free_port, wait_until_ready
 ROOT = Path(__file__).resolve().parents[1]
 CHARS = POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 
 def _texts(n: int, seed: int, longest: int = 40) -> list[str]:
     rng = random.Random(seed)
@@ -227,3 +229,118 @@ def test_the_container_entrypoint_serves_outside_docker(export_dir, tmp_path):
     missing = subprocess.run([str(ROOT / "docker" / "entrypoint.sh")], env={**env, "MODEL_DIR": str(tmp_path / "no")},
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "mount an exported folder" in missing.stderr
+
+
+@pytest.mark.parametrize("body, headers, status, message", [
+    (b'{"texts": ["\\ud800"]}', {}, 422, "texts[0] holds a lone surrogate"),
+    (b'{"texts": ["ok", "\\udfff x"]}', {}, 422, "texts[1] holds a lone surrogate"),
+    (b'{"texts": ' + b"[" * 5000 + b"]" * 5000 + b"}", {}, 422, "not JSON that can be read"),
+    (b'{"texts": ["ok"], "top_k": ' + b"7" * 5000 + b"}", {}, 422, "not JSON that can be read"),
+    (b'{"texts": ["\xff\xfe"]}', {}, 422, "not JSON that can be read"),
+    ('{"texts": ["好"]}'.encode("gbk"), {"content-type": "application/json; charset=gbk"}, 422, ""),
+])
+def test_hostile_bodies_get_422_in_the_documented_shape(server, body, headers, status, message):
+    response = httpx.post(f"{server.url}/v1/classify", content=body,
+                          headers={"content-type": "application/json", **headers})
+    assert response.status_code == status, response.text
+    assert set(response.json()) == {"error"} and response.json()["error"]["status"] == status
+    assert message in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("method, path, status", [("GET", "/nope", 404), ("GET", "/v1/classify", 405),
+                                                  ("DELETE", "/healthz", 405)])
+def test_unknown_paths_and_methods_use_the_error_shape_too(server, method, path, status):
+    response = httpx.request(method, f"{server.url}{path}")
+    assert response.status_code == status
+    assert response.json() == {"error": {"status": status, "message": response.json()["error"]["message"]}}
+
+
+def test_a_bad_text_never_fails_the_requests_batched_with_it(server, predictor):
+    pool = _texts(40, seed=7)
+    expected = dict(zip(pool, predictor.predict(pool)))
+
+    def send(i):
+        texts = [pool[i % 40], "\ud800"] if i % 3 == 0 else [pool[i % 40]]
+        body = json.dumps({"texts": texts}).encode()  # json.dumps escapes the surrogate as \ud800
+        return texts, httpx.post(f"{server.url}/v1/classify", content=body,
+                                 headers={"content-type": "application/json"}, timeout=60)
+
+    with ThreadPoolExecutor(16) as clients:
+        answers = list(clients.map(send, range(300)))
+    for texts, response in answers:
+        if len(texts) == 2:
+            assert response.status_code == 422
+        else:
+            assert response.status_code == 200
+            _assert_same(response.json()["results"], [expected[texts[0]]])
+
+
+def test_a_failing_batch_is_retried_per_request_so_only_the_guilty_one_fails():
+    import asyncio
+
+    from paddle_ft.serve.batcher import DynamicBatcher
+
+    calls = []
+
+    def run_batch(texts):
+        calls.append(list(texts))
+        if "poison" in texts:
+            raise ValueError("the model cannot take this")
+        return [t.upper() for t in texts]
+
+    async def scenario():
+        batcher = DynamicBatcher(run_batch, max_batch_size=16, max_wait_ms=50, max_queue_texts=100)
+        batcher.start()
+        results = await asyncio.gather(batcher.submit(["a", "b"]), batcher.submit(["poison"]), batcher.submit(["c"]),
+                                       return_exceptions=True)
+        await batcher.stop()
+        return results
+
+    first, guilty, last = asyncio.run(scenario())
+    assert first == ["A", "B"] and last == ["C"] and isinstance(guilty, ValueError)
+    assert calls[0] == ["a", "b", "poison", "c"] and len(calls) == 4  # one batch, then one call per request
+
+
+def test_slow_clients_are_disconnected(export_dir, tmp_path):
+    import socket
+
+    server = Server(export_dir, tmp_path / "server.log", "--read-timeout", "1")
+    try:
+        slow = []
+        for _ in range(20):  # slowloris: a request head that never ends
+            connection = socket.create_connection(("127.0.0.1", server.port))
+            connection.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\n")
+            slow.append(connection)
+        body = socket.create_connection(("127.0.0.1", server.port))  # a body that never completes
+        body.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"texts\"")
+        started = time.monotonic()
+        for connection in slow:
+            connection.settimeout(10)
+            while True:  # keep dribbling header bytes until the server hangs up
+                try:
+                    connection.sendall(b"X")
+                    if connection.recv(1024, socket.MSG_DONTWAIT) == b"":
+                        break
+                except BlockingIOError:
+                    time.sleep(0.1)
+                except OSError:
+                    break
+        assert time.monotonic() - started < 8
+        body.settimeout(10)
+        answer = body.recv(4096).decode()
+        assert answer.startswith("HTTP/1.1 408") and '"status":408' in answer
+        assert server.classify(["好"]).status_code == 200  # well-behaved clients are served meanwhile
+    finally:
+        assert server.stop() == 0
+
+
+def test_serving_on_a_gpu_without_cuda_is_one_line(export_dir):
+    import paddle
+
+    if paddle.is_compiled_with_cuda():
+        pytest.skip("this paddle has CUDA")
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "serve.py"), "--model-dir", str(export_dir),
+                           "--device", "gpu", "--precision", "fp16"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "error: device 'gpu' asked for, but this paddle build has no CUDA: install paddlepaddle-gpu or use --device cpu"]

@@ -22,10 +22,12 @@ PADDLENLP_WINDOWS = 3  # its rate varies little between windows (random batches)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from paddle_ft.arguments import positive_int
+
     parser.add_argument("--output", default="out/bench", help="folder for bench.json, bench.md, bench.png, logs/")
     parser.add_argument("--data", default="data/demo", help="the demo corpus (tools/prepare_demo_data.py)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads for every engine (default: all usable cores)")
-    parser.add_argument("--windows", type=int, default=6,
+    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for every engine (default: all usable cores)")
+    parser.add_argument("--windows", type=positive_int, default=6,
                         help="measured training windows of 8 steps per engine, after one warm-up window "
                              "(PaddleNLP's Trainer, the slowest by far, gets at most 3)")
     parser.add_argument("--peers-python", default=os.environ.get("PADDLE_FT_PEERS_PYTHON", DEFAULT_PEERS_PYTHON),

@@ -8,6 +8,7 @@ from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.trainer import evaluate
+from paddle_ft.io import check_output_file
 from paddle_ft.model import load_model
 
 
@@ -15,7 +16,9 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     from paddlenlp.transformers import AutoTokenizer
 
     model_dir = Path(model_dir)
+    errors = Path(errors_path) if errors_path else model_dir.parent / f"misclassified-{Path(data_path).stem}.tsv"
     model, meta = load_model(model_dir)
+    check_output_file(errors, "--errors")  # before minutes of scoring, not after
     label_map = LabelMap.load(model_dir)
     tokenizer = fastest(AutoTokenizer.from_pretrained(str(model_dir)))
     columns = Columns(meta["text_column"], meta["text_pair_column"], meta["label_column"])
@@ -24,7 +27,6 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     features = tokenize(examples, tokenizer, meta["max_length"], label_map)
     report, probs = evaluate(model, features, batch_size, tokenizer.pad_token_id, label_map.names)
 
-    errors = Path(errors_path) if errors_path else model_dir.parent / f"misclassified-{Path(data_path).stem}.tsv"
     predicted = probs.argmax(axis=1)
     with errors.open("w", encoding="utf-8") as out:
         out.write("line\ttext\tgold\tpredicted\tscore\n")

@@ -7,13 +7,17 @@ from pathlib import Path
 
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.errors import DataError
-from paddle_ft.infer import Predictor
+from paddle_ft.infer import Predictor, check_texts
+from paddle_ft.io import check_output_file
 
 
 def run(model_dir: str, texts: list[str] | None, input_path: str | None, output_path: str | None,
         batch_size: int, predictor_options: dict) -> int:
     if texts is None:
         texts = read_texts(Path(input_path))
+    check_texts(texts, "--text {}")
+    if output_path:
+        check_output_file(output_path, "--output")
     predictor = Predictor(model_dir, **predictor_options)
     results = predictor.predict(texts, batch_size)
     out = Path(output_path).open("w", encoding="utf-8") if output_path else sys.stdout

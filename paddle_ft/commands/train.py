@@ -1,6 +1,7 @@
 """`train`: config -> data -> model -> engine, writing everything under `output_dir`."""
 from __future__ import annotations
 
+import errno
 import random
 import shutil
 from pathlib import Path
@@ -10,14 +11,19 @@ import paddle
 
 from paddle_ft import runtime
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
-from paddle_ft.config import Config, load_config, save_config
+from paddle_ft.config import Config, config_to_dict, load_config, save_config
 from paddle_ft.engine import distributed
-from paddle_ft.engine.checkpoint import atomic_directory, check_complete, complete_checkpoints
+from paddle_ft.data.labels import LabelMap
+from paddle_ft.engine.checkpoint import CorruptCheckpoint, newest_verified_checkpoint, verify_checkpoint
 from paddle_ft.engine.cpu_linear import use_fast_linear
 from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.trainer import TrainingDiverged, log, train
 from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.io import atomic_directory, describe_os_error, recover_leftovers
 from paddle_ft.model import save_model
+
+# what a checkpoint's state depends on: a resume that changes any of them cannot continue the run exactly
+RESUME_FIXED = ("seed", "model", "train.batch_size", "train.accumulate_steps", "data.max_length")
 
 
 def run(config_path: str, overrides: list[str]) -> int:
@@ -26,6 +32,9 @@ def run(config_path: str, overrides: list[str]) -> int:
         raise ConfigError("data.train", "training needs a training file; set data.train")
     dist = distributed.from_environment()
     output_dir = Path(config.output_dir)
+    if config.train.resume is not None and dist.is_main:
+        for folder in (output_dir, output_dir / "checkpoints"):
+            recover_leftovers(folder, log)  # a run killed while saving: put best/ back, drop half-written folders
     resume_from = find_resume_checkpoint(config, output_dir)
     if dist.is_main:
         prepare_output_dir(output_dir, resuming=resume_from is not None)
@@ -38,6 +47,8 @@ def run(config_path: str, overrides: list[str]) -> int:
     speed_up_cpu(model, config, dist)
     if dist.active:
         seed_everything(config.seed + dist.rank)  # same initial weights, a different dropout stream per rank
+    if resume_from is not None:
+        check_resume_fits_run(config, dataset.label_map, output_dir)  # before anything of the run is rewritten
     if dist.is_main:
         check_free_space(output_dir, model, config.train.save_total_limit)
         save_config(config, output_dir / "config.yaml")
@@ -60,6 +71,12 @@ def run(config_path: str, overrides: list[str]) -> int:
     except (TrainingInterrupted, TrainingDiverged):
         dist.shutdown()  # every rank stopped after the same step
         raise
+    except OSError as exc:  # a full disk: every write is atomic, so the last complete checkpoint is intact
+        problem = describe_os_error(exc)
+        if problem is None:
+            raise
+        raise UserError(f"{problem.removesuffix('; free some space and run the command again')}; the last "
+                        f"complete checkpoint is intact: free some space, then resume with: {resume_command}") from None
     dist.shutdown()
     if not dist.is_main:
         return 0
@@ -87,9 +104,9 @@ def find_resume_checkpoint(config: Config, output_dir: Path) -> Path | None:
     if resume is None:
         return None
     if resume == "auto":
-        found = complete_checkpoints(output_dir / "checkpoints", warn=log)
+        found = newest_verified_checkpoint(output_dir / "checkpoints", warn=log)
         if found:
-            return found[-1]
+            return found
         if (output_dir / "metrics.jsonl").exists():
             raise UserError(f"{output_dir} holds a run but no complete checkpoint to resume from; "
                             "start a new run in another output_dir")
@@ -97,10 +114,41 @@ def find_resume_checkpoint(config: Config, output_dir: Path) -> Path | None:
         return None
     path = Path(resume)
     try:
-        check_complete(path)
-    except UserError as exc:
+        verify_checkpoint(path)
+    except (UserError, CorruptCheckpoint) as exc:
         raise ConfigError("train.resume", str(exc)) from None
     return path
+
+
+def check_resume_fits_run(config: Config, label_map: LabelMap, output_dir: Path) -> None:
+    """A resume must continue the run it names: same labels and the settings its state depends on."""
+    try:
+        saved_labels = LabelMap.load(output_dir)
+    except UserError:
+        saved_labels = None  # a run stopped before it wrote them
+    if saved_labels is not None and saved_labels != label_map:
+        raise UserError(f"{output_dir} was trained with the labels {list(saved_labels.names)}, this data has "
+                        f"{list(label_map.names)}; resume with the run's data, or start a new run in another "
+                        "output_dir")
+    if not (output_dir / "config.yaml").is_file():
+        return
+    before, now = _flat(config_to_dict(load_config(output_dir / "config.yaml"))), _flat(config_to_dict(config))
+    for key in sorted(before.keys() | now.keys()):
+        fixed = any(key == name or key.startswith(name + ".") for name in RESUME_FIXED)
+        if fixed and before.get(key) != now.get(key):
+            raise ConfigError(key, f"the run in {output_dir} was started with {before.get(key)!r}, this resume asks "
+                              f"for {now.get(key)!r}; resume with the run's value (its config.yaml), or start a new run")
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """{"model.scratch.num_layers": 2, ...} from the nested dict of a config."""
+    flat = {}
+    for name, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{name}."))
+        else:
+            flat[prefix + name] = value
+    return flat
 
 
 def prepare_output_dir(output_dir: Path, resuming: bool) -> None:
@@ -114,7 +162,8 @@ def prepare_output_dir(output_dir: Path, resuming: bool) -> None:
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
-        raise ConfigError("output_dir", f"{output_dir} is not writable ({exc.strerror}); choose another "
+        problem = "a file stands in its way" if exc.errno in (errno.EEXIST, errno.ENOTDIR) else exc.strerror
+        raise ConfigError("output_dir", f"{output_dir} cannot be created or written ({problem}); choose another "
                           "folder") from None
 
 

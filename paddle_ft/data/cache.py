@@ -48,12 +48,31 @@ def cached_tokenize(examples: Sequence[Example], tokenizer, max_length: int, lab
         return tokenize(examples, tokenizer, max_length, label_map), False
     entry = Path(cache_dir).expanduser() / cache_key(examples, tokenizer, max_length)
     labels = label_ids(examples, label_map)
-    if all((entry / f"{name}.npy").is_file() for name in _ARRAYS):
-        arrays = {name: np.load(entry / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}
+    arrays = _read(entry, len(examples))
+    if arrays is not None:
         return _split(arrays, labels), True
     features = tokenize(examples, tokenizer, max_length, label_map)
     _write(entry, features)
     return features, False
+
+
+def _read(entry: Path, count: int) -> dict | None:
+    """The entry's arrays, or None when it is missing or damaged (truncated, garbled, inconsistent):
+    a damaged entry is replaced by tokenising again, never trusted and never a crash."""
+    if not entry.is_dir():
+        return None
+    try:
+        arrays = {name: np.load(entry / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}
+    except (OSError, ValueError, EOFError):
+        arrays = None
+    if arrays is not None:
+        offsets = arrays["offsets"]
+        consistent = (len(offsets) == count + 1 and offsets[0] == 0 and bool(np.all(np.diff(offsets) >= 0))
+                      and offsets[-1] == len(arrays["input_ids"]) == len(arrays["token_type_ids"]))
+        if consistent:
+            return arrays
+    shutil.rmtree(entry, ignore_errors=True)
+    return None
 
 
 def _split(arrays: dict, labels: np.ndarray | None) -> Features:

@@ -16,7 +16,8 @@ class LabelMap:
         if len(set(self.names)) != len(self.names):
             raise UserError(f"duplicate label names in {list(self.names)}")
         if len(self.names) < 2:
-            raise UserError(f"a classifier needs at least 2 labels, got {list(self.names)}")
+            raise UserError(f"a classifier needs at least 2 labels, got {list(self.names)}; give data.labels or "
+                            "training data with two labels or more")
         self._ids = {name: i for i, name in enumerate(self.names)}
 
     def __len__(self) -> int:
@@ -48,14 +49,25 @@ class LabelMap:
 def resolve_labels(labels: tuple[str, ...] | str | None, train_labels: Iterable[str] | None) -> LabelMap:
     """Label set from `data.labels` (a list or a file of names), else the sorted names seen in train."""
     if isinstance(labels, tuple):
-        return LabelMap(labels)
+        return _label_map(labels, "the list in data.labels")
     if isinstance(labels, str):
         path = Path(labels)
         if not path.is_file():
             raise ConfigError("data.labels", f"label file {path} not found; give a file with one label per "
                               "line, a list, or null to take labels from train")
-        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        return LabelMap(names)
+        try:
+            text = path.read_text(encoding="utf-8-sig")  # -sig: a spreadsheet's byte-order mark is not a label
+        except UnicodeDecodeError as exc:
+            raise ConfigError("data.labels", f"label file {path} is not UTF-8 (byte {exc.start}); re-save it as "
+                              "UTF-8") from None
+        return _label_map([line.strip() for line in text.splitlines() if line.strip()], f"the label file {path}")
     if train_labels is None:
         raise ConfigError("data.labels", "needed when there is no training file to take labels from")
-    return LabelMap(sorted(set(train_labels)))
+    return _label_map(sorted(set(train_labels)), "the training file (data.train)")
+
+
+def _label_map(names, source: str) -> LabelMap:
+    try:
+        return LabelMap(names)
+    except UserError as exc:
+        raise ConfigError("data.labels", f"{source}: {exc}") from None

@@ -15,6 +15,8 @@ from typing import Iterator
 from paddle_ft.errors import DataError
 
 FORMATS = ("tsv", "csv", "jsonl")
+MAX_SKIPPED_SHARE = 0.05
+"""data.on_bad_row=skip drops at most this share of a file's rows; more means the file is wrong, not a few rows."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,11 @@ def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozense
     report.rows = len(examples)
     if not examples:
         raise DataError(str(path), None, "no usable rows in the file")
+    bad, total = len(report.skipped), len(examples) + len(report.skipped)
+    if bad > MAX_SKIPPED_SHARE * total:
+        line, reason = report.skipped[0]
+        raise DataError(str(path), line, f"{reason}; {bad} of {total} rows are bad, more than data.on_bad_row=skip "
+                        f"drops ({MAX_SKIPPED_SHARE:.0%}): is the file in another format or delimiter? Fix the file")
     return examples, report
 
 
@@ -102,7 +109,7 @@ def _load_with_paddlenlp(rows) -> list[Example]:
     return list(load_dataset(lambda: rows(), lazy=False))
 
 
-def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+def _decoded_lines(path: Path) -> Iterator[tuple[int, str | _BadRow]]:
     """(line number, text) of each non-blank line; undecodable bytes are a bad row."""
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -119,44 +126,64 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _tsv_records(path: Path, columns: Columns):
-    return _delimited_records(path, columns, lambda lines: (line.split("\t") for line in lines), "tab")
+    """Tab-separated, one record per line, no quoting (a text cannot hold a tab or a newline)."""
+    rows = ((number, text if isinstance(text, _BadRow) else text.split("\t")) for number, text in _decoded_lines(path))
+    return _table_records(path, columns, rows, "tab")
 
 
 def _csv_records(path: Path, columns: Columns):
-    return _delimited_records(path, columns, lambda lines: csv.reader(lines), "comma")
+    return _table_records(path, columns, _csv_rows(path), "comma")
 
 
-def _delimited_records(path: Path, columns: Columns, split, separator: str):
-    consumed: list[int] = []  # line numbers handed to the splitter; the last one ends the record
-    undecodable: dict[int, _BadRow] = {}
+def _csv_rows(path: Path):
+    """(first line, fields) of each CSV record, as Python's csv module writes them: quoted fields may hold
+    commas, quotes, tabs and newlines. Undecodable bytes stay in the text as surrogate escapes and make
+    the row bad later (`_field`); a quote that is never closed is an error at the line that opened it."""
+    with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as handle:
+        reader = csv.reader(handle, strict=True)
+        while True:
+            start = reader.line_num + 1  # the record about to be read starts on this line (or a blank before it)
+            try:
+                fields = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                if "unexpected end of data" in str(exc):  # the rest of the file is inside the quote
+                    raise DataError(str(path), start, "a quote opened on this line is never closed; close it, or "
+                                                      "double a quote that is part of the text (\"\")") from None
+                yield start, _BadRow(start, f"not valid CSV ({exc})")
+                continue
+            if fields and not (len(fields) == 1 and not fields[0].strip()):  # blank lines carry no row
+                yield start, fields
 
-    def texts():
-        for number, text in _decoded_lines(path):
-            consumed.append(number)
-            if isinstance(text, _BadRow):
-                undecodable[number] = text
-                text = ""  # a placeholder; the record is reported as undecodable instead
-            yield text
 
+def _table_records(path: Path, columns: Columns, rows, separator: str):
+    """Records of a delimited file: the first row is the header, every other row maps it to its fields."""
     header = None
-    for fields in split(texts()):
-        number = consumed[-1]
-        if number in undecodable:
+    for number, fields in rows:
+        if isinstance(fields, _BadRow):
             if header is None:
-                raise DataError(str(path), number, undecodable[number].reason)
-            yield number, undecodable[number]
+                raise DataError(str(path), number, fields.reason)
+            yield number, fields
         elif header is None:
             header = [name.strip() for name in fields]
-            for role, name in (("text_column", columns.text), ("text_pair_column", columns.text_pair),
-                               ("label_column", columns.label)):
-                if name is not None and name not in header:
-                    raise DataError(str(path), number, f"the header has no column '{name}' (columns: "
-                                    f"{', '.join(header)}); set data.{role} or fix the header")
+            _check_header(path, number, header, columns)
         elif len(fields) != len(header):
             yield number, _BadRow(number, f"{len(fields)} fields where the header has {len(header)} "
                                           f"(a stray {separator} inside a text?)")
         else:
             yield number, dict(zip(header, fields))
+
+
+def _check_header(path: Path, line: int, header: list[str], columns: Columns) -> None:
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise DataError(str(path), line, f"the header names the column '{twice[0]}' twice; rename one of them")
+    for role, name in (("text_column", columns.text), ("text_pair_column", columns.text_pair),
+                       ("label_column", columns.label)):
+        if name is not None and name not in header:
+            raise DataError(str(path), line, f"the header has no column '{name}' (columns: {', '.join(header)}); "
+                            f"set data.{role} or fix the header")
 
 
 def _jsonl_records(path: Path, columns: Columns):
@@ -165,14 +192,29 @@ def _jsonl_records(path: Path, columns: Columns):
             yield number, text
             continue
         try:
-            record = json.loads(text)
+            record = json.loads(text, parse_constant=_refuse_constant)
         except json.JSONDecodeError as exc:
             yield number, _BadRow(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        except ValueError as exc:  # NaN/Infinity (from _refuse_constant), or an integer Python will not convert
+            reason = str(exc) if isinstance(exc, _RefusedConstant) else "an integer of more digits than can be read"
+            yield number, _BadRow(number, f"not usable JSON ({reason})")
+            continue
+        except RecursionError:
+            yield number, _BadRow(number, "JSON nested too deeply")
             continue
         if not isinstance(record, dict):
             yield number, _BadRow(number, "expected a JSON object per line")
             continue
         yield number, record
+
+
+class _RefusedConstant(ValueError):
+    pass
+
+
+def _refuse_constant(name: str):
+    raise _RefusedConstant(f"{name} is not a text or a label")
 
 
 def _to_example(line: int, record, columns: Columns, labels: frozenset[str] | None) -> Example:
@@ -182,7 +224,7 @@ def _to_example(line: int, record, columns: Columns, labels: frozenset[str] | No
     pair = _field(record, columns.text_pair, line) if columns.text_pair else None
     label = None
     if columns.label is not None:
-        label = _field(record, columns.label, line)
+        label = _field(record, columns.label, line).strip()  # a name: surrounding blanks are not part of it
         if labels is not None and label not in labels:
             raise _BadRow(line, f"label '{label}' is not one of {', '.join(sorted(labels))}")
     return Example(text, pair, label, line)
@@ -196,7 +238,11 @@ def _field(record: dict, name: str, line: int) -> str:
         value = str(value)
     if not isinstance(value, str):
         raise _BadRow(line, f"column '{name}' is not a string")
-    value = value.strip()
-    if not value:
+    if not value.strip():
         raise _BadRow(line, f"empty text in column '{name}'")
-    return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _BadRow(line, f"column '{name}' holds bytes that are not UTF-8 or a lone surrogate "
+                            f"({value[exc.start]!r}); re-save the file as UTF-8") from None
+    return value  # exactly as written: only an all-blank text is refused

@@ -8,12 +8,32 @@ longest-first truncation). Tests compare the ids on the whole demo corpus and on
 """
 from __future__ import annotations
 
+import functools
+import sys
+import unicodedata
 from typing import Sequence
 
 
 # paddlenlp.transformers.tokenizer_utils: _is_punctuation (ASCII non-alphanumerics, Unicode P*) or
 # _is_symbol (Unicode S* and a few listed code points)
 _PUNCTUATION_OR_SYMBOL = r"[!-/:-@\[-`{-~\p{P}\p{S}\x{00AD}\x{00B2}\x{00BA}\x{3007}\x{00B5}\x{00D8}\x{014B}\x{01B1}]"
+
+
+@functools.lru_cache(maxsize=1)
+def _other_characters() -> str:
+    """A regex class of the characters PaddleNLP's clean_text drops: every one whose category (in
+    Python's own Unicode tables) starts with C, tabs and line breaks aside. `tokenizers` keeps the
+    unassigned (Cn) and private-use (Co) ones and maps them to [UNK] (Hypothesis found U+18D09); built
+    from `unicodedata`, both tokenizers agree whatever Unicode version each was compiled with."""
+    ranges, start = [], None
+    for code in range(sys.maxunicode + 2):
+        other = code <= sys.maxunicode and unicodedata.category(chr(code))[0] == "C" and chr(code) not in "\t\n\r"
+        if other and start is None:
+            start = code
+        elif not other and start is not None:
+            ranges.append(f"\\x{{{start:X}}}-\\x{{{code - 1:X}}}")
+            start = None
+    return f"[{''.join(ranges)}]"
 
 
 class FastBertTokenizer:
@@ -95,8 +115,10 @@ def fast_tokenizer_for(tokenizer) -> FastBertTokenizer | None:
     basic = tokenizer.basic_tokenizer
     backend = Tokenizer(models.WordPiece(tokenizer.get_vocab(), unk_token=tokenizer.unk_token,
                                          max_input_chars_per_word=tokenizer.wordpiece_tokenizer.max_input_chars_per_word))
-    backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=basic.tokenize_chinese_chars,
-                                                    strip_accents=basic.strip_accents, lowercase=basic.do_lower_case)
+    backend.normalizer = normalizers.Sequence([
+        normalizers.Replace(Regex(_other_characters()), ""),
+        normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=basic.tokenize_chinese_chars,
+                                   strip_accents=basic.strip_accents, lowercase=basic.do_lower_case)])
     # PaddleNLP splits off every punctuation *and symbol* character (BERT itself only punctuation)
     backend.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(_PUNCTUATION_OR_SYMBOL), behavior="isolated")])

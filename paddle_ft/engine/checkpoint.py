@@ -1,15 +1,16 @@
 """Checkpoints that resume a run exactly, written atomically (temporary folder, then rename).
 
 `checkpoints/step-N/` holds model, optimizer, LR scheduler and GradScaler state, the RNG states of
-python, numpy and paddle, and `trainer_state.json` (data position, best metric, early stopping, log
-window). `trainer_state.json` is written last, so a folder without it is incomplete.
+python, numpy and paddle, `trainer_state.json` (data position, best metric, early stopping, log
+window), and last `manifest.json`: the SHA-256 of every other file. A folder without a manifest is
+incomplete; one whose files do not match it is corrupt (a truncated or garbled file), and resuming
+skips it for the previous one.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import hashlib
 import json
-import os
 import pickle
 import random
 import shutil
@@ -20,10 +21,16 @@ import numpy as np
 import paddle
 
 from paddle_ft.errors import UserError
+from paddle_ft.io import atomic_directory
 
 TRAINER_STATE = "trainer_state.json"
+MANIFEST = "manifest.json"
 STATE_FILES = ("model_state.pdparams", "optimizer.pdopt", "scheduler.pdparams", "scaler.pdparams", "rng.pdstate",
                TRAINER_STATE)
+
+
+class CorruptCheckpoint(UserError):
+    """A checkpoint file is missing, or its bytes differ from what was written."""
 
 
 @dataclass
@@ -46,26 +53,6 @@ class TrainState:
     window_steps: int = 0
 
 
-@contextlib.contextmanager
-def atomic_directory(final: Path):
-    """Yield a temporary folder beside `final`; it replaces `final` only if the block finishes."""
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old)
-    else:
-        tmp.rename(final)
-
-
 def capture_rng() -> dict:
     """This process's python, numpy and paddle RNG states."""
     return {"python": random.getstate(), "numpy": np.random.get_state(), "paddle": paddle.get_rng_state()}
@@ -82,14 +69,19 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, 
         (tmp / "scaler.pdparams").write_bytes(pickle.dumps(scaler.state_dict()))  # {} when loss scaling is off
         rng_states = rng_states or [capture_rng()]
         (tmp / "rng.pdstate").write_bytes(pickle.dumps(rng_states))  # paddle.load cannot read these types back
-        (tmp / TRAINER_STATE).write_text(json.dumps(dataclasses.asdict(state), indent=2))  # last: marks complete
+        (tmp / TRAINER_STATE).write_text(json.dumps(dataclasses.asdict(state), indent=2))
+        manifest = {name: _sha256(tmp / name) for name in STATE_FILES}
+        (tmp / MANIFEST).write_text(json.dumps({"sha256": manifest}, indent=2))  # last: marks it complete
     return final
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int = 0) -> TrainState:
-    """Restore everything `save_checkpoint` wrote into the given objects; returns the trainer state."""
-    check_complete(path)
-    model.set_state_dict(paddle.load(str(path / "model_state.pdparams")))
+    """Restore everything `save_checkpoint` wrote into the given objects; returns the trainer state.
+    The checkpoint must verify (`verify_checkpoint`) and fit the model (same parameter names and shapes)."""
+    verify_checkpoint(path)
+    model_state = paddle.load(str(path / "model_state.pdparams"))
+    _check_fits(path, model_state, model)
+    model.set_state_dict(model_state)
     structured_to_internal = {v: k for k, v in _internal_to_structured(model).items()}
     optimizer.set_state_dict(_rename_keys(paddle.load(str(path / "optimizer.pdopt")), structured_to_internal))
     scheduler.set_state_dict(paddle.load(str(path / "scheduler.pdparams")))
@@ -105,6 +97,18 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int =
     np.random.set_state(rng["numpy"])
     paddle.set_rng_state(rng["paddle"])
     return TrainState(**json.loads((path / TRAINER_STATE).read_text()))
+
+
+def _check_fits(path: Path, saved: dict, model) -> None:
+    """Paddle would load a smaller model's weights with a warning (dropping the rest) or fail on an
+    assertion; a resume must restore every weight, so any difference is refused by name."""
+    expected = {name: list(tensor.shape) for name, tensor in model.state_dict().items()}
+    found = {name: list(tensor.shape) for name, tensor in saved.items()}
+    for name in sorted(expected.keys() | found.keys()):
+        if expected.get(name) != found.get(name):
+            raise UserError(f"checkpoint {path} does not fit this model: weight '{name}' has shape "
+                            f"{found.get(name, 'absent')} there and {expected.get(name, 'absent')} here; resume with "
+                            "the model settings the run was started with")
 
 
 def _internal_to_structured(model) -> dict[str, str]:
@@ -126,28 +130,60 @@ def _rename_keys(state: dict, names: dict[str, str]) -> dict:
             for k, v in state.items()}
 
 
-def _missing_files(folder: Path) -> list[str]:
-    return [name for name in STATE_FILES if not (folder / name).is_file()]
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
-def check_complete(path: Path) -> None:
+def is_complete(folder: Path) -> bool:
+    """Cheap: the manifest, written last, is there (the files are checked by `verify_checkpoint`)."""
+    return (folder / MANIFEST).is_file()
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Raise `CorruptCheckpoint` naming the first file that is missing or differs from the manifest."""
     if not path.is_dir():
         raise UserError(f"checkpoint {path} does not exist; give a checkpoints/step-N folder or train.resume=auto")
-    missing = _missing_files(path)
-    if missing:
-        raise UserError(f"checkpoint {path} is incomplete (missing {', '.join(missing)}); "
-                        "resume from another checkpoints/step-N folder or use train.resume=auto")
+    if not is_complete(path):
+        raise CorruptCheckpoint(f"checkpoint {path} is incomplete (no {MANIFEST}: its save was interrupted); resume "
+                                "from another checkpoints/step-N folder or use train.resume=auto")
+    try:
+        expected = json.loads((path / MANIFEST).read_text(encoding="utf-8"))["sha256"]
+        names = [name for name in STATE_FILES if expected[name]]
+    except (ValueError, KeyError, TypeError):
+        raise CorruptCheckpoint(f"checkpoint {path}: {MANIFEST} is damaged; resume from another "
+                                "checkpoints/step-N folder or use train.resume=auto") from None
+    for name in names:
+        file = path / name
+        if not file.is_file() or _sha256(file) != expected[name]:
+            problem = "is missing" if not file.is_file() else "is damaged (its checksum differs from the manifest)"
+            raise CorruptCheckpoint(f"checkpoint {path}: {name} {problem}; resume from another "
+                                    "checkpoints/step-N folder or use train.resume=auto")
 
 
 def complete_checkpoints(checkpoints_dir: Path, warn=None) -> list[Path]:
     """Complete step checkpoints, oldest first; incomplete ones are reported through `warn`."""
     found = []
     for folder in sorted(checkpoints_dir.glob("step-*"), key=_step_of):
-        if not _missing_files(folder):
+        if is_complete(folder):
             found.append(folder)
         elif warn is not None:
             warn(f"warning: skipping incomplete checkpoint {folder}")
     return found
+
+
+def newest_verified_checkpoint(checkpoints_dir: Path, warn) -> Path | None:
+    """The newest checkpoint whose files all match their manifest; each one passed over is reported."""
+    for folder in reversed(complete_checkpoints(checkpoints_dir, warn)):
+        try:
+            verify_checkpoint(folder)
+            return folder
+        except CorruptCheckpoint as exc:
+            warn(f"warning: {exc.args[0].split(';')[0]}; trying the previous checkpoint")
+    return None
 
 
 def rotate_checkpoints(checkpoints_dir: Path, keep: int, protect_step: int | None) -> None:

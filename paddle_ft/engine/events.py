@@ -21,8 +21,8 @@ class EventLog:
         self._vdl = LogWriter(logdir=str(output_dir / "vdl"))
 
     def write(self, event: str, step: int, **values) -> None:
-        record = {"event": event, "step": step, **values}
-        self._jsonl.write(json.dumps(record, ensure_ascii=False) + "\n")
+        record = {"event": event, "step": step, **_json_safe(values)}
+        self._jsonl.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
         self._jsonl.flush()
         for name, value in _scalars(values):
             self._vdl.add_scalar(tag=f"{event}/{name}", value=value, step=step)
@@ -30,6 +30,15 @@ class EventLog:
     def close(self) -> None:
         self._jsonl.close()
         self._vdl.close()
+
+
+def _json_safe(value):
+    """NaN and inf become null: JSON has no such numbers (Python would write `NaN`, which readers reject)."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _is_before(event: dict, step: int) -> bool:

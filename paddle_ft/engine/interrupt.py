@@ -1,6 +1,7 @@
 """Turn SIGTERM / Ctrl-C into a request to stop after the current step (and save)."""
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
@@ -17,7 +18,11 @@ class TrainingInterrupted(UserError):
 
 class StopRequests:
     """While active, SIGTERM and SIGINT set `.signal` instead of killing the process; a second
-    Ctrl-C falls back to the usual KeyboardInterrupt for a user who does not want to wait."""
+    Ctrl-C, for a user who does not want to wait, ends the process at once with status 130.
+
+    Not by raising KeyboardInterrupt: raised inside Paddle's backward (a PyLayer) it comes out as an
+    OSError with a C++ traceback and status 1. Ending at once loses nothing: every checkpoint and
+    best/ write is atomic, and a resume cleans up a write it cut short."""
 
     def __init__(self):
         self.signal: int | None = None
@@ -25,7 +30,9 @@ class StopRequests:
 
     def _handle(self, signum, frame):
         if self.signal == signal.SIGINT and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+            os.write(2, b"interrupted again: stopped at once without saving; resume from the last complete "
+                        b"checkpoint with -o train.resume=auto\n")
+            os._exit(128 + signal.SIGINT)
         self.signal = signum
 
     def __enter__(self):

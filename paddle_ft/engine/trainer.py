@@ -271,6 +271,9 @@ def predict_probabilities(model, features: Features, batch_size: int, pad_token_
         batch = pad_batch(features, subset[positions].tolist(), pad_token_id)
         logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
         out[positions] = F.softmax(logits.astype("float32"), axis=-1).numpy()  # [batch, num_classes]
+    if not np.isfinite(out).all():  # NaN weights score "accuracy" by chance: never report that as a result
+        raise TrainingDiverged("the model's scores are NaN/inf: its weights are not finite (training diverged); "
+                               "retrain with a lower train.learning_rate, or use an earlier checkpoint")
     return out
 
 

@@ -1,8 +1,11 @@
 """The FastAPI application: POST /v1/classify, GET /healthz, /readyz, /metrics, /openapi.json.
 
-Every error answers JSON `{"error": {"status": N, "message": "..."}}`: malformed JSON or wrong types
-422, an empty list or empty text 422, too many texts or too large a body 413, a full queue or a model
-still loading 503 with Retry-After. Input never crashes the server.
+Every error, of every status, answers JSON `{"error": {"status": N, "message": "..."}}`: a body that is
+not JSON (malformed, not UTF-8, too deeply nested, an unreadable number), wrong types, an empty list, an
+empty text or one that is not valid Unicode 422; unknown path 404; wrong method 405; a body sent too
+slowly 408; too many texts or too large a body 413; a full queue or a model still loading 503 with
+Retry-After; a failure of the model itself 500, for the request that caused it only. Input never
+crashes the server.
 """
 from __future__ import annotations
 
@@ -17,6 +20,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from starlette.exceptions import HTTPException
+
+from paddle_ft.errors import UserError
+from paddle_ft.infer import check_texts
 
 from paddle_ft.serve.batcher import DynamicBatcher, QueueFull
 from paddle_ft.serve.metrics import Metrics
@@ -61,10 +68,11 @@ def error(status: int, message: str, headers: dict | None = None) -> JSONRespons
 
 class BodyLimit:
     """ASGI middleware: 413 for a body over `max_bytes`, by Content-Length or counted as it streams in
-    (chunked uploads declare none). The body is read here first, then handed on to the app."""
+    (chunked uploads declare none); 408 for a body not complete within `timeout_s`. The body is read
+    here first, then handed on to the app."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, timeout_s: float):
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -73,8 +81,14 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             return await self._refuse(scope, receive, send)
         messages, seen = [], 0
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
+            except asyncio.TimeoutError:
+                response = error(408, f"the request body did not arrive within {self.timeout_s:g} s",
+                                 {"Connection": "close"})
+                return await response(scope, receive, send)
             messages.append(message)
             seen += len(message.get("body", b""))
             if seen > self.max_bytes:
@@ -130,9 +144,8 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
         await loader
 
     app = FastAPI(title="paddle_ft text classification", version="1", lifespan=lifespan,
-                  responses={422: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
-                             503: {"model": ErrorResponse}})
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+                  responses={status: {"model": ErrorResponse} for status in (404, 405, 408, 413, 422, 500, 503)})
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.read_timeout_s)
 
     @app.middleware("http")
     async def count(request: Request, call_next):
@@ -154,6 +167,19 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors())
         return error(422, f"invalid request ({problems}); send JSON like {{\"texts\": [\"...\"]}}")
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        if exc.status_code == 400:  # FastAPI could not decode the body: bad UTF-8 or charset, too deep, huge number
+            return error(422, "the body is not JSON that can be read (UTF-8, not nested too deeply, numbers of "
+                              "sensible size); send {\"texts\": [\"...\"]}")
+        return error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception):  # a bug; the client still gets the documented shape
+        print(f"error: {request.method} {request.url.path} failed: {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
+        return error(500, f"internal error ({type(exc).__name__}); the server log has the details")
+
     @app.post("/v1/classify", response_model=ClassifyResponse, response_model_exclude_none=True)
     async def classify(body: ClassifyRequest):
         predictor = state["predictor"]
@@ -162,9 +188,10 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
                          f"the model failed to load: {state['load_error']}", {"Retry-After": str(limits.retry_after_s)})
         if not body.texts:
             return error(422, "texts is empty; send at least one text")
-        empty = [i for i, text in enumerate(body.texts) if not text.strip()]
-        if empty:
-            return error(422, f"texts[{empty[0]}] is empty; every text needs at least one visible character")
+        try:
+            check_texts(body.texts, "texts[{}]")  # before it joins a batch: a bad text must not fail others
+        except UserError as exc:
+            return error(422, str(exc))
         if len(body.texts) > limits.max_texts:
             return error(413, f"{len(body.texts)} texts in one request; the limit is {limits.max_texts}: split it")
         if not 1 <= body.top_k <= len(predictor.labels):

@@ -3,7 +3,8 @@
 A batch closes when it holds `max_batch_size` texts or `max_wait_ms` has passed since its first
 request arrived, whichever comes first. The predictor runs on one worker thread (a Paddle predictor
 is not thread-safe), so the event loop keeps accepting requests meanwhile. A batch that fails fails
-only the requests in it.
+only the requests in it: it is run again one request at a time, so that only a request that fails on
+its own gets the error.
 """
 from __future__ import annotations
 
@@ -93,14 +94,30 @@ class DynamicBatcher:
         self.queued_texts -= len(texts)
         self.on_batch(len(texts))
         try:
-            results = await asyncio.get_running_loop().run_in_executor(self._executor, self.run_batch, texts)
-        except Exception as exc:  # the predictor failed on this batch: fail its requests only
+            results = await self._predict(texts)
+        except Exception as exc:  # the predictor failed on this batch: find the request(s) that cause it
+            if len(batch) == 1:
+                _settle(batch[0], exception=exc)
+                return
             for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(exc)
+                try:
+                    _settle(pending, await self._predict(pending.texts))
+                except Exception as alone:
+                    _settle(pending, exception=alone)
             return
         start = 0
         for pending in batch:
-            if not pending.future.done():  # the client may have gone away
-                pending.future.set_result(results[start:start + len(pending.texts)])
+            _settle(pending, results[start:start + len(pending.texts)])
             start += len(pending.texts)
+
+    async def _predict(self, texts: list[str]) -> list:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.run_batch, texts)
+
+
+def _settle(pending: _Pending, results: list | None = None, exception: Exception | None = None) -> None:
+    if pending.future.done():  # the client went away
+        return
+    if exception is not None:
+        pending.future.set_exception(exception)
+    else:
+        pending.future.set_result(results)

@@ -14,28 +14,29 @@ from pathlib import Path
 import uvicorn
 
 from paddle_ft.errors import UserError
-from paddle_ft.infer import Predictor, program_file
+from paddle_ft.infer import Predictor, check_device, program_file
 from paddle_ft.serve.app import create_app
 from paddle_ft.serve.options import Limits
+from paddle_ft.serve.protocol import protocol_with_head_timeout
 
 
 def main(args: argparse.Namespace) -> int:
     model_dir = Path(args.model_dir)
-    program_file(model_dir)  # a wrong folder is a one-line error now, not a 503 later
-    for name, value in (("--max-batch-size", args.max_batch_size), ("--max-texts", args.max_texts),
-                        ("--max-body-bytes", args.max_body_bytes), ("--max-queue", args.max_queue)):
-        if value < 1:
-            raise UserError(f"{name} {value}: give a positive integer")
+    # a wrong folder or device is a one-line error now, not a /readyz 503 forever
+    program_file(model_dir)
+    check_device(args.device, args.precision)
     if args.max_queue < args.max_texts:
         raise UserError(f"--max-queue {args.max_queue} is below --max-texts {args.max_texts}: a full request could "
                         "never be queued; raise --max-queue")
-    limits = Limits(args.max_batch_size, args.max_wait_ms, args.max_texts, args.max_body_bytes, args.max_queue)
+    limits = Limits(args.max_batch_size, args.max_wait_ms, args.max_texts, args.max_body_bytes, args.max_queue,
+                    read_timeout_s=args.read_timeout)
     options = {"device": args.device, "cpu_threads": args.threads, "precision": args.precision}
     app = create_app(lambda: Predictor(model_dir, **options), limits, args.truncation)
     print(f"serving {model_dir} on http://{args.host}:{args.port} (POST /v1/classify; max batch "
           f"{limits.max_batch_size}, wait {limits.max_wait_ms:g} ms)", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=args.access_log,
-                            timeout_graceful_shutdown=args.graceful_timeout)
+                            timeout_graceful_shutdown=args.graceful_timeout,
+                            http=protocol_with_head_timeout(limits.read_timeout_s))
     DrainingServer(config).run()
     return 0
 

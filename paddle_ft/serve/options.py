@@ -17,28 +17,33 @@ class Limits:
     max_queue_texts: int = 1024
     """Texts waiting for a batch; beyond it requests get 503."""
     retry_after_s: int = 1
+    read_timeout_s: float = 10.0
+    """Seconds a client gets to send its request head, and again its body; slower connections are closed."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from paddle_ft.arguments import non_negative_float, port, positive_int
     from paddle_ft.infer import TRUNCATIONS
 
     d = Limits()
     parser.add_argument("--model-dir", required=True, help="a folder written by export")
     parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to listen on every interface (containers)")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--max-batch-size", type=int, default=d.max_batch_size,
+    parser.add_argument("--port", type=port, default=8080)
+    parser.add_argument("--max-batch-size", type=positive_int, default=d.max_batch_size,
                         help="texts per predictor call; 1 turns dynamic batching off")
-    parser.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
+    parser.add_argument("--max-wait-ms", type=non_negative_float, default=d.max_wait_ms,
                         help="how long a batch waits for more requests")
-    parser.add_argument("--max-texts", type=int, default=d.max_texts, help="texts per request (more: 413)")
-    parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="request body size (more: 413)")
-    parser.add_argument("--max-queue", type=int, default=d.max_queue_texts,
+    parser.add_argument("--max-texts", type=positive_int, default=d.max_texts, help="texts per request (more: 413)")
+    parser.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes, help="request body size (more: 413)")
+    parser.add_argument("--max-queue", type=positive_int, default=d.max_queue_texts,
                         help="texts waiting for a batch (more: 503 with Retry-After)")
     parser.add_argument("--truncation", choices=TRUNCATIONS, default="head",
                         help="which end of an over-long text to keep")
-    parser.add_argument("--threads", type=int, help="CPU threads of the predictor (default: all usable cores)")
+    parser.add_argument("--threads", type=positive_int, help="CPU threads of the predictor (default: all usable cores)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
-    parser.add_argument("--graceful-timeout", type=float, default=30.0,
+    parser.add_argument("--read-timeout", type=non_negative_float, default=d.read_timeout_s,
+                        help="seconds a client gets to send its request head, and again its body (slower: closed)")
+    parser.add_argument("--graceful-timeout", type=non_negative_float, default=30.0,
                         help="seconds in-flight requests get to finish after SIGTERM")
     parser.add_argument("--access-log", action="store_true", help="log every request")

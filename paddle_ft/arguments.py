@@ -1,0 +1,48 @@
+"""Command-line parsing with the config's manners: every number is range-checked and finite, and a
+mistake is one `error:` line (argparse's default prints the whole usage block first)."""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, except that a bad option prints `error: PROG: PROBLEM` and exits 2, like every other user
+    error. Sub-command parsers inherit the class."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def positive_int(text: str) -> int:
+    return _integer(text, 1, None, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    return _integer(text, 0, None, "an integer >= 0")
+
+
+def port(text: str) -> int:
+    return _integer(text, 0, 65535, "a port from 0 to 65535")
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text[:40]!r}")
+    return value
+
+
+def _integer(text: str, low: int, high: int | None, expected: str) -> int:
+    try:
+        value = int(text) if len(text) < 20 else None  # longer than any int64: never a sensible setting
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text[:40]!r}")
+    return value

@@ -1,0 +1,115 @@
+"""Atomic folder writes, their crash recovery, and the guards every command runs on a path it writes.
+
+Rules: nothing is written in place (a folder is built beside its final name and renamed into place),
+nothing paddle_ft did not write is ever deleted, and a path that cannot be written is a one-line
+`UserError` naming the option it came from, before any work starts.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+from pathlib import Path
+
+from paddle_ft.errors import UserError
+
+# `.NAME.tmp-PID` is a folder being written; `.NAME.old-PID` is the folder it replaces, between the two renames
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)$")
+
+
+@contextlib.contextmanager
+def atomic_directory(final: Path):
+    """Yield a temporary folder beside `final`; it replaces `final` only if the block finishes.
+
+    Replacing an existing folder takes two renames (final -> .old, tmp -> final). A crash between
+    them leaves no `final` but a complete `.old`: `recover_leftovers` puts it back."""
+    final = Path(final)
+    if final.exists() and not final.is_dir():
+        raise UserError(f"{final} is a file; give a folder path")
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(final)
+
+
+def recover_leftovers(folder: Path, log=None) -> None:
+    """Undo what a killed process left in `folder`: delete half-written `.NAME.tmp-PID` folders and put
+    back a `.NAME.old-PID` whose replacement never arrived. Folders of a live process are left alone."""
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.iterdir()):
+        match = _LEFTOVER.match(path.name)
+        if not match or not path.is_dir() or _is_alive(int(match["pid"])):
+            continue
+        final = folder / match["name"]
+        if match["kind"] == "old" and not final.exists():
+            path.rename(final)
+            message = f"restored {final} (a replacement was interrupted)"
+        else:
+            shutil.rmtree(path)
+            message = f"removed {path} (left by an interrupted write)"
+        if log is not None:
+            log(message)
+
+
+def _is_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # our own leftovers from an earlier attempt in this process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def check_output_file(path: str | Path, option: str) -> Path:
+    """A file a command will create or overwrite: its folder must exist and it must not be a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{option} {path} is a folder; give a file path")
+    parent = path.parent
+    if not parent.is_dir():
+        what = "is a file" if parent.exists() else "does not exist"
+        raise UserError(f"{option} {path}: its folder {parent} {what}; create the folder or choose another path")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"{option} {path}: the folder {parent} is not writable; choose another path")
+    return path
+
+
+def check_output_folder(path: str | Path, option: str) -> Path:
+    """A folder a command will create (with its parents) or fill: no file may stand in its way."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{option} {path} is a file; give a folder path")
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise UserError(f"{option} {path}: {existing} is a file, so nothing can be created under it; "
+                        "choose another path")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {path}: {existing} is not writable; choose another path")
+    return path
+
+
+def describe_os_error(exc: OSError) -> str | None:
+    """One line for an environment failure a user can fix (full disk, read-only folder), else None."""
+    where = f" writing {exc.filename}" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk is full{where}; free some space and run the command again"
+    if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+        return f"permission denied{where}; choose a writable folder"
+    return None
