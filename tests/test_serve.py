@@ -112,7 +112,9 @@ def _metric(server, name: str) -> float:
     (b'{"texts": []}', {"content-type": "application/json"}, 422, "texts is empty"),
     (b'{"texts": ["ok", "  "]}', {"content-type": "application/json"}, 422, "texts[1] is empty"),
     (b'{"texts": ["ok"]}', {"content-type": "text/plain"}, 422, "Content-Type: application/json"),
-    (json.dumps({"texts": ["好"] * 17}).encode(), {"content-type": "application/json"}, 413, "limit is 16"),
+    (json.dumps({"texts": ["好"] * 17}).encode(), {"content-type": "application/json"}, 422, "limit is 16"),
+    (b'{"texts": ["ok"], "top_k": 2.5}', {"content-type": "application/json"}, 422, "valid integer"),
+    (b'{"texts": ["ok"], "top_k": true}', {"content-type": "application/json"}, 422, "valid integer"),
     (json.dumps({"texts": ["好" * 3000] * 3}).encode(), {"content-type": "application/json"}, 413, "20000 bytes"),
 ])
 def test_every_bad_request_gets_its_status_and_a_json_message(server, body, headers, status, message):

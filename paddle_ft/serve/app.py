@@ -1,9 +1,9 @@
 """The FastAPI application: POST /v1/classify, GET /healthz, /readyz, /metrics, /openapi.json.
 
 Every error, of every status, answers JSON `{"error": {"status": N, "message": "..."}}`: a body that is
-not JSON (malformed, not UTF-8, too deeply nested, an unreadable number), wrong types, an empty list, an
-empty text or one that is not valid Unicode 422; unknown path 404; wrong method 405; a body sent too
-slowly 408; too many texts or too large a body 413; a full queue or a model still loading 503 with
+not JSON (malformed, not UTF-8, too deeply nested, an unreadable number), wrong types, an empty list,
+too many texts, an empty text or one that is not valid Unicode 422; unknown path 404; wrong method 405;
+a body sent too slowly 408; too large a body 413; a full queue or a model still loading 503 with
 Retry-After; a failure of the model itself 500, for the request that caused it only. Input never
 crashes the server.
 """
@@ -16,10 +16,13 @@ import time
 from contextlib import asynccontextmanager
 from typing import Callable
 
+from typing import Annotated
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictStr, WithJsonSchema
 from starlette.exceptions import HTTPException
 
 from paddle_ft.errors import UserError
@@ -30,10 +33,32 @@ from paddle_ft.serve.metrics import Metrics
 from paddle_ft.serve.options import Limits
 
 
+# Documented, not validated by pydantic: the handler checks them itself, so that each answers with a
+# message that says how to fix it (and too many texts with 413, as the other size limits)
+# "visible" as Python's str.isspace() sees it, which differs from a JSON Schema (ECMA-262) \s: spelled out
+_BLANKS = "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())  # none lies above U+3000
+VisibleText = Annotated[StrictStr, WithJsonSchema({"type": "string", "pattern": f"[^{_BLANKS}]",
+                                                   "description": "a text with at least one visible character"})]
+
+
+def _json_integer(value):
+    """An integer as JSON Schema means it: 2 and 2.0, not 2.5, "2" or true."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError("Input should be a valid integer")
+
+
+JsonInteger = Annotated[int, PlainValidator(_json_integer), WithJsonSchema({"type": "integer"})]
+
+
 class ClassifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    texts: list[StrictStr] = Field(description="texts to classify, at most max_texts of them")
-    top_k: StrictInt = Field(1, description="labels returned per text, best first")
+    texts: list[VisibleText] = Field(description="texts to classify, at most max_texts of them",
+                                     json_schema_extra={"minItems": 1})
+    top_k: JsonInteger = Field(1, description="labels returned per text, best first (at most the number of labels)",
+                               json_schema_extra={"minimum": 1})
 
 
 class LabelScore(BaseModel):
@@ -193,7 +218,7 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
         except UserError as exc:
             return error(422, str(exc))
         if len(body.texts) > limits.max_texts:
-            return error(413, f"{len(body.texts)} texts in one request; the limit is {limits.max_texts}: split it")
+            return error(422, f"{len(body.texts)} texts in one request; the limit is {limits.max_texts}: split it")
         if not 1 <= body.top_k <= len(predictor.labels):
             return error(422, f"top_k={body.top_k}: give 1 to {len(predictor.labels)}")
         try:
@@ -223,9 +248,27 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
         message = "loading" if state["load_error"] is None else f"failed to load: {state['load_error']}"
         return error(503, message, {"Retry-After": str(limits.retry_after_s)})
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                              "description": "Prometheus text exposition format"}})
     async def prometheus():
         return PlainTextResponse(metrics.render(), media_type=metrics.content_type)
+
+    def openapi() -> dict:
+        """FastAPI's schema plus the limits this server runs with: max_texts, and the number of labels
+        once the model is loaded (until then the schema is not cached)."""
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        request = schema["components"]["schemas"]["ClassifyRequest"]["properties"]
+        request["texts"]["maxItems"] = limits.max_texts
+        if state["predictor"] is None:
+            return schema
+        request["top_k"]["maximum"] = len(state["predictor"].labels)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi
 
     app.state.batcher, app.state.metrics = batcher, metrics
     return app
