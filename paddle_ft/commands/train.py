@@ -37,7 +37,7 @@ def run(config_path: str, overrides: list[str]) -> int:
             recover_leftovers(folder, log)  # a run killed while saving: put best/ back, drop half-written folders
     resume_from = find_resume_checkpoint(config, output_dir)
     if dist.is_main:
-        prepare_output_dir(output_dir, resuming=resume_from is not None)
+        prepare_output_dir(output_dir, resuming=config.train.resume is not None)
     seed_everything(config.seed)
 
     dataset = read_dataset(config.data)
@@ -107,10 +107,11 @@ def find_resume_checkpoint(config: Config, output_dir: Path) -> Path | None:
         found = newest_verified_checkpoint(output_dir / "checkpoints", warn=log)
         if found:
             return found
-        if (output_dir / "metrics.jsonl").exists():
-            raise UserError(f"{output_dir} holds a run but no complete checkpoint to resume from; "
-                            "start a new run in another output_dir")
-        log(f"train.resume=auto: no checkpoint in {output_dir} yet, starting a new run")
+        if (output_dir / "results.json").exists():  # a finished run: starting over would replace its best/
+            raise UserError(f"{output_dir} holds a finished run and no complete checkpoint to resume from; start a "
+                            "new run in another output_dir")
+        # nothing to lose: a run stopped before its first checkpoint starts again from step 0
+        log(f"train.resume=auto: no complete checkpoint in {output_dir} yet, starting the run from step 0")
         return None
     path = Path(resume)
     try:
