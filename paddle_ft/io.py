@@ -92,7 +92,8 @@ def check_output_file(path: str | Path, option: str) -> Path:
 
 
 def check_output_folder(path: str | Path, option: str) -> Path:
-    """A folder a command will create (with its parents) or fill: no file may stand in its way."""
+    """A folder a command will create (with its parents) or fill: no file may stand in its way, and its
+    parent must really take a new folder (tried, not judged from permission bits, which root ignores)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise UserError(f"{option} {path} is a file; give a folder path")
@@ -100,8 +101,13 @@ def check_output_folder(path: str | Path, option: str) -> Path:
     if existing is not None and not existing.is_dir():
         raise UserError(f"{option} {path}: {existing} is a file, so nothing can be created under it; "
                         "choose another path")
-    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{option} {path}: {existing} is not writable; choose another path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.parent / f".paddle_ft-probe-{os.getpid()}"
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as exc:
+        raise UserError(f"{option} {path} cannot be created there ({exc.strerror}); choose another path") from None
     return path
 
 

@@ -55,6 +55,13 @@ def test_unknown_override_key_says_it_came_from_o():
     ("data.format=xlsx", "config key 'data.format' (from -o): expected one of tsv, csv, jsonl, got 'xlsx'"),
     ("train=3", "config key 'train' (from -o): expected a mapping, got 3"),
     ("model.scratch.num_heads=3", "config key 'model.scratch.num_heads' (from -o): must divide hidden_size (128)"),
+    ("train.learning_rate=.inf", "config key 'train.learning_rate' (from -o): expected a finite number, got inf"),
+    ("train.learning_rate=1e999", "config key 'train.learning_rate' (from -o): expected a finite number, got '1e999'"),
+    ("train.warmup=.nan", "config key 'train.warmup' (from -o): expected a finite number, got nan"),
+    ("seed=-1", "config key 'seed' (from -o): expected an integer from 0 to 2**32 - 1, got -1"),
+    ("seed=99999999999", "config key 'seed' (from -o): expected an integer from 0 to 2**32 - 1, got 99999999999"),
+    ("train.epochs=" + "9" * 30, "config key 'train.epochs' (from -o): expected an integer below 2**63, got 99999"),
+    ("output_dir=''", "config key 'output_dir' (from -o): expected a folder path, got ''"),
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(ConfigError) as info:

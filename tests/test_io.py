@@ -72,6 +72,13 @@ def test_output_file_guard(tmp_path, make, fragment):
         check_output_file(target, "--errors")
 
 
+def test_output_folder_guard_tries_the_parent_for_real(tmp_path):
+    with pytest.raises(UserError, match=r"^--output /proc/paddle_ft/export cannot be created there"):
+        check_output_folder("/proc/paddle_ft/export", "--output")  # root may write anywhere, but not there
+    check_output_folder(tmp_path / "a" / "b" / "export", "--output")
+    assert (tmp_path / "a" / "b").is_dir() and list((tmp_path / "a" / "b").iterdir()) == []
+
+
 def test_output_folder_guard_names_the_file_in_the_way(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(UserError, match=r"--output .*/f/export: .*/f is a file"):

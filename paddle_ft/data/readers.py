@@ -142,7 +142,7 @@ def _csv_rows(path: Path):
     with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as handle:
         reader = csv.reader(handle, strict=True)
         while True:
-            start = reader.line_num + 1  # the record about to be read starts on this line (or a blank before it)
+            start = reader.line_num + 1  # the record about to be read starts on this line (a blank line is a record)
             try:
                 fields = next(reader)
             except StopIteration:
