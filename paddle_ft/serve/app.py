@@ -33,9 +33,9 @@ from paddle_ft.serve.metrics import Metrics
 from paddle_ft.serve.options import Limits
 
 
-# Documented, not validated by pydantic: the handler checks them itself, so that each answers with a
-# message that says how to fix it (and too many texts with 413, as the other size limits)
-# "visible" as Python's str.isspace() sees it, which differs from a JSON Schema (ECMA-262) \s: spelled out
+# Text and count limits are documented in the schema but checked by the handler, not by pydantic, so
+# that each answer says how to fix the request. "Visible" is as Python's str.isspace() sees it, which
+# differs from a JSON Schema (ECMA-262) \s: the blanks are spelled out.
 _BLANKS = "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())  # none lies above U+3000
 VisibleText = Annotated[StrictStr, WithJsonSchema({"type": "string", "pattern": f"[^{_BLANKS}]",
                                                    "description": "a text with at least one visible character"})]
