@@ -39,11 +39,11 @@ class Predictor:
         from paddle import inference
         from paddlenlp.transformers import AutoTokenizer
 
-        check_device(device, precision)
-        if use_tensorrt and device != "gpu":
-            raise UserError("TensorRT needs --device gpu")
         model_dir = Path(model_dir)
         program = program_file(model_dir)
+        if use_tensorrt:
+            check_tensorrt(program, device)
+        check_device(device, precision)
         info = _read_json(model_dir / EXPORT_INFO, dict)
         self.max_length = info.get("max_length")
         if not isinstance(self.max_length, int) or self.max_length < 2:
@@ -176,6 +176,18 @@ def check_device(device: str, precision: str) -> None:
         if not paddle.is_compiled_with_cuda():
             raise UserError("device 'gpu' asked for, but this paddle build has no CUDA: install paddlepaddle-gpu "
                             "or use --device cpu")
+
+
+def check_tensorrt(program: Path, device: str) -> None:
+    """TensorRT through Paddle Inference's `enable_tensorrt_engine` applies to `.pdmodel` programs only;
+    a Paddle 3 export is a PIR `model.json`, for which it is silently ignored (the run would be plain
+    GPU fp32 labelled TensorRT). Refuse instead of pretending."""
+    if device != "gpu":
+        raise UserError("TensorRT needs --device gpu")
+    if program.suffix == ".json":
+        raise UserError(f"--tensorrt: {program} is a Paddle 3 (PIR) program, which Paddle Inference's TensorRT "
+                        "engine does not run (it takes .pdmodel programs only); use --device gpu --precision fp16 "
+                        "without --tensorrt")
 
 
 def check_texts(texts: list[str], item: str = "text {}") -> None:

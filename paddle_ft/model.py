@@ -62,7 +62,11 @@ def save_model(model: BERTForTextClassification, directory: Path, meta: dict) ->
     config = model.encoder.config
     config.architectures = [type(model.encoder).__name__]  # lets AutoModel.from_config pick the class
     config.save_pretrained(str(directory))
-    paddle.save(model.state_dict(), str(directory / MODEL_STATE))
+    # float32 whatever precision training ran in (AMP O2 keeps weights in float16/bfloat16): a saved model
+    # is loaded into a float32 model by eval, export and the next fine-tune
+    state = {name: tensor.astype("float32") if tensor.dtype in (paddle.float16, paddle.bfloat16) else tensor
+             for name, tensor in model.state_dict().items()}
+    paddle.save(state, str(directory / MODEL_STATE))
     meta = {"num_classes": model.classifier.weight.shape[1], **meta}
     (directory / MODEL_META).write_text(json.dumps(meta, ensure_ascii=False, indent=2), encoding="utf-8")
 

@@ -90,3 +90,29 @@ def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, data_dir, vocab_
     assert bench["tokenizer"]["paddle_ft"]["class"] == "FastBertTokenizer"
     assert (out / "bench.png").is_file() and "| paddle_ft engine |" in (out / "bench.md").read_text(encoding="utf-8")
     assert "| paddle_ft engine |" in done.stdout
+
+
+class FakeJobs:
+    """Runs nothing: batches up to `fits` succeed; a larger one fails with `failure` in its log."""
+
+    def __init__(self, fits: int, failure: str):
+        self.fits, self.failure, self.names = fits, failure, []
+
+    def paddle(self, name, args):
+        from paddle_ft.bench.run import is_out_of_memory
+
+        self.names.append((name, args["name"]))
+        if args["overrides"]["train.batch_size"] <= self.fits:
+            return {"samples_per_s": 1.0}
+        return {"samples_per_s": None, "error": "exit 1; see log", "out_of_memory": is_out_of_memory(self.failure)}
+
+
+def test_largest_batch_names_runs_by_precision_and_tells_oom_from_other_failures():
+    from paddle_ft.bench.run import largest_batch
+
+    oom = FakeJobs(128, "ResourceExhaustedError: Out of memory error on GPU 0. Cannot allocate 1.2GB")
+    assert largest_batch(oom, {}, "fp16", {"train.amp.enabled": True}) == (128, None)
+    other = FakeJobs(32, "error: /x/paddle_ft-batch-64 already holds a training run")
+    assert largest_batch(other, {}, "bf16", {}) == (32, "exit 1; see log")  # not counted as out of memory
+    names = [name for name, _ in oom.names + other.names]
+    assert len(names) == len(set(names)) and all("fp16" in n or "bf16" in n for n in names)

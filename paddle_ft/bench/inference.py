@@ -90,7 +90,8 @@ def _precision_predictors(export_dir: Path, threads: int) -> tuple[dict, list[st
     """The reduced-precision rows this machine can run, and why the others are missing."""
     import paddle
 
-    from paddle_ft.infer import Predictor
+    from paddle_ft.errors import UserError
+    from paddle_ft.infer import Predictor, check_tensorrt, program_file
     from paddle_ft.runtime import cpu_supports_bf16
 
     predictors, skipped = {}, []
@@ -101,9 +102,14 @@ def _precision_predictors(export_dir: Path, threads: int) -> tuple[dict, list[st
     if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
         predictors["paddle_inference_gpu"] = Predictor(export_dir, device="gpu")
         predictors["paddle_inference_gpu_fp16"] = Predictor(export_dir, device="gpu", precision="fp16")
-        if paddle.inference.get_trt_compile_version()[0]:
+        try:
+            check_tensorrt(program_file(export_dir), "gpu")
+            if not paddle.inference.get_trt_compile_version()[0]:
+                raise UserError("this paddle build has no TensorRT")
             predictors["paddle_inference_gpu_tensorrt_fp16"] = Predictor(export_dir, device="gpu", precision="fp16",
                                                                          use_tensorrt=True)
+        except UserError as exc:
+            skipped.append(f"TensorRT fp16: {exc}")
     else:
         skipped.append("GPU fp32/fp16/TensorRT: no CUDA GPU here")
     return predictors, skipped

@@ -9,6 +9,7 @@ Jobs: `paddle_ft` (our engine, through the real `train` command), `paddlenlp_tra
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -37,6 +38,7 @@ def paddle_ft(args: dict) -> dict:
 
     runtime.configure()
     output_dir = Path(args["workdir"]) / f"paddle_ft-{args.get('name', 'fp32')}"
+    shutil.rmtree(output_dir, ignore_errors=True)  # the bench's own scratch run: a second bench starts afresh
     overrides = _scratch_overrides(Path(args["demo"]), output_dir, args["steps"], args["threads"])
     if args.get("dev"):  # a full run scored on dev (the AMP table's accuracy column)
         overrides += [f"data.dev={Path(args['demo']) / 'dev.tsv'}", "train.max_steps=null", "train.epochs=1"]

@@ -129,9 +129,18 @@ class Jobs:
         seconds = time.perf_counter() - started
         if done.returncode != 0 or not marked:
             print(f"bench: {name} failed after {seconds:.0f} s (exit {done.returncode}); see {log}", file=sys.stderr)
-            return {"samples_per_s": None, "error": f"exit {done.returncode}; see {log}"}
+            return {"samples_per_s": None, "error": f"exit {done.returncode}; see {log}",
+                    "out_of_memory": is_out_of_memory(log.read_text(encoding="utf-8", errors="replace"))}
         print(f"bench: {name} done in {seconds:.0f} s", file=sys.stderr, flush=True)
         return {**json.loads(marked[-1][len(RESULT_MARK):]), "job_seconds": round(seconds, 1)}
+
+
+# what Paddle prints when a CUDA allocation fails (ResourceExhaustedError "Out of memory error on GPU ...")
+_OUT_OF_MEMORY = ("ResourceExhausted", "Out of memory", "out of memory", "CUDA error(2)")
+
+
+def is_out_of_memory(log: str) -> bool:
+    return any(mark in log for mark in _OUT_OF_MEMORY)
 
 
 def _package_root() -> str:
@@ -185,20 +194,25 @@ def amp_table(jobs: "Jobs", common: dict, fp32: dict, train_examples: int) -> di
             **common, "name": precision.split()[0], "overrides": overrides})
         accuracy = jobs.paddle(f"amp-{precision.split()[0]}-epoch", {
             **common, "name": precision.split()[0] + "-epoch", "overrides": overrides, "dev": True})
-        rows.append(row(precision, measured, largest_batch(jobs, common, overrides), accuracy.get("dev_accuracy")))
+        largest, failure = largest_batch(jobs, common, precision.split()[0], overrides)
+        rows.append({**row(precision, measured, largest, accuracy.get("dev_accuracy")),
+                     **({"largest_batch_error": failure} if failure else {})})
     return {"device": "gpu", "rows": rows, "note": "GPU: accuracy is dev accuracy after one epoch"}
 
 
-def largest_batch(jobs: "Jobs", common: dict, overrides: dict, limit: int = 4096) -> int | None:
-    """Double the batch from 32 until a 3-step run fails (out of memory); the last one that ran."""
+def largest_batch(jobs: "Jobs", common: dict, precision: str, overrides: dict,
+                  limit: int = 4096) -> tuple[int | None, str | None]:
+    """Double the batch from 32 until a 3-step run runs out of memory: (the last batch that ran, None).
+    Any other failure ends the search too, and is returned instead of being taken for out-of-memory."""
     size, fits = 32, None
     while size <= limit:
-        result = jobs.paddle(f"largest-batch-{size}", {**common, "steps": 3, "name": f"batch-{size}",
-                                                         "overrides": {**overrides, "train.batch_size": size}})
+        name = f"largest-batch-{precision}-{size}"  # one run folder per precision and size
+        result = jobs.paddle(name, {**common, "steps": 3, "name": name,
+                                    "overrides": {**overrides, "train.batch_size": size}})
         if "error" in result:
-            break
+            return fits, None if result.get("out_of_memory") else result["error"]
         fits, size = size, size * 2
-    return fits
+    return fits, None
 
 
 def machine(threads: int, infer: dict, hf: dict) -> dict:

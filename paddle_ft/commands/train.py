@@ -13,6 +13,7 @@ from paddle_ft import runtime
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
 from paddle_ft.config import Config, config_to_dict, load_config, save_config
 from paddle_ft.engine import distributed
+from paddle_ft.engine.amp import check_amp_supported
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine.checkpoint import CorruptCheckpoint, newest_verified_checkpoint, verify_checkpoint
 from paddle_ft.engine.cpu_linear import use_fast_linear
@@ -30,6 +31,7 @@ def run(config_path: str, overrides: list[str]) -> int:
     config = load_config(config_path, overrides)
     if config.data.train is None:
         raise ConfigError("data.train", "training needs a training file; set data.train")
+    check_amp_supported(config.train.amp, paddle.device.get_device())
     dist = distributed.from_environment()
     output_dir = Path(config.output_dir)
     if config.train.resume is not None and dist.is_main:

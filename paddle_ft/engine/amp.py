@@ -6,6 +6,7 @@ import contextlib
 import paddle
 
 from paddle_ft.config import AmpConfig
+from paddle_ft.errors import ConfigError
 
 
 class StepRunner:
@@ -52,7 +53,7 @@ class StepRunner:
             self._skipped += self.scaler._found_inf.astype("int64").sum()
         if self.max_grad_norm is None:
             return None
-        return paddle.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
+        return clip_grad_norm(parameters, self.max_grad_norm)
 
     def skip(self, optimizer) -> None:
         """Drop this step's gradients (its loss was not finite) and count it as skipped."""
@@ -71,3 +72,39 @@ class StepRunner:
     @property
     def loss_scale(self) -> float:
         return self.scaler._scale.item() if self.scaler.is_enable() else 1.0
+
+
+@paddle.no_grad()
+def clip_grad_norm(parameters, max_norm: float) -> paddle.Tensor:
+    """Scale all gradients so that their global L2 norm is at most `max_norm`; returns the norm before.
+
+    Paddle's `clip_grad_norm_` stacks the per-tensor norms in each gradient's own dtype, which fails when
+    they differ: AMP O2 keeps LayerNorm weights (so their gradients) in float32 and the rest in float16
+    (`InvalidArgument ... float16 does not match float32`; on CPU float16 has no p_norm kernel at all). Here
+    every norm is taken in float32, where a float16 sum of squares cannot overflow, and each gradient is
+    scaled in its own dtype. For float32 gradients it computes what Paddle's does.
+    """
+    grads = [p.grad_ for p in parameters if p.grad_ is not None]  # grad_: the gradient itself, to scale in place
+    if not grads:
+        return paddle.zeros([], dtype="float32")
+    norms = [paddle.linalg.norm(g.detach() if g.dtype == paddle.float32 else g.detach().astype("float32"))
+             for g in grads]
+    total = paddle.linalg.norm(paddle.stack(norms))
+    scale = paddle.clip(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.multiply_(scale if g.dtype == paddle.float32 else scale.astype(g.dtype))
+    return total
+
+
+def check_amp_supported(amp: AmpConfig, device: str) -> None:
+    """Refuse a precision this GPU cannot run: below compute capability 8.0 (V100, T4) bfloat16, and below
+    7.0 float16, make `auto_cast` warn and run float32 and `decorate` return the model unchanged, so the
+    run would be float32 while its config and logs say otherwise. On CPU AMP changes nothing (README)."""
+    if not amp.enabled or not device.startswith("gpu"):
+        return
+    supported = paddle.amp.is_bfloat16_supported if amp.dtype == "bfloat16" else paddle.amp.is_float16_supported
+    if not supported(device):
+        name = paddle.device.cuda.get_device_name() if paddle.is_compiled_with_cuda() else device
+        raise ConfigError("train.amp.dtype", f"{amp.dtype} is not supported on {name} (Paddle would silently run "
+                          "float32); use float16 on compute capability 7.0+, bfloat16 on 8.0+, or "
+                          "train.amp.enabled=false")

@@ -54,8 +54,34 @@ class TrainState:
 
 
 def capture_rng() -> dict:
-    """This process's python, numpy and paddle RNG states."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "paddle": paddle.get_rng_state()}
+    """This process's python, numpy and paddle RNG states: paddle's CPU generator and, on a GPU, the
+    generator of the one device this process uses. (`paddle.get_rng_state()` returns one state per
+    visible GPU, and restoring it where another number of GPUs is visible fails.)"""
+    from paddle.base import core
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "paddle_cpu": core.default_cpu_generator().get_state()}
+    gpu = _gpu_id()
+    if gpu is not None:
+        state["paddle_gpu"] = core.default_cuda_generator(gpu).get_state()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    """Put back what `capture_rng` took, on the GPU this process uses (whichever id it has here)."""
+    from paddle.base import core
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    core.default_cpu_generator().set_state(state["paddle_cpu"])
+    gpu = _gpu_id()
+    if gpu is not None and "paddle_gpu" in state:
+        core.default_cuda_generator(gpu).set_state(state["paddle_gpu"])
+
+
+def _gpu_id() -> int | None:
+    device = paddle.device.get_device()  # "cpu" or "gpu:N"
+    return int(device.split(":")[1]) if device.startswith("gpu:") else None
 
 
 def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, state: TrainState,
@@ -81,7 +107,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int =
     verify_checkpoint(path)
     model_state = paddle.load(str(path / "model_state.pdparams"))
     _check_fits(path, model_state, model)
-    model.set_state_dict(model_state)
+    model.set_state_dict(_in_dtypes_of(model, model_state))
     structured_to_internal = {v: k for k, v in _internal_to_structured(model).items()}
     optimizer.set_state_dict(_rename_keys(paddle.load(str(path / "optimizer.pdopt")), structured_to_internal))
     scheduler.set_state_dict(paddle.load(str(path / "scheduler.pdparams")))
@@ -92,11 +118,16 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int =
     if rank >= len(rng_states):
         raise UserError(f"checkpoint {path} was written by {len(rng_states)} process(es); resume it with the same "
                         "number of processes")
-    rng = rng_states[rank]
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    paddle.set_rng_state(rng["paddle"])
+    restore_rng(rng_states[rank])
     return TrainState(**json.loads((path / TRAINER_STATE).read_text()))
+
+
+def _in_dtypes_of(model, state: dict) -> dict:
+    """`state` with each tensor cast to the dtype of the model's own (an AMP O2 run keeps most weights in
+    float16/bfloat16; a resume with another AMP setting must still load)."""
+    own = model.state_dict()
+    return {name: tensor.astype(own[name].dtype) if tensor.dtype != own[name].dtype else tensor
+            for name, tensor in state.items()}
 
 
 def _check_fits(path: Path, saved: dict, model) -> None:

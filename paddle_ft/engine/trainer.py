@@ -141,7 +141,8 @@ def train(model, splits: Splits, config: Config, output_dir: Path, label_names: 
                 due_eval = (tc.eval_every and state.global_step % tc.eval_every == 0) or end_of_epoch or stop
                 due_save = due_eval or (tc.save_every and state.global_step % tc.save_every == 0)
                 if due_eval and splits.dev is not None:
-                    metric = _evaluate_dev(raw_model, splits.dev, tc, pad_token_id, label_names, events, state, dist)
+                    metric = _evaluate_dev(raw_model, splits.dev, tc, pad_token_id, label_names, events, state, dist,
+                                           runner.autocast)
                     if _track_best(state, metric):
                         if dist.is_main:
                             save_best(raw_model, best_dir)
@@ -202,13 +203,14 @@ def _forward_backward(model, runner: StepRunner, features: Features, group: list
 
 
 def _evaluate_dev(model, dev: Features, tc, pad_token_id, label_names, events, state: TrainState,
-                  dist: Distributed):
+                  dist: Distributed, autocast):
     """Each rank scores every world_size-th dev example; the gathered predictions cover each example
-    exactly once, so every rank computes the same metrics."""
+    exactly once, so every rank computes the same metrics. `autocast` is training's: an O2 model run
+    outside it would compute in pure float16, without Paddle's list of ops kept in float32."""
     mine = np.arange(dist.rank, len(dev), dist.world_size)
     probs = np.zeros((len(dev), len(label_names)), dtype=np.float32)
     for indices, part in dist.gather((mine, predict_probabilities(model, dev, tc.eval_batch_size, pad_token_id,
-                                                                  mine))):
+                                                                  mine, autocast))):
         probs[indices] = part
     report = classification_report(dev.labels, probs.argmax(axis=1), label_names)
     if events:
@@ -251,25 +253,28 @@ def _diverged_message(state: TrainState, limit: int, checkpoints_dir: Path) -> s
 def _final_results(model, splits, best_dir, state: TrainState, metric, batch_size, pad_token_id, label_names,
                    runner) -> dict:
     """Metrics of the best model (reloaded from best/) on dev and test."""
-    model.set_state_dict(paddle.load(str(best_dir / MODEL_STATE)))
+    best = paddle.load(str(best_dir / MODEL_STATE))  # float32 on disk; the model may be float16 (O2)
+    model.set_state_dict({k: v.astype(model.state_dict()[k].dtype) for k, v in best.items()})
     results = {"best_step": state.best_step, "metric": metric, "skipped_steps": runner.skipped_steps}
     for name in ("dev", "test"):
         features = getattr(splits, name)
         if features is not None:
-            results[name], _ = evaluate(model, features, batch_size, pad_token_id, label_names)
+            results[name], _ = evaluate(model, features, batch_size, pad_token_id, label_names, runner.autocast)
     return results
 
 
 @paddle.no_grad()
 def predict_probabilities(model, features: Features, batch_size: int, pad_token_id: int,
-                          subset: np.ndarray | None = None) -> np.ndarray:
-    """Softmax probabilities [n, num_classes] of `features` (or of the examples in `subset`), in order."""
+                          subset: np.ndarray | None = None, autocast=contextlib.nullcontext) -> np.ndarray:
+    """Softmax probabilities [n, num_classes] of `features` (or of the examples in `subset`), in order,
+    computed under `autocast()` (training's precision)."""
     model.eval()
     subset = np.arange(len(features)) if subset is None else np.asarray(subset)
     out = np.zeros((len(subset), model.classifier.weight.shape[1]), dtype=np.float32)
     for positions in eval_batches(features.lengths[subset], batch_size):
         batch = pad_batch(features, subset[positions].tolist(), pad_token_id)
-        logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
+        with autocast():
+            logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
         out[positions] = F.softmax(logits.astype("float32"), axis=-1).numpy()  # [batch, num_classes]
     if not np.isfinite(out).all():  # NaN weights score "accuracy" by chance: never report that as a result
         raise TrainingDiverged("the model's scores are NaN/inf: its weights are not finite (training diverged); "
@@ -278,9 +283,9 @@ def predict_probabilities(model, features: Features, batch_size: int, pad_token_
 
 
 def evaluate(model, features: Features, batch_size: int, pad_token_id: int,
-             label_names: tuple[str, ...]) -> tuple[dict, np.ndarray]:
+             label_names: tuple[str, ...], autocast=contextlib.nullcontext) -> tuple[dict, np.ndarray]:
     """(classification report, probabilities) of `model` on labelled `features`."""
-    probs = predict_probabilities(model, features, batch_size, pad_token_id)
+    probs = predict_probabilities(model, features, batch_size, pad_token_id, autocast=autocast)
     return classification_report(features.labels, probs.argmax(axis=1), label_names), probs
 
 

@@ -1,0 +1,119 @@
+"""The GPU path's failure modes, reproduced on CPU where they can be (issue 10): mixed-dtype clipping
+under AMP O2, saving an O2 model, parity computed on one device, silent fp32 on older GPUs, and RNG
+state that depends on how many GPUs are visible."""
+import numpy as np
+import paddle
+import pytest
+
+from conftest import LABELS
+from paddle_ft.config import AmpConfig
+from paddle_ft.data.labels import LabelMap
+from paddle_ft.engine.amp import check_amp_supported, clip_grad_norm
+from paddle_ft.engine.checkpoint import capture_rng, restore_rng
+from paddle_ft.errors import ConfigError
+
+
+def mixed_dtype_parameters():
+    """One 16-bit and one float32 parameter with gradients, as AMP O2 leaves LayerNorm next to the rest
+    (bfloat16 here: the CPU kernels have no float16 multiply; a GPU run has float16)."""
+    constant = paddle.nn.initializer.Constant(0.5)
+    half = paddle.create_parameter([4], "bfloat16", default_initializer=constant)
+    full = paddle.create_parameter([3], "float32", default_initializer=constant)
+    loss = (half.astype("float32") * paddle.to_tensor([3.0, 0, 4, 0])).sum() + (full * 12).sum()
+    loss.backward()
+    return half, full
+
+
+def test_paddles_own_clipping_fails_on_mixed_dtypes_and_ours_does_not():
+    half, full = mixed_dtype_parameters()
+    with pytest.raises(Exception):  # CPU: no float16 p_norm kernel; GPU: stacking float16 with float32 norms
+        paddle.nn.utils.clip_grad_norm_([half, full], 1.0)
+    total = clip_grad_norm([half, full], 1.0)
+    expected = np.sqrt(3**2 + 4**2 + 3 * 12**2)  # 21.42
+    assert float(total) == pytest.approx(expected, rel=1e-6)
+    assert half.grad.dtype == paddle.bfloat16 and full.grad.dtype == paddle.float32
+    clipped = np.concatenate([half.grad.astype("float32").numpy(), full.grad.numpy()])
+    assert np.linalg.norm(clipped) == pytest.approx(1.0, rel=1e-2)  # bfloat16 rounding of the scaled grads
+
+
+def test_clipping_matches_paddles_on_float32(make_model, tokenizer):
+    results = []
+    for clip in (paddle.nn.utils.clip_grad_norm_, clip_grad_norm):
+        model = make_model(seed=2)
+        model(paddle.to_tensor([[2, 7, 8, 9, 3]])).sum().backward()
+        total = clip(model.parameters(), 0.01)
+        results.append((float(total), [p.grad.numpy() for p in model.parameters()]))
+    (paddle_total, paddle_grads), (our_total, our_grads) = results
+    assert our_total == pytest.approx(paddle_total, rel=1e-6)
+    assert all(np.allclose(a, b, rtol=1e-6, atol=1e-9) for a, b in zip(paddle_grads, our_grads))
+
+
+def test_a_float16_model_is_saved_in_float32_and_reloads(make_model, tokenizer, tmp_path):
+    from paddle_ft.model import load_model, save_model
+
+    model = make_model(seed=3)
+    model.to(dtype="float16")  # what AMP O2 leaves: float16 weights
+    assert model.classifier.weight.dtype == paddle.float16
+    save_model(model, tmp_path, {"max_length": 64})
+    loaded, _ = load_model(tmp_path)  # a float32 model: "Variable dtype not match" before the fix
+    for (name, original), reloaded in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert reloaded.dtype == paddle.float32, name
+        assert np.array_equal(original.astype("float32").numpy(), reloaded.numpy()), name
+
+
+def test_export_computes_both_sides_of_parity_on_the_cpu(make_model, tokenizer, tmp_path, monkeypatch):
+    """In a CUDA build the model would load onto the GPU (TF32) while the parity predictor runs on CPU."""
+    import paddle_ft.export as export
+    from paddle_ft.model import save_model
+
+    best = tmp_path / "best"
+    best.mkdir()
+    save_model(make_model(seed=5), best, {"dropout": 0.0, "max_length": 64})
+    tokenizer.save_pretrained(str(best))
+    LabelMap(LABELS).save(best)
+    device, calls = ["gpu:0"], []  # as in a CUDA build
+    monkeypatch.setattr(paddle.device, "get_device", lambda: device[0])
+    monkeypatch.setattr(paddle.device, "set_device", lambda name: calls.append(name) or device.__setitem__(0, name))
+    real_load = export.load_model
+    monkeypatch.setattr(export, "load_model", lambda d: calls.append(f"load on {device[0]}") or real_load(d))
+    export.export_model(best, tmp_path / "export")
+    assert calls == ["cpu", "load on cpu", "gpu:0"]
+
+
+@pytest.mark.parametrize("dtype, check", [("bfloat16", "is_bfloat16_supported"), ("float16", "is_float16_supported")])
+def test_amp_on_a_gpu_without_that_precision_is_refused(dtype, check, monkeypatch):
+    monkeypatch.setattr(paddle.amp, check, lambda device=None: False)  # a T4 (bf16) or a pre-Volta GPU
+    amp = AmpConfig(enabled=True, dtype=dtype)
+    with pytest.raises(ConfigError, match=rf"config key 'train.amp.dtype': {dtype} is not supported on"):
+        check_amp_supported(amp, "gpu:0")
+    check_amp_supported(amp, "cpu")  # AMP on CPU changes nothing, and says so in the README
+    check_amp_supported(AmpConfig(enabled=False, dtype=dtype), "gpu:0")
+
+
+def test_rng_state_holds_this_process_device_only_and_restores_exactly():
+    state = capture_rng()
+    assert set(state) == {"python", "numpy", "paddle_cpu"}  # on a GPU also "paddle_gpu": one device, any count
+    first = (paddle.rand([3]).numpy(), np.random.rand(2), __import__("random").random())
+    restore_rng(state)
+    second = (paddle.rand([3]).numpy(), np.random.rand(2), __import__("random").random())
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+
+
+@pytest.mark.gpu
+def test_rng_state_on_a_gpu_is_that_of_the_device_in_use():
+    state = capture_rng()
+    assert "paddle_gpu" in state
+    first = paddle.rand([3]).numpy()
+    restore_rng(state)
+    assert np.array_equal(first, paddle.rand([3]).numpy())
+
+
+def test_tensorrt_on_a_paddle_3_export_is_refused_not_silently_ignored(tmp_path):
+    from conftest import export_tiny_model
+    from paddle_ft.errors import UserError
+    from paddle_ft.infer import Predictor
+
+    export = export_tiny_model(tmp_path)
+    assert (export / "model.json").is_file()  # Paddle 3 writes PIR programs
+    with pytest.raises(UserError, match=r"--tensorrt: .*model.json is a Paddle 3 \(PIR\) program"):
+        Predictor(export, device="gpu", precision="fp16", use_tensorrt=True)
