@@ -1,13 +1,14 @@
 # make demo   build the demo data, train, evaluate, export and predict (creates .venv on first use)
 # make test   run the test suite
 # make test-fast   the suite without the tests that start processes, servers or launchers (the inner loop)
+# make gpu-check   on a GPU machine: train fp32/fp16/bf16, resume, export, GPU predictors, 2 GPUs (tools/gpu_check.py)
 # make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
 VENV ?= .venv
 PEERS ?= .venv-peers
 PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
 
-.PHONY: demo test test-fast bench bench-peers install clean
+.PHONY: demo test test-fast gpu-check bench bench-peers install clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +34,10 @@ test: $(VENV)/.installed
 
 test-fast: $(VENV)/.installed
 	$(PYTHON) -m pytest -q -m "not slow" tests
+
+# in the official Paddle GPU image: pip install . first, then python tools/gpu_check.py (this target uses the venv)
+gpu-check: $(VENV)/.installed
+	$(PYTHON) tools/gpu_check.py --output out/gpu_check
 
 bench: $(VENV)/.installed data/demo/train.tsv
 	$(PYTHON) tools/bench.py --output out/bench
