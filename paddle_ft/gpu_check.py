@@ -86,6 +86,8 @@ def run_checks(work: Path, config: Path, device: str, gpus: int) -> list[Check]:
     checks.append(command_check("export", ["export", "--model", str(runs["fp32"] / "best"), "--output", str(export)],
                                 device, lambda: json.loads((export / "export.json").read_text())))
     checks += predictor_checks(export, config.parent, device)
+    checks.append(amp_table_check(work / "bench", config.parent) if device == "gpu" else
+                  Check("bench AMP table", "skip", "the AMP rows need a GPU (on CPU: make bench, fp32 row only)"))
     if gpus >= 2:
         checks.append(two_process_check(work, base))
     else:
@@ -235,6 +237,30 @@ def predictor_checks(export: Path, data: Path, device: str) -> list[Check]:
                             f"{speed:.0f} texts/s at batch 32", {"max_prob_diff": diff, "agreement": agree,
                                                                   "texts_per_s": round(speed, 1)}))
     return checks
+
+
+def amp_table_check(folder: Path, data: Path) -> Check:
+    """The bench's AMP table (fp32 / fp16 / bf16: speed, epoch time, peak GPU memory, largest batch, accuracy
+    after one epoch) on this corpus, with the bench's own model shape and batch."""
+    from paddle_ft import runtime
+    from paddle_ft.bench.run import Jobs, amp_table
+    from paddle_ft.bench.shape import train_steps
+
+    (folder / "logs").mkdir(parents=True)
+    jobs = Jobs(folder, runtime.usable_cores())
+    common = {"demo": str(data), "workdir": str(folder / "work"), "threads": runtime.usable_cores(),
+              "steps": train_steps(2)}
+    fp32 = jobs.paddle("paddle_ft", common)
+    examples = len((data / "train.tsv").read_text(encoding="utf-8").splitlines()) - 1
+    table = amp_table(jobs, common, fp32, examples)
+    (folder / "amp.json").write_text(json.dumps(table, indent=2), encoding="utf-8")
+    missing = [row["precision"] for row in table["rows"]
+               if row["samples_per_s"] is None or row["largest_batch"] is None or row.get("largest_batch_error")]
+    summary = "; ".join(f"{r['precision']}: {r['samples_per_s'] or 0:.0f} samples/s, batch <= {r['largest_batch']}, "
+                        f"accuracy {r['final_accuracy']}" for r in table["rows"])
+    return Check("bench AMP table", "fail" if missing else "pass",
+                 f"rows without numbers: {', '.join(missing)}; see {folder / 'logs'}" if missing else summary,
+                 {"rows": table["rows"]})
 
 
 def two_process_check(work: Path, base: list[str]) -> Check:

@@ -117,3 +117,28 @@ def test_tensorrt_on_a_paddle_3_export_is_refused_not_silently_ignored(tmp_path)
     assert (export / "model.json").is_file()  # Paddle 3 writes PIR programs
     with pytest.raises(UserError, match=r"--tensorrt: .*model.json is a Paddle 3 \(PIR\) program"):
         Predictor(export, device="gpu", precision="fp16", use_tensorrt=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("level", ["O1", "O2"])
+def test_float16_training_clips_saves_float32_and_evaluates_on_a_gpu(level, tiny_config_args, tmp_path, capsys):
+    from paddle_ft.cli import main
+    from test_cli import DEMO, overrides
+
+    out = tmp_path / "out"
+    args = tiny_config_args + ["train.amp.enabled=true", "train.amp.dtype=float16", f"train.amp.level={level}",
+                               "train.max_steps=20", "train.max_grad_norm=1.0"]
+    assert main(["train", "--config", DEMO, *overrides(args)]) == 0
+    best = paddle.load(str(out / "best" / "model_state.pdparams"))
+    assert all(v.dtype == paddle.float32 for v in best.values())
+    assert main(["eval", "--model", str(out / "best"), "--data", str(tmp_path / "data" / "dev.tsv")]) == 0
+
+
+@pytest.mark.gpu
+def test_export_on_a_gpu_machine_checks_the_gpu_predictor_too(tmp_path):
+    import json
+
+    from conftest import export_tiny_model
+
+    info = json.loads((export_tiny_model(tmp_path) / "export.json").read_text())
+    assert info["parity_max_abs_diff"] <= 1e-4 and info["parity_max_abs_diff_gpu"] <= 1e-2
