@@ -62,7 +62,7 @@ class Predictor:
 
         config = inference.Config(str(program), str(model_dir / PARAMS_FILE))
         if device == "gpu":
-            _configure_gpu(config, inference, gpu_id, precision, use_tensorrt)
+            _configure_gpu(config, inference, gpu_id, precision, use_tensorrt, program, self.max_length)
         else:
             config.disable_gpu()
             if enable_onednn:
@@ -239,17 +239,15 @@ def pad_ids(ids: list[list[int]], types: list[list[int]], pad_token_id: int) -> 
     return input_ids, token_type_ids
 
 
-def _configure_gpu(config, inference, gpu_id: int, precision: str, use_tensorrt: bool) -> None:
+def _configure_gpu(config, inference, gpu_id: int, precision: str, use_tensorrt: bool, program: Path,
+                   max_length: int) -> None:
     config.enable_use_gpu(256, gpu_id)  # 256 MB initial memory pool, grown on demand
     if use_tensorrt:
         if not inference.get_trt_compile_version()[0]:
             raise UserError("TensorRT asked for, but this paddle build was compiled without it")
-        mode = inference.PrecisionType.Half if precision == "fp16" else inference.PrecisionType.Float32
-        config.enable_tensorrt_engine(workspace_size=1 << 30, max_batch_size=64, min_subgraph_size=3,
-                                      precision_mode=mode, use_static=False, use_calib_mode=False)
-        shape_min, shape_opt, shape_max = [1, 1], [32, 128], [64, 512]
-        names = ("input_ids", "token_type_ids")
-        config.set_trt_dynamic_shape_info({n: shape_min for n in names}, {n: shape_max for n in names},
-                                          {n: shape_opt for n in names})
+        from paddle_ft import tensorrt
+
+        tensorrt.configure(config, inference, program, program.with_name(PARAMS_FILE), gpu_id, precision,
+                           max_length, WIDTH_STEP)
     elif precision == "fp16":
         config.enable_use_gpu(256, gpu_id, inference.PrecisionType.Half)

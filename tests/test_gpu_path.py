@@ -142,3 +142,4 @@ def test_export_on_a_gpu_machine_checks_the_gpu_predictor_too(tmp_path):
 
     info = json.loads((export_tiny_model(tmp_path) / "export.json").read_text())
     assert info["parity_max_abs_diff"] <= 1e-4 and info["parity_max_abs_diff_gpu"] <= 1e-2
+
