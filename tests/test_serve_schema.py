@@ -24,7 +24,8 @@ def test_every_generated_request_gets_a_documented_answer(tmp_path):
                                "--workers", "1", "--max-time", str(BUDGET_SECONDS), "--no-color",
                                "--generation-database", "none", "--report", "ndjson", "--report-dir",
                                str(tmp_path / "report")],
-                              capture_output=True, text=True, timeout=BUDGET_SECONDS + 120)
+                              capture_output=True, text=True, timeout=BUDGET_SECONDS + 120,
+                              cwd=tmp_path)  # its cache folder goes there, not into the checkout
     finally:
         assert server.stop() == 0
     summary = done.stdout[-3000:]
