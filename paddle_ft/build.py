@@ -6,12 +6,12 @@ from pathlib import Path
 
 from paddle_ft.config import Config, DataConfig, ModelConfig
 from paddle_ft.data.cache import cached_tokenize
-from paddle_ft.data.features import Features
+from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, read_examples
 from paddle_ft.data.tokenizer import fastest
-from paddle_ft.engine.trainer import Splits, log
 from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.log import log
 from paddle_ft.model import BERTForTextClassification, pretrained_encoder, scratch_encoder
 
 

@@ -19,6 +19,23 @@ POSITIVE_CHARS = "好棒赞喜爱快美优满意"
 NEGATIVE_CHARS = "差坏烂慢糟退失望贵破"
 NEUTRAL_CHARS = "的了是我这个书手机买东西服务质量"
 LABELS = ("负面", "正面")
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = str(ROOT / "configs" / "demo.yaml")
+
+
+def overrides(args: list[str]) -> list[str]:
+    """["a=1", "b=2"] -> ["-o", "a=1", "-o", "b=2"]."""
+    return [item for arg in args for item in ("-o", arg)]
+
+
+def features_of(rows, tokenizer, max_length: int = 64):
+    """Token ids of synthetic (text, label) rows, labelled with LABELS."""
+    from paddle_ft.data.features import tokenize
+    from paddle_ft.data.labels import LabelMap
+    from paddle_ft.data.readers import Example
+
+    examples = [Example(text, None, label, i + 2) for i, (text, label) in enumerate(rows)]
+    return tokenize(examples, tokenizer, max_length, LabelMap(LABELS))
 
 
 def synthetic_rows(n: int, seed: int = 0) -> list[tuple[str, str]]:

@@ -6,11 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_tsv
+from conftest import DEMO, ROOT, overrides, write_tsv
 from paddle_ft.cli import main
-
-ROOT = Path(__file__).resolve().parents[1]
-DEMO = str(ROOT / "configs" / "demo.yaml")
 # Mean training loss over steps 26-30 of the tiny run below (seed 42); the tolerance absorbs
 # thread-count and CPU-kernel differences between machines, not behaviour changes.
 PINNED_LOSS_STEP_30 = 0.4421
@@ -19,10 +16,6 @@ PINNED_LOSS_STEP_30 = 0.4421
 def tool(name: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "tools" / f"{name}.py"), *args], capture_output=True,
                           text=True, cwd=ROOT, timeout=600)
-
-
-def overrides(args: list[str]) -> list[str]:
-    return [item for arg in args for item in ("-o", arg)]
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:

@@ -65,8 +65,11 @@ def test_cpu_settings_set_the_threads_and_report_them(monkeypatch):
     settings = runtime.apply_cpu_settings(1)
     assert settings["threads"] == 1 and paddle.get_flags("FLAGS_use_stride_kernel")["FLAGS_use_stride_kernel"] is False
     assert "1 math threads" in runtime.describe(settings)
+    monkeypatch.setattr(runtime, "usable_cores", lambda: 4)
     monkeypatch.setenv("PADDLE_LOCAL_SIZE", "2")
-    assert runtime.default_threads() == max(1, runtime.usable_cores() // 2)
+    assert runtime.default_threads() == 2  # 4 cores shared by 2 launcher processes on this host
+    monkeypatch.setenv("PADDLE_LOCAL_SIZE", "8")
+    assert runtime.default_threads() == 1  # never 0
     monkeypatch.setattr(runtime, "_user_threads", 3)
     assert runtime.apply_cpu_settings()["threads"] == 3
     runtime.apply_cpu_settings(runtime.usable_cores())

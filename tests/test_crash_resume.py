@@ -13,7 +13,7 @@ import numpy as np
 import paddle
 import pytest
 
-from test_cli import DEMO
+from conftest import DEMO
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]

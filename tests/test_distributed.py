@@ -69,7 +69,7 @@ def test_distributed_dev_metrics_equal_a_single_process_evaluation(job_args, tmp
     from paddle_ft.data.features import tokenize
     from paddle_ft.data.labels import LabelMap
     from paddle_ft.data.readers import Columns, read_examples
-    from paddle_ft.engine.trainer import evaluate
+    from paddle_ft.engine.evaluate import evaluate
     from paddle_ft.model import load_model
 
     multi = tmp_path / "multi"

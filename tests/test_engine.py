@@ -4,19 +4,12 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import LABELS, synthetic_rows
+from conftest import LABELS, features_of, synthetic_rows
 from paddle_ft.config import AmpConfig, load_config
-from paddle_ft.data.features import tokenize
-from paddle_ft.data.labels import LabelMap
-from paddle_ft.data.readers import Example
 from paddle_ft.engine.amp import StepRunner
-from paddle_ft.engine.trainer import Splits, train
+from paddle_ft.data.features import Splits
+from paddle_ft.engine.trainer import train
 from paddle_ft.model import MODEL_STATE, save_model
-
-
-def features_of(rows, tokenizer):
-    examples = [Example(text, None, label, i + 2) for i, (text, label) in enumerate(rows)]
-    return tokenize(examples, tokenizer, 64, LabelMap(LABELS))
 
 
 def run_training(model, tokenizer, out, overrides, dev=True):

@@ -4,14 +4,13 @@ import numpy as np
 import paddle
 import pytest
 
-from conftest import LABELS, synthetic_rows
+from conftest import LABELS, features_of, synthetic_rows
 from paddle_ft.data.features import pad_batch
 from paddle_ft.data.labels import LabelMap
-from paddle_ft.engine.trainer import predict_probabilities
+from paddle_ft.engine.evaluate import predict_probabilities
 from paddle_ft.errors import UserError
 from paddle_ft.export import export_model, parity_max_abs_diff
 from paddle_ft.infer import Predictor
-from test_engine import features_of
 
 
 @pytest.fixture

@@ -123,7 +123,7 @@ def test_tensorrt_on_a_paddle_3_export_is_refused_not_silently_ignored(tmp_path)
 @pytest.mark.parametrize("level", ["O1", "O2"])
 def test_float16_training_clips_saves_float32_and_evaluates_on_a_gpu(level, tiny_config_args, tmp_path, capsys):
     from paddle_ft.cli import main
-    from test_cli import DEMO, overrides
+    from conftest import DEMO, overrides
 
     out = tmp_path / "out"
     args = tiny_config_args + ["train.amp.enabled=true", "train.amp.dtype=float16", f"train.amp.level={level}",

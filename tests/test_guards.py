@@ -2,16 +2,14 @@
 import json
 import re
 
-import numpy as np
 import paddle
 import pytest
+from conftest import DEMO, export_tiny_model, overrides, write_tsv
 
-from conftest import export_tiny_model, write_tsv
 from paddle_ft.cli import main
 from paddle_ft.engine.events import EventLog
 from paddle_ft.errors import UserError
 from paddle_ft.infer import Predictor
-from test_cli import DEMO, overrides
 
 
 def one_line_error(capsys, *fragments):

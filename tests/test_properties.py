@@ -6,20 +6,19 @@
 - tokenizer: any Unicode string encodes without error, to the same ids as PaddleNLP's own tokenizer.
 """
 import csv
-import os
 import json
+import os
 import re
 
 import pytest
 import yaml
+from conftest import DEMO, LABELS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import LABELS
 from paddle_ft.config import load_config
 from paddle_ft.data.readers import Columns, read_examples
 from paddle_ft.errors import ConfigError, DataError, UserError
-from test_cli import DEMO
 
 pytestmark = pytest.mark.slow  # a few hundred examples per property
 BUDGET = settings(max_examples=int(os.environ.get("PADDLE_FT_PROPERTY_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

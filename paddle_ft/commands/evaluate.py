@@ -7,7 +7,7 @@ from paddle_ft.data.features import tokenize
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.tokenizer import fastest
-from paddle_ft.engine.trainer import evaluate
+from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.io import check_output_file
 from paddle_ft.model import load_model
 

@@ -18,9 +18,11 @@ from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine.checkpoint import CorruptCheckpoint, newest_verified_checkpoint, verify_checkpoint
 from paddle_ft.engine.cpu_linear import use_fast_linear
 from paddle_ft.engine.interrupt import TrainingInterrupted
-from paddle_ft.engine.trainer import TrainingDiverged, log, train
+from paddle_ft.engine.evaluate import NonFiniteScores
+from paddle_ft.engine.trainer import TrainingDiverged, train
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.io import atomic_directory, describe_os_error, recover_leftovers
+from paddle_ft.log import log
 from paddle_ft.model import save_model
 
 # what a checkpoint's state depends on: a resume that changes any of them cannot continue the run exactly
@@ -70,7 +72,7 @@ def run(config_path: str, overrides: list[str]) -> int:
     try:
         results = train(model, splits, config, output_dir, dataset.label_map.names, tokenizer.pad_token_id,
                         save_best, resume_from, resume_command, dist)
-    except (TrainingInterrupted, TrainingDiverged):
+    except (TrainingInterrupted, TrainingDiverged, NonFiniteScores):
         dist.shutdown()  # every rank stopped after the same step
         raise
     except OSError as exc:  # a full disk: every write is atomic, so the last complete checkpoint is intact

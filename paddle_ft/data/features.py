@@ -26,6 +26,15 @@ class Features:
         return np.fromiter((len(ids) for ids in self.input_ids), dtype=np.int64, count=len(self))
 
 
+@dataclass
+class Splits:
+    """The tokenised splits of a run."""
+
+    train: Features
+    dev: Features | None = None
+    test: Features | None = None
+
+
 def tokenize(examples: Sequence[Example], tokenizer, max_length: int,
              label_map: LabelMap | None = None) -> Features:
     texts = [e.text for e in examples]

@@ -1,4 +1,4 @@
-"""The training loop and evaluation. `train()` takes built objects; building from a config is in `cli`."""
+"""The training loop. `train()` takes built objects; building from a config is in `build`."""
 from __future__ import annotations
 
 import contextlib
@@ -7,7 +7,6 @@ import json
 import math
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -17,33 +16,24 @@ import paddle.nn.functional as F
 from tqdm import tqdm
 
 from paddle_ft.config import Config
-from paddle_ft.data.features import Features, TrainBatchSampler, eval_batches, micro_batches, pad_batch
+from paddle_ft.data.features import Features, Splits, TrainBatchSampler, micro_batches, pad_batch
 from paddle_ft.engine.amp import StepRunner
 from paddle_ft.engine.checkpoint import (TrainState, capture_rng, complete_checkpoints, load_checkpoint,
                                          rotate_checkpoints, save_checkpoint)
 from paddle_ft.engine.distributed import Distributed
+from paddle_ft.engine.evaluate import evaluate, predict_probabilities
 from paddle_ft.engine.events import EventLog
 from paddle_ft.engine.interrupt import StopRequests, TrainingInterrupted
 from paddle_ft.engine.metrics import classification_report
 from paddle_ft.engine.optim import build_optimizer
 from paddle_ft.engine.plan import plan_run
 from paddle_ft.errors import UserError
+from paddle_ft.log import log
 from paddle_ft.model import MODEL_STATE
-
-
-@dataclass
-class Splits:
-    train: Features
-    dev: Features | None = None
-    test: Features | None = None
 
 
 class TrainingDiverged(UserError):
     """The loss stayed NaN/inf; training stopped instead of going on with garbage."""
-
-
-def log(message: str) -> None:
-    tqdm.write(message)  # keeps the progress bar intact
 
 
 def say(dist: Distributed, message: str) -> None:
@@ -261,32 +251,6 @@ def _final_results(model, splits, best_dir, state: TrainState, metric, batch_siz
         if features is not None:
             results[name], _ = evaluate(model, features, batch_size, pad_token_id, label_names, runner.autocast)
     return results
-
-
-@paddle.no_grad()
-def predict_probabilities(model, features: Features, batch_size: int, pad_token_id: int,
-                          subset: np.ndarray | None = None, autocast=contextlib.nullcontext) -> np.ndarray:
-    """Softmax probabilities [n, num_classes] of `features` (or of the examples in `subset`), in order,
-    computed under `autocast()` (training's precision)."""
-    model.eval()
-    subset = np.arange(len(features)) if subset is None else np.asarray(subset)
-    out = np.zeros((len(subset), model.classifier.weight.shape[1]), dtype=np.float32)
-    for positions in eval_batches(features.lengths[subset], batch_size):
-        batch = pad_batch(features, subset[positions].tolist(), pad_token_id)
-        with autocast():
-            logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
-        out[positions] = F.softmax(logits.astype("float32"), axis=-1).numpy()  # [batch, num_classes]
-    if not np.isfinite(out).all():  # NaN weights score "accuracy" by chance: never report that as a result
-        raise TrainingDiverged("the model's scores are NaN/inf: its weights are not finite (training diverged); "
-                               "retrain with a lower train.learning_rate, or use an earlier checkpoint")
-    return out
-
-
-def evaluate(model, features: Features, batch_size: int, pad_token_id: int,
-             label_names: tuple[str, ...], autocast=contextlib.nullcontext) -> tuple[dict, np.ndarray]:
-    """(classification report, probabilities) of `model` on labelled `features`."""
-    probs = predict_probabilities(model, features, batch_size, pad_token_id, autocast=autocast)
-    return classification_report(features.labels, probs.argmax(axis=1), label_names), probs
 
 
 def _fmt(value) -> str:

@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-SERVE_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "serve.py"
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -41,7 +39,8 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         with log.open("w") as out:
-            self.process = subprocess.Popen([sys.executable, str(SERVE_SCRIPT), "--model-dir", str(model_dir),
+            # the package's own entry point: works from a checkout and from an installed wheel alike
+            self.process = subprocess.Popen([sys.executable, "-m", "paddle_ft", "serve", "--model-dir", str(model_dir),
                                              "--host", "127.0.0.1", "--port", str(self.port), *options],
                                             stdout=out, stderr=subprocess.STDOUT)
         try:

@@ -1,0 +1,46 @@
+"""Scoring a model on tokenised features: probabilities and the classification report.
+
+Imported by the training loop and by the `eval` command alike; it imports nothing of the loop, its
+checkpoints or its collectives.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from paddle_ft.data.features import Features, eval_batches, pad_batch
+from paddle_ft.engine.metrics import classification_report
+from paddle_ft.errors import UserError
+
+
+class NonFiniteScores(UserError):
+    """The model's outputs are NaN/inf: its weights are not finite, and it must not be reported as scoring."""
+
+
+@paddle.no_grad()
+def predict_probabilities(model, features: Features, batch_size: int, pad_token_id: int,
+                          subset: np.ndarray | None = None, autocast=contextlib.nullcontext) -> np.ndarray:
+    """Softmax probabilities [n, num_classes] of `features` (or of the examples in `subset`), in order,
+    computed under `autocast()` (training's precision)."""
+    model.eval()
+    subset = np.arange(len(features)) if subset is None else np.asarray(subset)
+    out = np.zeros((len(subset), model.classifier.weight.shape[1]), dtype=np.float32)
+    for positions in eval_batches(features.lengths[subset], batch_size):
+        batch = pad_batch(features, subset[positions].tolist(), pad_token_id)
+        with autocast():
+            logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
+        out[positions] = F.softmax(logits.astype("float32"), axis=-1).numpy()  # [batch, num_classes]
+    if not np.isfinite(out).all():  # NaN weights score "accuracy" by chance: never report that as a result
+        raise NonFiniteScores("the model's scores are NaN/inf: its weights are not finite (training diverged); "
+                               "retrain with a lower train.learning_rate, or use an earlier checkpoint")
+    return out
+
+
+def evaluate(model, features: Features, batch_size: int, pad_token_id: int,
+             label_names: tuple[str, ...], autocast=contextlib.nullcontext) -> tuple[dict, np.ndarray]:
+    """(classification report, probabilities) of `model` on labelled `features`."""
+    probs = predict_probabilities(model, features, batch_size, pad_token_id, autocast=autocast)
+    return classification_report(features.labels, probs.argmax(axis=1), label_names), probs
