@@ -47,9 +47,11 @@ class DataConfig:
     format: str = field(default="tsv", metadata=_one_of("tsv", "csv", "jsonl"))
     """File format of all splits."""
     text_column: str = "text"
+    """Column (or JSONL key) holding the text."""
     text_pair_column: str | None = None
     """Second text for sentence-pair tasks; null for single-text classification."""
     label_column: str = "label"
+    """Column (or JSONL key) holding the label name."""
     labels: tuple[str, ...] | str | None = None
     """Label names as a list, a file with one name per line, or null to take them from train."""
     max_length: int = field(default=128, metadata=_check(lambda v: v >= 8, "an integer >= 8"))
@@ -67,11 +69,17 @@ class ScratchConfig:
     vocab_file: str = ""
     """WordPiece vocabulary, one token per line."""
     architecture: str = field(default="bert", metadata=_one_of(*ARCHITECTURES))
+    """Encoder family: bert, ernie or roberta."""
     hidden_size: int = field(default=256, metadata=_positive())
+    """Width of every layer."""
     num_layers: int = field(default=4, metadata=_positive())
+    """Transformer layers."""
     num_heads: int = field(default=4, metadata=_positive())
+    """Attention heads per layer; must divide hidden_size."""
     intermediate_size: int = field(default=1024, metadata=_positive())
+    """Width of the feed-forward layer inside each transformer layer."""
     max_position_embeddings: int = field(default=512, metadata=_positive())
+    """Longest input the encoder takes; data.max_length may not exceed it."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +99,11 @@ class AmpConfig:
     """Automatic mixed precision (a GPU speed-up; runs on CPU without one)."""
 
     enabled: bool = False
+    """Turn mixed precision on (a GPU matter: on CPU Paddle runs float32 regardless)."""
     level: str = field(default="O1", metadata=_one_of("O1", "O2"))
+    """O1: low-precision ops by Paddle's lists; O2: weights in low precision with float32 master copies."""
     dtype: str = field(default="float16", metadata=_one_of("float16", "bfloat16"))
+    """float16 (compute capability 7.0+, loss-scaled) or bfloat16 (8.0+)."""
     init_loss_scaling: float = field(default=32768.0, metadata=_positive(float))
     """First loss scale of the dynamic scaler (float16 only; bfloat16 needs no scaling)."""
 
@@ -102,20 +113,25 @@ class TrainConfig:
     """The optimisation loop."""
 
     epochs: int = field(default=3, metadata=_positive())
+    """Passes over the training data."""
     max_steps: int | None = field(default=None, metadata=_positive())
     """When set, stop after this many optimizer steps, whatever `epochs` says."""
     batch_size: int = field(default=32, metadata=_positive())
     """Examples per micro-batch (per device)."""
     eval_batch_size: int = field(default=64, metadata=_positive())
+    """Examples per batch when scoring dev and test."""
     accumulate_steps: int = field(default=1, metadata=_positive())
     """Micro-batches per optimizer step."""
     learning_rate: float = field(default=2e-5, metadata=_positive(float))
+    """Peak learning rate of AdamW, reached after warmup, then decayed linearly to 0."""
     warmup: float = field(default=0.1, metadata=_check(lambda v: v >= 0, "a number >= 0"))
     """Warmup as a proportion of optimizer steps (< 1) or a number of steps (>= 1)."""
     weight_decay: float = field(default=0.01, metadata=_check(lambda v: v >= 0, "a number >= 0"))
+    """AdamW weight decay, applied to every weight but biases and norm weights."""
     max_grad_norm: float | None = field(default=1.0, metadata=_positive(float))
     """Global-norm clipping threshold; null turns clipping off."""
     amp: AmpConfig = AmpConfig()
+    """Automatic mixed precision."""
     eval_every: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
     """Evaluate every N optimizer steps; 0 = only at each epoch end."""
     log_every: int = field(default=20, metadata=_positive())
@@ -143,10 +159,15 @@ class TrainConfig:
 @dataclass(frozen=True)
 class Config:
     output_dir: str = field(default="out/run", metadata=_check(lambda v: bool(v.strip()), "a folder path"))
+    """Folder of the run: config, metrics, checkpoints, best/ and results."""
     seed: int = field(default=42, metadata=_check(lambda v: 0 <= v < 2**32, "an integer from 0 to 2**32 - 1"))
+    """Seeds python, numpy and paddle: the same seed gives the same run."""
     data: DataConfig = DataConfig()
+    """The data files and how to read them."""
     model: ModelConfig = ModelConfig()
+    """The encoder and the classification head."""
     train: TrainConfig = TrainConfig()
+    """The optimisation loop."""
 
 
 # ----------------------------------------------------------------------------- loading
@@ -353,6 +374,10 @@ def _check_cross_field(config: Config, where) -> None:
         raise ConfigError("model.backbone", "set a PaddleNLP name or model directory, or set "
                           "model.scratch.vocab_file to train a randomly initialised encoder",
                           where("model.backbone"))
+    if model.backbone is not None and model.scratch is not None:
+        raise ConfigError("model.scratch", f"model.backbone ({model.backbone}) is set too: a pretrained backbone "
+                          "replaces the scratch encoder, so set one of them (-o model.scratch=null to keep the "
+                          "backbone)", where("model.scratch"))
     if model.backbone is None:
         scratch = model.scratch
         if scratch.hidden_size % scratch.num_heads:

@@ -100,3 +100,28 @@ def test_resolved_config_round_trips(tmp_path):
     config = load_config(DEMO, ["train.epochs=5", "data.labels=[x, y]"])
     save_config(config, tmp_path / "config.yaml")
     assert load_config(tmp_path / "config.yaml") == config
+
+
+def test_every_config_field_has_a_docstring():
+    """The README promises a one-line docstring per key: the string literal right after each field."""
+    import ast
+    import inspect
+
+    import paddle_ft.config as module
+
+    missing = []
+    for node in ast.parse(inspect.getsource(module)).body:
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Config"):
+            for field, after in zip(node.body, node.body[1:] + [None]):
+                documented = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
+                    and isinstance(after.value.value, str)
+                if isinstance(field, ast.AnnAssign) and not documented:
+                    missing.append(f"{node.name}.{field.target.id}")
+    assert missing == []
+
+
+def test_a_backbone_and_a_scratch_encoder_together_are_refused():
+    with pytest.raises(ConfigError, match=r"config key 'model.scratch' \(.+demo.yaml:\d+\): model.backbone "
+                                          r"\(bert-base-chinese\) is set too"):
+        load_config(DEMO, ["model.backbone=bert-base-chinese"])
+    assert load_config(DEMO, ["model.backbone=bert-base-chinese", "model.scratch=null"]).model.scratch is None

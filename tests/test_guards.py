@@ -196,3 +196,9 @@ def test_a_full_disk_while_training_is_one_line_naming_the_resume(tiny_config_ar
     one_line_error(capsys, "the disk is full writing", "the last complete checkpoint is intact",
                    f"resume with: python tools/train.py --config {out / 'config.yaml'} -o train.resume=auto")
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-5"]  # no half-written step-10
+
+
+@pytest.mark.parametrize("setting", ["train.eval_every=5", "train.early_stopping_patience=2"])
+def test_evaluation_settings_without_a_dev_file_are_refused(setting, tiny_config_args, capsys):
+    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + ["data.dev=null", setting])]) == 2
+    one_line_error(capsys, f"config key '{setting.split('=')[0]}': is {setting.split('=')[1]} but data.dev is not set")

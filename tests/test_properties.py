@@ -99,7 +99,7 @@ KEYS = ["output_dir", "seed", "data.format", "data.max_length", "data.labels", "
         "train.amp.dtype", "train.amp.init_loss_scaling", "train.metric", "train.resume", "train.cpu_threads",
         "train", "data", "model.scratch", "train.nope", "nope", "train.amp.enabled.deeper", "x.y.z"]
 # keys a cross-field check names when another key's value makes the combination impossible
-CROSS_FIELD = {"model.backbone", "model.scratch.num_heads", "data.max_length"}
+CROSS_FIELD = {"model.backbone", "model.scratch", "model.scratch.num_heads", "data.max_length"}
 yaml_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
                                                                                         max_size=2), max_leaves=6)

@@ -33,6 +33,11 @@ def run(config_path: str, overrides: list[str]) -> int:
     config = load_config(config_path, overrides)
     if config.data.train is None:
         raise ConfigError("data.train", "training needs a training file; set data.train")
+    for key, value in (("train.eval_every", config.train.eval_every),
+                       ("train.early_stopping_patience", config.train.early_stopping_patience)):
+        if value and config.data.dev is None:
+            raise ConfigError(key, f"is {value} but data.dev is not set, so nothing would be evaluated; set data.dev "
+                              f"or {key}=0")
     check_amp_supported(config.train.amp, paddle.device.get_device())
     dist = distributed.from_environment()
     output_dir = Path(config.output_dir)
