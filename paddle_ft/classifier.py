@@ -7,7 +7,8 @@
     [[{'label': '正面', ...}, {'label': '负面', ...}], [...]]
 
 A text longer than the model's max_length is truncated (`truncation="head"` keeps its beginning,
-`"tail"` its end) and each of its labels then carries `"truncated": True`.
+`"tail"` its end) and each of its labels then carries `"truncated": True`. A model trained on text pairs
+takes a `(text, second_text)` tuple, a list of them, or `classify(texts, text_pairs=second_texts)`.
 """
 from __future__ import annotations
 
@@ -29,26 +30,33 @@ class Classifier:
         self.labels = tuple(self.predictor.labels)
         self.top_k, self.batch_size, self.truncation = self._check_top_k(top_k), _positive(batch_size), truncation
 
-    def __call__(self, texts: str | list[str], top_k: int | None = None, batch_size: int | None = None):
-        """One text -> its `top_k` labels, best first; a list of texts -> a list of those, in order."""
-        single = isinstance(texts, str)
+    def __call__(self, texts, top_k: int | None = None, batch_size: int | None = None,
+                 text_pairs: list[str] | None = None):
+        """One text (or pair) -> its `top_k` labels, best first; a list of them -> a list of those, in order."""
+        single = isinstance(texts, (str, tuple))
         batch = [texts] if single else list(texts)
-        if not all(isinstance(t, str) for t in batch):
-            raise UserError("Classifier takes a text or a list of texts (str)")
+        if batch and all(isinstance(t, tuple) and len(t) == 2 for t in batch):
+            if text_pairs is not None:
+                raise UserError("give the second texts either inside (text, second_text) tuples or as text_pairs")
+            batch, text_pairs = [t for t, _ in batch], [pair for _, pair in batch]
+        if not all(isinstance(t, str) for t in batch + list(text_pairs or [])):
+            raise UserError("Classifier takes a text, a (text, second_text) tuple, or a list of either (str)")
         k = self._check_top_k(self.top_k if top_k is None else top_k)
         if not batch:
             return []
         probs, truncated = self.predictor.probabilities_and_flags(
-            batch, _positive(self.batch_size if batch_size is None else batch_size), self.truncation)
-        results = []
-        for row, cut in zip(probs, truncated):
-            best = np.argsort(-row, kind="stable")[:k]
-            labels = [{"label": self.labels[i], "score": float(row[i])} for i in best]
-            if cut:
-                for label in labels:
-                    label["truncated"] = True
-            results.append(labels)
+            batch, _positive(self.batch_size if batch_size is None else batch_size), self.truncation,
+            list(text_pairs) if text_pairs is not None else None)
+        results = [self._top(row, k, cut) for row, cut in zip(probs, truncated)]
         return results[0] if single else results
+
+    def _top(self, row: np.ndarray, k: int, truncated: bool) -> list[dict]:
+        best = np.argsort(-row, kind="stable")[:k]
+        labels = [{"label": self.labels[i], "score": float(row[i])} for i in best]
+        if truncated:
+            for label in labels:
+                label["truncated"] = True
+        return labels
 
     def _check_top_k(self, top_k) -> int:
         if not isinstance(top_k, int) or not 1 <= top_k <= len(self.labels):

@@ -72,8 +72,10 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--model-dir", required=True, help="a folder written by export")
     source = predict.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", action="append", help="a text to classify; repeatable")
+    predict.add_argument("--text-pair", action="append", help="the second text of a --text, in the same order, "
+                                                              "for a model trained on text pairs; repeatable")
     source.add_argument("--input", help="a file of texts: .txt (one per line), or .tsv/.csv/.jsonl with a "
-                                        "'text' column")
+                                        "'text' column (and 'text_pair' for a pair model)")
     predict.add_argument("--output", help="JSON Lines file to write (default: standard output)")
     predict.add_argument("--batch-size", type=positive_int, default=32)
     predict.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
@@ -125,7 +127,7 @@ def _predict(args) -> int:
 
     options = {"device": args.device, "gpu_id": args.gpu_id, "cpu_threads": args.threads,
                "precision": args.precision, "use_tensorrt": args.tensorrt}
-    return command.run(args.model_dir, args.text, args.input, args.output, args.batch_size, options)
+    return command.run(args.model_dir, args.text, args.text_pair, args.input, args.output, args.batch_size, options)
 
 
 def _serve(args) -> int:

@@ -53,6 +53,7 @@ def _export(model_dir: Path, output_dir: Path, tolerance: float) -> dict:
         label_map.save(tmp)
         info = {"paddle_version": paddle.__version__, "program_file": program_file(tmp).name,
                 "inputs": [spec.name for spec in input_spec], "max_length": meta["max_length"],
+                "text_pair_column": meta.get("text_pair_column"),
                 "labels": list(label_map.names), "source_model": str(model_dir)}
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
         diff = parity_max_abs_diff(model, Predictor(tmp), len(tokenizer.vocab), tokenizer.pad_token_id,
@@ -147,7 +148,9 @@ def parity_max_abs_diff(model, predictor: Predictor, vocab_size: int, pad_token_
     for row, length in enumerate(lengths):
         tokens = rng.integers(0, vocab_size, size=length)
         input_ids[row, :length] = np.where(tokens == pad_token_id, (pad_token_id + 1) % vocab_size, tokens)
-    token_type_ids = np.zeros_like(input_ids)
+    token_type_ids = np.zeros_like(input_ids)  # [batch, seq]
+    for row in range(1, batch_size, 2):  # every other row a pair: segment 1 from a random point on
+        token_type_ids[row, rng.integers(1, lengths[row]):lengths[row]] = 1
     model.eval()
     expected = model(paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids)).numpy()
     actual = predictor.run(input_ids, token_type_ids)

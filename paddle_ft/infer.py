@@ -54,6 +54,7 @@ class Predictor:
             raise UserError(f"{model_dir / 'label_map.json'} is not a label map; re-create the folder with "
                             "tools/export.py")
         self.labels = sorted(ids, key=ids.get)  # class id -> label name
+        self.text_pairs = takes_text_pairs(model_dir)  # trained on (text, second text) pairs
         try:
             self.tokenizer = fastest(AutoTokenizer.from_pretrained(str(model_dir)))
         except Exception as exc:  # PaddleNLP raises many kinds for missing or broken tokenizer files
@@ -109,11 +110,16 @@ class Predictor:
         self._predictor.run()
         return self._output.copy_to_cpu()
 
-    def encode(self, texts: list[str], truncation: str = "head") -> tuple[list[list[int]], list[list[int]], list[bool]]:
+    def encode(self, texts: list[str], truncation: str = "head",
+               pairs: list[str] | None = None) -> tuple[list[list[int]], list[list[int]], list[bool]]:
         """(input_ids, token_type_ids, truncated) per text. A text longer than max_length keeps its first
-        tokens (`head`) or its last ones (`tail`, where reviews often say what they conclude)."""
+        tokens (`head`) or its last ones (`tail`, where reviews often say what they conclude). A pair is
+        cut longest-first, as in training."""
         if truncation not in TRUNCATIONS:
             raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
+        self.check_pairs(texts, pairs, truncation)
+        if pairs is not None:
+            return self._encode_pairs(texts, pairs)
         if truncation == "head" and isinstance(self.tokenizer, FastBertTokenizer):
             return self.tokenizer.encode(texts, max_length=self.max_length)
         encoded = self.tokenizer(list(texts), max_length=None, truncation=False)
@@ -128,15 +134,39 @@ class Predictor:
             truncated.append(cut)
         return ids, types, truncated
 
-    def probabilities(self, texts: list[str], batch_size: int = 32, truncation: str = "head") -> np.ndarray:
-        """Softmax probabilities [len(texts), num_classes] in the order of `texts`."""
-        return self.probabilities_and_flags(texts, batch_size, truncation)[0]
+    def check_pairs(self, texts: list[str], pairs: list[str] | None, truncation: str = "head") -> None:
+        """Second texts where, and only where, the model was trained on pairs; one per text."""
+        if self.text_pairs and pairs is None:
+            raise UserError("this model classifies text pairs: give a second text for each text (--text-pair, "
+                            "a text_pair column, or text_pairs over HTTP)")
+        if not self.text_pairs and pairs is not None:
+            raise UserError("this model classifies single texts: send no second texts")
+        if pairs is not None and len(pairs) != len(texts):
+            raise UserError(f"{len(texts)} texts but {len(pairs)} second texts: give one second text per text")
+        if pairs is not None and truncation != "head":
+            raise UserError("a text pair is cut longest-first, as in training: truncation applies to single texts")
 
-    def probabilities_and_flags(self, texts: list[str], batch_size: int = 32,
-                                truncation: str = "head") -> tuple[np.ndarray, list[bool]]:
-        """(probabilities [len(texts), num_classes], truncated per text), in the order of `texts`."""
+    def _encode_pairs(self, texts: list[str], pairs: list[str]):
+        if isinstance(self.tokenizer, FastBertTokenizer):
+            return self.tokenizer.encode(texts, pairs, max_length=self.max_length)
+        whole = self.tokenizer(list(texts), text_pair=list(pairs), max_length=None, truncation=False)["input_ids"]
+        encoded = self.tokenizer(list(texts), text_pair=list(pairs), max_length=self.max_length, truncation=True)
+        return (encoded["input_ids"], encoded["token_type_ids"],
+                [len(full) > self.max_length for full in whole])
+
+    def probabilities(self, texts: list[str], batch_size: int = 32, truncation: str = "head",
+                      pairs: list[str] | None = None) -> np.ndarray:
+        """Softmax probabilities [len(texts), num_classes] in the order of `texts`."""
+        return self.probabilities_and_flags(texts, batch_size, truncation, pairs)[0]
+
+    def probabilities_and_flags(self, texts: list[str], batch_size: int = 32, truncation: str = "head",
+                                pairs: list[str] | None = None) -> tuple[np.ndarray, list[bool]]:
+        """(probabilities [len(texts), num_classes], truncated per text), in the order of `texts`; `pairs`
+        holds the second text of each, for a model trained on text pairs."""
         check_texts(texts)
-        ids, types, truncated = self.encode(texts, truncation)
+        if pairs is not None:
+            check_texts(pairs, "second text {}")
+        ids, types, truncated = self.encode(texts, truncation, pairs)
         order = np.argsort([-len(x) for x in ids], kind="stable")  # similar lengths share a batch
         probs = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
         for start in range(0, len(order), batch_size):
@@ -146,11 +176,12 @@ class Predictor:
             probs[chosen] = softmax(self.run(input_ids, token_type_ids))
         return probs, truncated
 
-    def predict(self, texts: list[str], batch_size: int = 32, truncation: str = "head") -> list[dict]:
+    def predict(self, texts: list[str], batch_size: int = 32, truncation: str = "head",
+                pairs: list[str] | None = None) -> list[dict]:
         """Per text: the top label, its probability, every class's probability, and whether it was truncated."""
         if not texts:
             return []
-        probs, truncated = self.probabilities_and_flags(texts, batch_size, truncation)
+        probs, truncated = self.probabilities_and_flags(texts, batch_size, truncation, pairs)
         results = []
         for row, cut in zip(probs, truncated):
             best = int(row.argmax())
@@ -158,6 +189,11 @@ class Predictor:
                             "probabilities": {name: float(p) for name, p in zip(self.labels, row)},
                             "truncated": cut})
         return results
+
+
+def takes_text_pairs(model_dir: str | Path) -> bool:
+    """Whether the exported model in `model_dir` was trained on text pairs (from its export.json)."""
+    return _read_json(Path(model_dir) / EXPORT_INFO, dict).get("text_pair_column") is not None
 
 
 def check_device(device: str, precision: str) -> None:

@@ -117,8 +117,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def export_tiny_model(folder: Path, seed: int = 5) -> Path:
-    """A tiny model with the conftest vocabulary, saved and exported; returns the export folder."""
+def export_tiny_model(folder: Path, seed: int = 5, text_pair_column: str | None = None) -> Path:
+    """A tiny model with the conftest vocabulary, saved and exported; returns the export folder. With
+    `text_pair_column` it is a text-pair model."""
     from paddlenlp.transformers import BertTokenizer
 
     from paddle_ft.data.labels import LabelMap
@@ -137,8 +138,8 @@ def export_tiny_model(folder: Path, seed: int = 5) -> Path:
     best = folder / "best"
     best.mkdir()
     save_model(BERTForTextClassification(encoder, num_classes=2, dropout=0.0), best,
-               {"dropout": 0.0, "max_length": 64, "format": "tsv", "text_column": "text", "text_pair_column": None,
-                "label_column": "label"})
+               {"dropout": 0.0, "max_length": 64, "format": "tsv", "text_column": "text",
+                "text_pair_column": text_pair_column, "label_column": "label"})
     tokenizer.save_pretrained(str(best))
     LabelMap(LABELS).save(best)
     export_model(best, folder / "export")

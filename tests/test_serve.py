@@ -210,7 +210,7 @@ def test_classifier_one_line_api(export_dir, predictor):
         classify("好", batch_size=0)
     with pytest.raises(UserError, match="top_k"):
         classify("好", top_k=3)
-    with pytest.raises(UserError, match="list of texts"):
+    with pytest.raises(UserError, match="a list of either"):
         classify([1])
 
 

@@ -78,7 +78,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="server predictor threads")
     args = parser.parse_args()
 
-    texts = read_texts(Path(args.texts))
+    texts, _ = read_texts(Path(args.texts))
     levels = [int(c) for c in args.concurrency.split(",")]
     extra = ["--threads", str(args.threads)] if args.threads else []
     rows = []

@@ -57,6 +57,8 @@ class ClassifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     texts: list[VisibleText] = Field(description="texts to classify, at most max_texts of them",
                                      json_schema_extra={"minItems": 1})
+    text_pairs: list[VisibleText] | None = Field(None, description="for a model trained on text pairs: the second "
+                                                                   "text of each text, in the same order")
     top_k: JsonInteger = Field(1, description="labels returned per text, best first (at most the number of labels)",
                                json_schema_extra={"minimum": 1})
 
@@ -145,8 +147,11 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
             state["load_error"] = f"{type(exc).__name__}: {exc}"
             print(f"error: the model failed to load: {state['load_error']}", file=sys.stderr, flush=True)
 
-    def run_batch(texts: list[str]) -> list[dict]:
-        return state["predictor"].predict(texts, batch_size=limits.max_batch_size, truncation=truncation)
+    def run_batch(items: list[tuple[str, str | None]]) -> list[dict]:
+        """One predictor call for the (text, second text or None) items of a batch."""
+        texts, pairs = [text for text, _ in items], [pair for _, pair in items]
+        return state["predictor"].predict(texts, batch_size=limits.max_batch_size, truncation=truncation,
+                                          pairs=None if pairs[0] is None else pairs)
 
     batcher = DynamicBatcher(run_batch, limits.max_batch_size, limits.max_wait_ms, limits.max_queue_texts,
                              on_batch=metrics.batch_sizes.observe)
@@ -213,8 +218,11 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
                          f"the model failed to load: {state['load_error']}", {"Retry-After": str(limits.retry_after_s)})
         if not body.texts:
             return error(422, "texts is empty; send at least one text")
-        try:
-            check_texts(body.texts, "texts[{}]")  # before it joins a batch: a bad text must not fail others
+        try:  # before it joins a batch: a bad text must not fail others
+            check_texts(body.texts, "texts[{}]")
+            if body.text_pairs is not None:
+                check_texts(body.text_pairs, "text_pairs[{}]")
+            predictor.check_pairs(body.texts, body.text_pairs, truncation)
         except UserError as exc:
             return error(422, str(exc))
         if len(body.texts) > limits.max_texts:
@@ -222,7 +230,7 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
         if not 1 <= body.top_k <= len(predictor.labels):
             return error(422, f"top_k={body.top_k}: give 1 to {len(predictor.labels)}")
         try:
-            results = await batcher.submit(body.texts)
+            results = await batcher.submit(list(zip(body.texts, body.text_pairs or [None] * len(body.texts))))
         except QueueFull as exc:
             return error(503, f"server busy: {exc}; retry later", {"Retry-After": str(limits.retry_after_s)})
         except Exception as exc:  # this batch failed; other requests are unaffected
@@ -255,8 +263,8 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
         return PlainTextResponse(metrics.render(), media_type=metrics.content_type)
 
     def openapi() -> dict:
-        """FastAPI's schema plus the limits this server runs with: max_texts, and the number of labels
-        once the model is loaded (until then the schema is not cached)."""
+        """FastAPI's schema plus what this server's model and limits allow: max_texts, and once the model
+        is loaded the number of labels and whether it takes text_pairs (until then it is not cached)."""
         if app.openapi_schema:
             return app.openapi_schema
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
@@ -265,6 +273,11 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
         if state["predictor"] is None:
             return schema
         request["top_k"]["maximum"] = len(state["predictor"].labels)
+        component = schema["components"]["schemas"]["ClassifyRequest"]
+        if state["predictor"].text_pairs:  # a pair model needs them (one per text: checked by the handler)
+            component["required"] = sorted({*component.get("required", []), "text_pairs"})
+        else:  # a single-text model takes none: the field is not part of its API
+            request.pop("text_pairs")
         app.openapi_schema = schema
         return schema
 
