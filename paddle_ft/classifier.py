@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from paddle_ft.errors import UserError
 from paddle_ft.infer import TRUNCATIONS, Predictor
 
@@ -44,19 +42,11 @@ class Classifier:
         k = self._check_top_k(self.top_k if top_k is None else top_k)
         if not batch:
             return []
-        probs, truncated = self.predictor.probabilities_and_flags(
-            batch, _positive(self.batch_size if batch_size is None else batch_size), self.truncation,
-            list(text_pairs) if text_pairs is not None else None)
-        results = [self._top(row, k, cut) for row, cut in zip(probs, truncated)]
+        predictions = self.predictor.predict(batch, _positive(self.batch_size if batch_size is None else batch_size),
+                                             self.truncation, list(text_pairs) if text_pairs is not None else None)
+        results = [[{"label": label, "score": score, **({"truncated": True} if p.truncated else {})}
+                    for label, score in p.top(k)] for p in predictions]
         return results[0] if single else results
-
-    def _top(self, row: np.ndarray, k: int, truncated: bool) -> list[dict]:
-        best = np.argsort(-row, kind="stable")[:k]
-        labels = [{"label": self.labels[i], "score": float(row[i])} for i in best]
-        if truncated:
-            for label in labels:
-                label["truncated"] = True
-        return labels
 
     def _check_top_k(self, top_k) -> int:
         if not isinstance(top_k, int) or not 1 <= top_k <= len(self.labels):

@@ -6,6 +6,7 @@ the tokenizer files, `label_map.json` and `export.json`.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -177,18 +178,38 @@ class Predictor:
         return probs, truncated
 
     def predict(self, texts: list[str], batch_size: int = 32, truncation: str = "head",
-                pairs: list[str] | None = None) -> list[dict]:
-        """Per text: the top label, its probability, every class's probability, and whether it was truncated."""
+                pairs: list[str] | None = None) -> list["Prediction"]:
+        """One `Prediction` per text, in order."""
         if not texts:
             return []
         probs, truncated = self.probabilities_and_flags(texts, batch_size, truncation, pairs)
-        results = []
-        for row, cut in zip(probs, truncated):
-            best = int(row.argmax())
-            results.append({"label": self.labels[best], "score": float(row[best]),
-                            "probabilities": {name: float(p) for name, p in zip(self.labels, row)},
-                            "truncated": cut})
-        return results
+        return [Prediction(dict(zip(self.labels, map(float, row))), cut) for row, cut in zip(probs, truncated)]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the model says about one text; `predict`, `Classifier` and the HTTP service only format it."""
+
+    probabilities: dict[str, float]
+    """Every label's probability, in class-id order."""
+    truncated: bool
+    """The text was longer than the model's max_length and was cut."""
+
+    def top(self, k: int) -> list[tuple[str, float]]:
+        """The `k` most probable (label, probability), best first; ties keep class-id order."""
+        return sorted(self.probabilities.items(), key=lambda item: -item[1])[:k]
+
+    @property
+    def label(self) -> str:
+        return self.top(1)[0][0]
+
+    @property
+    def score(self) -> float:
+        return self.top(1)[0][1]
+
+    def as_dict(self) -> dict:
+        return {"label": self.label, "score": self.score, "probabilities": self.probabilities,
+                "truncated": self.truncated}
 
 
 def takes_text_pairs(model_dir: str | Path) -> bool:

@@ -82,9 +82,10 @@ def test_predictor_probabilities_equal_dygraph_softmax(exported, model_dir, toke
     texts = [text for text, _ in rows]
     np.testing.assert_allclose(predictor.probabilities(texts, batch_size=5), expected, atol=1e-5)
     results = predictor.predict(texts, batch_size=8)
-    assert [r["label"] for r in results] == [LABELS[i] for i in expected.argmax(axis=1)]
-    assert results[0]["score"] == pytest.approx(float(expected[0].max()), abs=1e-5)
-    assert sum(results[0]["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+    assert [r.label for r in results] == [LABELS[i] for i in expected.argmax(axis=1)]
+    assert results[0].score == pytest.approx(float(expected[0].max()), abs=1e-5)
+    assert sum(results[0].probabilities.values()) == pytest.approx(1.0, abs=1e-5)
+    assert results[0].top(2) == sorted(results[0].probabilities.items(), key=lambda item: -item[1])
     assert predictor.predict([]) == []
 
 

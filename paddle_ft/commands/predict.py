@@ -26,8 +26,8 @@ def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_
     out = Path(output_path).open("w", encoding="utf-8") if output_path else sys.stdout
     try:
         for i, (text, result) in enumerate(zip(texts, results)):
-            record = {"text": text, **({"text_pair": pairs[i]} if pairs else {}), "label": result["label"],
-                      "score": round(result["score"], 6)}
+            record = {"text": text, **({"text_pair": pairs[i]} if pairs else {}), "label": result.label,
+                      "score": round(result.score, 6)}
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     finally:
         if output_path:

@@ -147,7 +147,7 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
             state["load_error"] = f"{type(exc).__name__}: {exc}"
             print(f"error: the model failed to load: {state['load_error']}", file=sys.stderr, flush=True)
 
-    def run_batch(items: list[tuple[str, str | None]]) -> list[dict]:
+    def run_batch(items: list[tuple[str, str | None]]) -> list:
         """One predictor call for the (text, second text or None) items of a batch."""
         texts, pairs = [text for text, _ in items], [pair for _, pair in items]
         return state["predictor"].predict(texts, batch_size=limits.max_batch_size, truncation=truncation,
@@ -236,12 +236,10 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
         except Exception as exc:  # this batch failed; other requests are unaffected
             metrics.errors.inc()
             return error(500, f"prediction failed: {type(exc).__name__}: {exc}")
-        if body.top_k > 1:
-            for result in results:
-                ranked = sorted(result["probabilities"].items(), key=lambda item: -item[1])[:body.top_k]
-                result["top_k"] = [{"label": name, "score": p} for name, p in ranked]
         metrics.texts.inc(len(body.texts))
-        return {"results": results}
+        return {"results": [{**p.as_dict(), **({"top_k": [{"label": label, "score": score} for label, score in
+                                                          p.top(body.top_k)]} if body.top_k > 1 else {})}
+                            for p in results]}
 
     @app.get("/healthz")
     async def healthz():
