@@ -55,7 +55,7 @@ class Predictor:
             raise UserError(f"{model_dir / 'label_map.json'} is not a label map; re-create the folder with "
                             "tools/export.py")
         self.labels = sorted(ids, key=ids.get)  # class id -> label name
-        self.text_pairs = takes_text_pairs(model_dir)  # trained on (text, second text) pairs
+        self.text_pairs = _takes_pairs(info)  # trained on (text, second text) pairs
         try:
             self.tokenizer = fastest(AutoTokenizer.from_pretrained(str(model_dir)))
         except Exception as exc:  # PaddleNLP raises many kinds for missing or broken tokenizer files
@@ -214,7 +214,11 @@ class Prediction:
 
 def takes_text_pairs(model_dir: str | Path) -> bool:
     """Whether the exported model in `model_dir` was trained on text pairs (from its export.json)."""
-    return _read_json(Path(model_dir) / EXPORT_INFO, dict).get("text_pair_column") is not None
+    return _takes_pairs(_read_json(Path(model_dir) / EXPORT_INFO, dict))
+
+
+def _takes_pairs(export_info: dict) -> bool:
+    return export_info.get("text_pair_column") is not None
 
 
 def check_device(device: str, precision: str) -> None:

@@ -15,7 +15,7 @@ from paddle_ft.config import Config, config_to_dict, load_config, save_config
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import check_amp_supported
 from paddle_ft.data.labels import LabelMap
-from paddle_ft.engine.checkpoint import CorruptCheckpoint, newest_verified_checkpoint, verify_checkpoint
+from paddle_ft.engine.checkpoint import newest_verified_checkpoint, verify_checkpoint
 from paddle_ft.engine.cpu_linear import use_fast_linear
 from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.evaluate import NonFiniteScores
@@ -125,7 +125,7 @@ def find_resume_checkpoint(config: Config, output_dir: Path) -> Path | None:
     path = Path(resume)
     try:
         verify_checkpoint(path)
-    except (UserError, CorruptCheckpoint) as exc:
+    except UserError as exc:  # CorruptCheckpoint included
         raise ConfigError("train.resume", str(exc)) from None
     return path
 

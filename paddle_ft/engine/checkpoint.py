@@ -103,11 +103,12 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int = 0) -> TrainState:
     """Restore everything `save_checkpoint` wrote into the given objects; returns the trainer state.
-    The checkpoint must verify (`verify_checkpoint`) and fit the model (same parameter names and shapes)."""
-    verify_checkpoint(path)
+    `path` is a checkpoint `verify_checkpoint` passed (`commands.train` picks it that way: hashing a
+    large model's files twice would double the cost of every resume); it must fit the model (same
+    parameter names and shapes)."""
     model_state = paddle.load(str(path / "model_state.pdparams"))
     _check_fits(path, model_state, model)
-    model.set_state_dict(_in_dtypes_of(model, model_state))
+    model.set_state_dict(in_dtypes_of(model, model_state))
     structured_to_internal = {v: k for k, v in _internal_to_structured(model).items()}
     optimizer.set_state_dict(_rename_keys(paddle.load(str(path / "optimizer.pdopt")), structured_to_internal))
     scheduler.set_state_dict(paddle.load(str(path / "scheduler.pdparams")))
@@ -122,7 +123,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int =
     return TrainState(**json.loads((path / TRAINER_STATE).read_text()))
 
 
-def _in_dtypes_of(model, state: dict) -> dict:
+def in_dtypes_of(model, state: dict) -> dict:
     """`state` with each tensor cast to the dtype of the model's own (an AMP O2 run keeps most weights in
     float16/bfloat16; a resume with another AMP setting must still load)."""
     own = model.state_dict()

@@ -18,8 +18,8 @@ from tqdm import tqdm
 from paddle_ft.config import Config
 from paddle_ft.data.features import Features, Splits, TrainBatchSampler, micro_batches, pad_batch
 from paddle_ft.engine.amp import StepRunner
-from paddle_ft.engine.checkpoint import (TrainState, capture_rng, complete_checkpoints, load_checkpoint,
-                                         rotate_checkpoints, save_checkpoint)
+from paddle_ft.engine.checkpoint import (TrainState, capture_rng, complete_checkpoints, in_dtypes_of,
+                                         load_checkpoint, rotate_checkpoints, save_checkpoint)
 from paddle_ft.engine.distributed import Distributed
 from paddle_ft.engine.evaluate import evaluate, predict_probabilities
 from paddle_ft.engine.events import EventLog
@@ -243,8 +243,8 @@ def _diverged_message(state: TrainState, limit: int, checkpoints_dir: Path) -> s
 def _final_results(model, splits, best_dir, state: TrainState, metric, batch_size, pad_token_id, label_names,
                    runner) -> dict:
     """Metrics of the best model (reloaded from best/) on dev and test."""
-    best = paddle.load(str(best_dir / MODEL_STATE))  # float32 on disk; the model may be float16 (O2)
-    model.set_state_dict({k: v.astype(model.state_dict()[k].dtype) for k, v in best.items()})
+    # float32 on disk; the model may be float16 (O2)
+    model.set_state_dict(in_dtypes_of(model, paddle.load(str(best_dir / MODEL_STATE))))
     results = {"best_step": state.best_step, "metric": metric, "skipped_steps": runner.skipped_steps}
     for name in ("dev", "test"):
         features = getattr(splits, name)
