@@ -248,11 +248,11 @@ def save_config(config: Config, path: Path) -> None:
 def _parse_override(item: str) -> tuple[str, Any]:
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
-        raise UserError(f"override '{item}' is not KEY=VALUE: write it like -o train.batch_size=16")
+        raise UserError(f"override '{_clip(item, 60)}' is not KEY=VALUE: write it like -o train.batch_size=16")
     try:
         value = yaml.load(text, Loader=_UniqueKeyLoader) if text.strip() else None
     except (yaml.YAMLError, RecursionError, ValueError):
-        raise UserError(f"override '{_short(item, 60)[1:-1]}': the value is not valid YAML; quote it if it is a string") from None
+        raise UserError(f"override '{_clip(item, 60)}': the value is not valid YAML; quote it if it is a string") from None
     return key.strip(), value
 
 
@@ -347,10 +347,15 @@ def _coerce(hint, value, key: str, where):
     raise ConfigError(key, f"expected {' or '.join(problems)}, got {_short(value)}", where(key))
 
 
-def _short(value, limit: int = 40) -> str:
-    """repr() of a value as an error message shows it: a 5,000-digit number is not echoed whole."""
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else f"{str(value)[:limit]}..."
-    return text if len(text) <= limit else text[:limit - 4] + "...'"
+def _short(value) -> str:
+    """repr() of a value as an error message shows it: a 40-digit number or a long text is not echoed whole."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return f"{str(value)[:40]}..."  # repr would spell out every digit
+    return _clip(repr(value), 40)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _float_or_none(value):

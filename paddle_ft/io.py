@@ -111,11 +111,12 @@ def check_output_folder(path: str | Path, option: str) -> Path:
     return path
 
 
-def describe_os_error(exc: OSError) -> str | None:
-    """One line for an environment failure a user can fix (full disk, read-only folder), else None."""
+def describe_os_error(exc: OSError, then: str = "run the command again") -> str | None:
+    """One line for an environment failure a user can fix (full disk, read-only folder), ending with what
+    to do once it is fixed (`then`); None for any other OSError, which is a bug."""
     where = f" writing {exc.filename}" if exc.filename else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"the disk is full{where}; free some space and run the command again"
+        return f"the disk is full{where}; free some space, then {then}"
     if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
-        return f"permission denied{where}; choose a writable folder"
+        return f"permission denied{where}; choose a writable folder, then {then}"
     return None

@@ -81,11 +81,11 @@ def run(config_path: str, overrides: list[str]) -> int:
         dist.shutdown()  # every rank stopped after the same step
         raise
     except OSError as exc:  # a full disk: every write is atomic, so the last complete checkpoint is intact
-        problem = describe_os_error(exc)
+        problem = describe_os_error(exc, then=f"resume with: {resume_command} (the last complete checkpoint is "
+                                              "intact)")
         if problem is None:
             raise
-        raise UserError(f"{problem.removesuffix('; free some space and run the command again')}; the last "
-                        f"complete checkpoint is intact: free some space, then resume with: {resume_command}") from None
+        raise UserError(problem) from None
     dist.shutdown()
     if not dist.is_main:
         return 0
