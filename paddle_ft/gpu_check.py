@@ -39,7 +39,8 @@ class Check:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="out/gpu_check", help="work folder (deleted and rewritten)")
+    parser.add_argument("--output", default="out/gpu_check",
+                        help="work folder: new, empty, or an earlier gpu-check's (which is replaced)")
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help="cpu: the plumbing only, fp32")
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps per training run")
     args = parser.parse_args(argv)
@@ -48,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     import paddle
 
     work = Path(args.output)
+    if work.exists() and any(work.iterdir()) and not (work / "data" / "config.yaml").is_file():
+        # only an earlier gpu-check folder (its corpus is written first) is ever deleted
+        print(f"error: --output {work} holds files gpu-check did not write; give a new folder", file=sys.stderr)
+        return 2
     shutil.rmtree(work, ignore_errors=True)
     config = write_corpus(work / "data", args.steps)
     gpus = paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0

@@ -143,3 +143,12 @@ def test_export_on_a_gpu_machine_checks_the_gpu_predictor_too(tmp_path):
     info = json.loads((export_tiny_model(tmp_path) / "export.json").read_text())
     assert info["parity_max_abs_diff"] <= 1e-4 and info["parity_max_abs_diff_gpu"] <= 1e-2
 
+
+
+def test_gpu_check_never_deletes_a_folder_it_did_not_write(tmp_path, capsys):
+    from paddle_ft.gpu_check import main
+
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["--output", str(tmp_path), "--device", "cpu"]) == 2
+    assert "holds files gpu-check did not write" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
