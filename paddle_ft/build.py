@@ -12,7 +12,12 @@ from paddle_ft.data.readers import Columns, Example, read_examples
 from paddle_ft.data.tokenizer import fastest
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.log import log
-from paddle_ft.model import BERTForTextClassification, pretrained_encoder, scratch_encoder
+from paddle_ft.meta import ModelMeta
+from paddle_ft.model import (
+    BERTForTextClassification,
+    pretrained_encoder,
+    scratch_encoder,
+)
 
 
 @dataclass
@@ -54,7 +59,8 @@ def build_splits(dataset: Dataset, tokenizer, max_length: int, cache_dir: str | 
             hits.append(name)
     if hits:
         log(f"token ids of {', '.join(hits)} read from the feature cache {cache_dir}")
-    return Splits(features["train"], features.get("dev"), features.get("test"))
+    return Splits(dataset.label_map.names, tokenizer.pad_token_id, features["train"], features.get("dev"),
+                  features.get("test"))
 
 
 def build_tokenizer(model: ModelConfig):
@@ -112,9 +118,9 @@ def _backbone_error(backbone: str, exc: Exception) -> UserError:
                        "PaddleNLP model directory or use model.scratch")
 
 
-def model_meta(config: Config) -> dict:
-    """What a saved model must remember about how its data was read (for eval and export)."""
+def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
+    """What a saved model must remember about its labels and how its data was read (for eval and export)."""
     data = config.data
-    return {"dropout": config.model.dropout, "max_length": data.max_length, "format": data.format,
-            "text_column": data.text_column, "text_pair_column": data.text_pair_column,
-            "label_column": data.label_column}
+    return ModelMeta(labels=label_map.names, max_length=data.max_length, text_column=data.text_column,
+                     text_pair_column=data.text_pair_column, label_column=data.label_column, format=data.format,
+                     dropout=config.model.dropout)

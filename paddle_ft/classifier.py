@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from paddle_ft.errors import UserError
-from paddle_ft.infer import TRUNCATIONS, Predictor
+from paddle_ft.infer import Predictor
+from paddle_ft.meta import TRUNCATIONS
 
 
 class Classifier:

@@ -35,7 +35,8 @@ def _run(args) -> int:
         print(str(exc), file=sys.stderr)
         return exc.exit_code
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        for line in exc.lines():
+            print(f"error: {line}", file=sys.stderr)
         return 2
     except OSError as exc:  # a full disk or a read-only folder met while writing; anything else is a bug
         problem = describe_os_error(exc)
@@ -118,7 +119,7 @@ def _export(args) -> int:
     from paddle_ft.export import export_model
 
     info = export_model(Path(args.model), Path(args.output), overwrite=args.overwrite)
-    print(f"exported to {args.output}: max abs logit difference vs dygraph {info['parity_max_abs_diff']:.3g}")
+    print(f"exported to {args.output}: max abs logit difference vs dygraph {info.parity_max_abs_diff:.3g}")
     return 0
 
 

@@ -1,11 +1,13 @@
 """Run configuration: a tree of frozen dataclasses loaded from YAML plus `-o key=value` overrides.
 
-Every key is checked once, here, at load time: an unknown key, a wrong type or an out-of-range value
-raises `ConfigError` naming the dotted key (and the YAML line, or `-o`, it came from).
+Every key is checked once, here, at load time: an unknown key, a wrong type, an out-of-range value or
+settings that contradict one another raise `ConfigError` naming the dotted key (and the YAML line, or
+`-o`, it came from); several problems are reported together (`ConfigErrors`), one line each.
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import types
 import typing
@@ -15,7 +17,7 @@ from typing import Any, Callable
 
 import yaml
 
-from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.errors import ConfigError, ConfigErrors, UserError
 
 ARCHITECTURES = ("bert", "ernie", "roberta")
 METRICS = ("accuracy", "macro_f1")
@@ -58,6 +60,8 @@ class DataConfig:
     """Tokens per example after truncation, [CLS] and [SEP] included."""
     on_bad_row: str = field(default="error", metadata=_one_of("error", "skip"))
     """`error` stops at the first bad row; `skip` drops bad rows and reports how many."""
+    group_by_length: bool = True
+    """Batch examples of similar length together (shuffled in chunks) so padding costs little."""
     cache_dir: str | None = "~/.cache/paddle_ft/features"
     """Token ids of each split are cached here (keyed by texts, tokenizer and max_length); null = no cache."""
 
@@ -95,6 +99,20 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class OptimizerConfig:
+    """AdamW and its learning-rate schedule (linear warmup, then linear decay to 0)."""
+
+    learning_rate: float = field(default=2e-5, metadata=_positive(float))
+    """Peak learning rate of AdamW, reached after warmup, then decayed linearly to 0."""
+    warmup: float = field(default=0.1, metadata=_check(lambda v: v >= 0, "a number >= 0"))
+    """Warmup as a proportion of optimizer steps (< 1) or a number of steps (>= 1)."""
+    weight_decay: float = field(default=0.01, metadata=_check(lambda v: v >= 0, "a number >= 0"))
+    """AdamW weight decay, applied to every weight but biases and norm weights."""
+    max_grad_norm: float | None = field(default=1.0, metadata=_positive(float))
+    """Global-norm clipping threshold; null turns clipping off."""
+
+
+@dataclass(frozen=True)
 class AmpConfig:
     """Automatic mixed precision (a GPU speed-up; runs on CPU without one)."""
 
@@ -109,8 +127,44 @@ class AmpConfig:
 
 
 @dataclass(frozen=True)
+class EvaluationConfig:
+    """Scoring on dev during training: when, how, and what counts as better."""
+
+    every: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    """Evaluate every N optimizer steps; 0 = only at each epoch end."""
+    batch_size: int = field(default=64, metadata=_positive())
+    """Examples per batch when scoring dev and test."""
+    metric: str = field(default="accuracy", metadata=_one_of(*METRICS))
+    """Dev metric that picks the best model and drives early stopping."""
+    early_stopping_patience: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    """Stop after this many evaluations without improvement; 0 = never."""
+
+
+@dataclass(frozen=True)
+class CheckpointsConfig:
+    """What `checkpoints/` keeps, for `train.resume`."""
+
+    every: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    """Also checkpoint every N optimizer steps; 0 = only at evaluations and epoch ends."""
+    keep: int = field(default=2, metadata=_positive())
+    """Newest step checkpoints kept, besides the best one."""
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How the host runs the loop; never changes the numbers a run computes."""
+
+    log_every: int = field(default=20, metadata=_positive())
+    """Log loss, lr and speed every N optimizer steps."""
+    cpu_threads: int | None = field(default=None, metadata=_positive())
+    """CPU math threads per process; null = OMP_NUM_THREADS if set, else the usable cores / processes per host."""
+    fast_cpu_linear: bool = True
+    """On CPU, compute the gradients of linear layers with matmuls only (same values, ~1.2x faster steps)."""
+
+
+@dataclass(frozen=True)
 class TrainConfig:
-    """The optimisation loop."""
+    """The optimisation loop: how long, how big a step, and its sub-sections."""
 
     epochs: int = field(default=3, metadata=_positive())
     """Passes over the training data."""
@@ -118,42 +172,35 @@ class TrainConfig:
     """When set, stop after this many optimizer steps, whatever `epochs` says."""
     batch_size: int = field(default=32, metadata=_positive())
     """Examples per micro-batch (per device)."""
-    eval_batch_size: int = field(default=64, metadata=_positive())
-    """Examples per batch when scoring dev and test."""
     accumulate_steps: int = field(default=1, metadata=_positive())
     """Micro-batches per optimizer step."""
-    learning_rate: float = field(default=2e-5, metadata=_positive(float))
-    """Peak learning rate of AdamW, reached after warmup, then decayed linearly to 0."""
-    warmup: float = field(default=0.1, metadata=_check(lambda v: v >= 0, "a number >= 0"))
-    """Warmup as a proportion of optimizer steps (< 1) or a number of steps (>= 1)."""
-    weight_decay: float = field(default=0.01, metadata=_check(lambda v: v >= 0, "a number >= 0"))
-    """AdamW weight decay, applied to every weight but biases and norm weights."""
-    max_grad_norm: float | None = field(default=1.0, metadata=_positive(float))
-    """Global-norm clipping threshold; null turns clipping off."""
-    amp: AmpConfig = AmpConfig()
-    """Automatic mixed precision."""
-    eval_every: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
-    """Evaluate every N optimizer steps; 0 = only at each epoch end."""
-    log_every: int = field(default=20, metadata=_positive())
-    """Log loss, lr and speed every N optimizer steps."""
-    metric: str = field(default="accuracy", metadata=_one_of(*METRICS))
-    """Dev metric that picks the best checkpoint and drives early stopping."""
-    save_every: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
-    """Also checkpoint every N optimizer steps; 0 = only at evaluations and epoch ends."""
-    save_total_limit: int = field(default=2, metadata=_positive())
-    """Newest step checkpoints kept in `checkpoints/`, besides the best one."""
-    resume: str | None = None
-    """`auto` = the newest complete checkpoint in output_dir; or a checkpoints/step-N path; null = new run."""
     max_nonfinite_steps: int = field(default=5, metadata=_positive())
     """Stop when the loss is NaN/inf this many steps in a row (such steps never update the weights)."""
-    early_stopping_patience: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
-    """Stop after this many evaluations without improvement; 0 = never."""
-    group_by_length: bool = True
-    """Batch examples of similar length together (shuffled in chunks) so padding costs little."""
-    cpu_threads: int | None = field(default=None, metadata=_positive())
-    """CPU math threads per process; null = OMP_NUM_THREADS if set, else the usable cores / processes per host."""
-    fast_cpu_linear: bool = True
-    """On CPU, compute the gradients of linear layers with matmuls only (same values, ~1.2x faster steps)."""
+    resume: str | None = None
+    """`auto` = the newest complete checkpoint in output_dir; or a checkpoints/step-N path; null = new run."""
+    optimizer: OptimizerConfig = OptimizerConfig()
+    """AdamW, clipping and the learning-rate schedule."""
+    amp: AmpConfig = AmpConfig()
+    """Automatic mixed precision."""
+    evaluation: EvaluationConfig = EvaluationConfig()
+    """Dev evaluation, model selection and early stopping."""
+    checkpoints: CheckpointsConfig = CheckpointsConfig()
+    """Checkpoint cadence and rotation."""
+    runtime: RuntimeConfig = RuntimeConfig()
+    """Logging cadence and CPU settings."""
+
+
+# keys of earlier versions -> where they live now; an old config gets one line per key naming the new one
+MOVED_KEYS = {
+    "train.learning_rate": "train.optimizer.learning_rate", "train.warmup": "train.optimizer.warmup",
+    "train.weight_decay": "train.optimizer.weight_decay", "train.max_grad_norm": "train.optimizer.max_grad_norm",
+    "train.eval_every": "train.evaluation.every", "train.eval_batch_size": "train.evaluation.batch_size",
+    "train.metric": "train.evaluation.metric",
+    "train.early_stopping_patience": "train.evaluation.early_stopping_patience",
+    "train.save_every": "train.checkpoints.every", "train.save_total_limit": "train.checkpoints.keep",
+    "train.log_every": "train.runtime.log_every", "train.cpu_threads": "train.runtime.cpu_threads",
+    "train.fast_cpu_linear": "train.runtime.fast_cpu_linear", "train.group_by_length": "data.group_by_length",
+}
 
 
 @dataclass(frozen=True)
@@ -209,8 +256,12 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
             return "from -o"
         return f"{path}:{lines[key]}" if key in lines else (str(path) if path else "")
 
-    config = _build(Config, raw, "", where)
-    _check_cross_field(config, where)
+    problems: list[ConfigError] = []
+    config = _build(Config, raw, "", where, problems)
+    if not problems:  # a field left at its default after a problem would only add false contradictions
+        problems = _cross_field_problems(config, where)
+    if problems:
+        raise problems[0] if len(problems) == 1 else ConfigErrors(problems)
     return config
 
 
@@ -281,70 +332,101 @@ def _key_lines(node, prefix: str = "") -> dict[str, int]:
     return found
 
 
-def _build(cls, raw: Any, prefix: str, where: Callable[[str], str]):
+def _build(cls, raw: Any, prefix: str, where: Callable[[str], str], problems: list[ConfigError]):
+    """`cls` from the mapping `raw`; every problem is appended to `problems` (and the field keeps its
+    default) so that one load reports all of them."""
     section = prefix.rstrip(".") or "the top level"
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(section, f"expected a mapping of keys, got {raw!r}", where(prefix.rstrip(".")))
+        problems.append(ConfigError(section, f"expected a mapping of keys, got {_short(raw)}", where(section)))
+        return cls()
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
-    for name in raw:
-        if name not in known:
-            key = f"{prefix}{name}"
-            raise ConfigError(key, f"unknown key; known keys here: {', '.join(known)}", where(key))
     values = {}
-    for name, f in known.items():
+    for name, value in raw.items():  # in file order, so problems are listed as the file reads
         key = f"{prefix}{name}"
-        if name not in raw:
-            continue
-        values[name] = _coerce(hints[name], raw[name], key, where)
-        test = f.metadata.get("check")
-        if test is not None and values[name] is not None and not test(values[name]):
-            raise ConfigError(key, f"expected {f.metadata['expected']}, got {_short(raw[name])}", where(key))
+        if key in MOVED_KEYS:
+            problems.append(ConfigError(key, f"has moved to {MOVED_KEYS[key]}; rename it there", where(key)))
+        elif name not in known:
+            problems.append(ConfigError(key, f"unknown key{_did_you_mean(name)}; known keys here: "
+                                        f"{', '.join(known)}", where(key)))
+        else:
+            try:
+                values[name] = _checked(known[name], hints[name], value, key, where, problems)
+            except ConfigError as exc:
+                problems.append(exc)
     return cls(**values)
 
 
-def _coerce(hint, value, key: str, where):
+def _checked(f: dataclasses.Field, hint, value, key: str, where, problems: list[ConfigError]):
+    """`value` converted to the field's type and range-checked; a ConfigError when it is not right."""
+    converted = _coerce(hint, value, key, where, problems)
+    test = f.metadata.get("check")
+    if test is not None and converted is not None and not test(converted):
+        raise ConfigError(key, f"expected {f.metadata['expected']}, got {_short(value)}", where(key))
+    return converted
+
+
+def _did_you_mean(name: str) -> str:
+    """The dotted keys anywhere in the config whose last part is spelled like `name` (a typo, or a key
+    typed in the wrong section)."""
+    keys = _dotted_keys(Config)
+    leaves = {key.rsplit(".", 1)[-1] for key in keys}
+    close = difflib.get_close_matches(name, leaves, n=2, cutoff=0.75)
+    matches = [key for leaf in close for key in keys if key.rsplit(".", 1)[-1] == leaf]
+    return f" (did you mean {' or '.join(matches[:3])}?)" if matches else ""
+
+
+def _dotted_keys(cls, prefix: str = "") -> list[str]:
+    keys = []
+    for name, hint in typing.get_type_hints(cls).items():
+        options = typing.get_args(hint) if _is_union(hint) else (hint,)
+        section = next((option for option in options if dataclasses.is_dataclass(option)), None)
+        keys += _dotted_keys(section, f"{prefix}{name}.") if section else [prefix + name]
+    return keys
+
+
+def _coerce(hint, value, key: str, where, problems: list[ConfigError]):
     """Check `value` against the type hint; returns it converted (list -> tuple, int -> float)."""
     options = typing.get_args(hint) if _is_union(hint) else (hint,)
     if value is None:
         if type(None) in options:
             return None
         raise ConfigError(key, "must be set (null is not allowed here)", where(key))
-    problems = []
+    expected = []
     for option in options:
         if option is type(None):
             continue
         if dataclasses.is_dataclass(option):
             if isinstance(value, dict):
-                return _build(option, value, key + ".", where)
-            problems.append("a mapping")
+                return _build(option, value, key + ".", where, problems)
+            expected.append("a mapping")
         elif typing.get_origin(option) is tuple:
             if isinstance(value, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool)
                                                for v in value):
                 return tuple(str(v) for v in value)
-            problems.append("a list of names")
+            expected.append("a list of names")
         elif option is bool:
             if isinstance(value, bool):
                 return value
-            problems.append("true or false")
+            expected.append("true or false")
         elif option is int:
             if isinstance(value, int) and not isinstance(value, bool):
                 if abs(value) >= 2**63:
                     raise ConfigError(key, f"expected an integer below 2**63, got {_short(value)}", where(key))
                 return value
-            problems.append("an integer")
+            expected.append("an integer")
         elif option is float:
             number = _float_or_none(value)
             if number is not None and math.isfinite(number):
                 return number
-            problems.append("a finite number")
+            expected.append("a finite number")
         elif option is str:
             if isinstance(value, str):
                 return value
-            problems.append("a string")
-    raise ConfigError(key, f"expected {' or '.join(problems)}, got {_short(value)}", where(key))
+            expected.append("a string")
+    raise ConfigError(key, f"expected {' or '.join(expected)}, got {_short(value)}", where(key))
 
 
 def _short(value) -> str:
@@ -373,21 +455,27 @@ def _is_union(hint) -> bool:
     return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
 
-def _check_cross_field(config: Config, where) -> None:
-    model = config.model
+def _cross_field_problems(config: Config, where) -> list[ConfigError]:
+    """Settings that are each valid but contradict one another."""
+    model, train, problems = config.model, config.train, []
     if model.backbone is None and (model.scratch is None or not model.scratch.vocab_file):
-        raise ConfigError("model.backbone", "set a PaddleNLP name or model directory, or set "
-                          "model.scratch.vocab_file to train a randomly initialised encoder",
-                          where("model.backbone"))
+        problems.append(ConfigError("model.backbone", "set a PaddleNLP name or model directory, or set "
+                                    "model.scratch.vocab_file to train a randomly initialised encoder",
+                                    where("model.backbone")))
     if model.backbone is not None and model.scratch is not None:
-        raise ConfigError("model.scratch", f"model.backbone ({model.backbone}) is set too: a pretrained backbone "
-                          "replaces the scratch encoder, so set one of them (-o model.scratch=null to keep the "
-                          "backbone)", where("model.scratch"))
-    if model.backbone is None:
-        scratch = model.scratch
-        if scratch.hidden_size % scratch.num_heads:
-            raise ConfigError("model.scratch.num_heads", f"must divide hidden_size ({scratch.hidden_size})",
-                              where("model.scratch.num_heads"))
-        if config.data.max_length > scratch.max_position_embeddings:
-            raise ConfigError("data.max_length", "is longer than model.scratch.max_position_embeddings "
-                              f"({scratch.max_position_embeddings})", where("data.max_length"))
+        problems.append(ConfigError("model.scratch", f"model.backbone ({model.backbone}) is set too: a pretrained "
+                                    "backbone replaces the scratch encoder, so set one of them (-o model.scratch=null "
+                                    "to keep the backbone)", where("model.scratch")))
+    scratch = model.scratch if model.backbone is None else None
+    if scratch is not None and scratch.hidden_size % scratch.num_heads:
+        problems.append(ConfigError("model.scratch.num_heads", f"must divide hidden_size ({scratch.hidden_size})",
+                                    where("model.scratch.num_heads")))
+    if scratch is not None and config.data.max_length > scratch.max_position_embeddings:
+        problems.append(ConfigError("data.max_length", "is longer than model.scratch.max_position_embeddings "
+                                    f"({scratch.max_position_embeddings})", where("data.max_length")))
+    for key, value in (("train.evaluation.every", train.evaluation.every),
+                       ("train.evaluation.early_stopping_patience", train.evaluation.early_stopping_patience)):
+        if value and config.data.dev is None:
+            problems.append(ConfigError(key, f"is {value} but data.dev is not set, so nothing would be evaluated; "
+                                        f"set data.dev or {key}=0", where(key)))
+    return problems

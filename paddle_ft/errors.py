@@ -11,6 +11,10 @@ class UserError(Exception):
     def __init__(self, message: str):
         super().__init__(one_line(message))
 
+    def lines(self) -> list[str]:
+        """What the command line prints, one `error:` line each."""
+        return [str(self)]
+
 
 def one_line(message: str) -> str:
     """`message` with line breaks and other unprintable characters written as escapes (a label or key
@@ -20,6 +24,12 @@ def one_line(message: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
 
 
+def first_line(exc: Exception) -> str:
+    """The first line of a library's error, to quote inside one of ours (its type when it says nothing)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:200] if lines else type(exc).__name__
+
+
 class ConfigError(UserError):
     """A bad config key or value; the message names the dotted key."""
 
@@ -27,6 +37,17 @@ class ConfigError(UserError):
         self.key = key
         location = f" ({where})" if where else ""
         super().__init__(f"config key '{key}'{location}: {problem}")
+
+
+class ConfigErrors(ConfigError):
+    """Every problem one config load found; each keeps its own key and line."""
+
+    def __init__(self, errors: list[ConfigError]):
+        self.errors, self.key = errors, errors[0].key
+        UserError.__init__(self, f"{len(errors)} config problems: " + "; ".join(map(str, errors)))
+
+    def lines(self) -> list[str]:
+        return [str(error) for error in self.errors]
 
 
 class DataError(UserError):

@@ -2,24 +2,26 @@
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import paddle
 from paddle.static import InputSpec
 
+from paddle_ft.bundle import load_bundle
+from paddle_ft.engine.run_folder import RUN_FILES
 from paddle_ft.errors import UserError
-from paddle_ft.infer import EXPORT_INFO, Predictor, program_file
+from paddle_ft.infer import Predictor, program_file
 from paddle_ft.io import atomic_directory, check_output_folder
-from paddle_ft.data.labels import LabelMap
-from paddle_ft.model import MODEL_META, load_model
+from paddle_ft.meta import EXPORT_INFO, ExportInfo, read_export_info, write_export_info
 
 PARITY_TOLERANCE = 1e-4
 # the GPU predictor computes matmuls in TF32 on Ampere and newer (10 mantissa bits): logits move by ~1e-3
 GPU_PARITY_TOLERANCE = 1e-2
-# files that mark a folder as a training run; an export never goes into (or replaces) one
-RUN_FILES = ("metrics.jsonl", "results.json", "config.yaml", "checkpoints", "best", MODEL_META)
+INPUT_SPEC = (InputSpec([None, None], "int64", "input_ids"),        # [batch, seq] token ids
+              InputSpec([None, None], "int64", "token_type_ids"))  # [batch, seq] segment ids
 
 
 class ParityError(UserError):
@@ -27,8 +29,8 @@ class ParityError(UserError):
 
 
 def export_model(model_dir: Path, output_dir: Path, tolerance: float = PARITY_TOLERANCE,
-                 overwrite: bool = False) -> dict:
-    """jit.save `model_dir` into `output_dir` with tokenizer and labels, then check parity.
+                 overwrite: bool = False) -> ExportInfo:
+    """jit.save `model_dir` into `output_dir` with tokenizer, labels and `export.json`, then check parity.
 
     The folder appears only if the exported logits match dygraph within `tolerance`. An existing
     `output_dir` is replaced only when it holds an earlier export and nothing else, and `overwrite` is set.
@@ -38,40 +40,33 @@ def export_model(model_dir: Path, output_dir: Path, tolerance: float = PARITY_TO
         return _export(Path(model_dir), Path(output_dir), tolerance)
 
 
-def _export(model_dir: Path, output_dir: Path, tolerance: float) -> dict:
-    from paddlenlp.transformers import AutoTokenizer
-
-    model, meta = load_model(model_dir)
+def _export(model_dir: Path, output_dir: Path, tolerance: float) -> ExportInfo:
+    bundle = load_bundle(model_dir)
+    model, meta = bundle.model, bundle.meta
     _drop_dropout(model)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    label_map = LabelMap.load(model_dir)
-    input_spec = [InputSpec([None, None], "int64", "input_ids"),       # [batch, seq] token ids
-                  InputSpec([None, None], "int64", "token_type_ids")]  # [batch, seq] segment ids
     with atomic_directory(output_dir) as tmp:
-        paddle.jit.save(model, str(tmp / "model"), input_spec=input_spec)
-        tokenizer.save_pretrained(str(tmp))
-        label_map.save(tmp)
-        info = {"paddle_version": paddle.__version__, "program_file": program_file(tmp).name,
-                "inputs": [spec.name for spec in input_spec], "max_length": meta["max_length"],
-                "text_pair_column": meta.get("text_pair_column"),
-                "labels": list(label_map.names), "source_model": str(model_dir)}
-        (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
-        diff = parity_max_abs_diff(model, Predictor(tmp), len(tokenizer.vocab), tokenizer.pad_token_id,
-                                   meta["max_length"])
-        info["parity_max_abs_diff"] = diff
-        info["files"] = sorted(p.name for p in tmp.iterdir() if p.name != EXPORT_INFO)  # what --overwrite may replace
-        (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
-        if not diff <= tolerance:
-            raise ParityError(f"exported model differs from dygraph by {diff:.3g} (> {tolerance:g}); "
-                              f"nothing was written to {output_dir}. Report this with your paddle version")
+        paddle.jit.save(model, str(tmp / "model"), input_spec=INPUT_SPEC)
+        bundle.tokenizer.save_pretrained(str(tmp))
+        bundle.label_map.save(tmp)
+        info = ExportInfo(meta, program_file(tmp).name, paddle.__version__, str(model_dir),
+                          inputs=tuple(spec.name for spec in INPUT_SPEC))
+        write_export_info(info, tmp)  # the predictor of the parity check reads it
+        # the encoder's vocab_size, not the tokenizer's: not every tokenizer has a `.vocab` (RoBERTa BPE)
+        check = functools.partial(parity_max_abs_diff, model, vocab_size=model.encoder.config.vocab_size,
+                                  pad_token_id=bundle.tokenizer.pad_token_id, max_length=meta.max_length)
+        info = replace(info, parity_max_abs_diff=check(Predictor(tmp)))
         if _gpu_visible():  # the export will likely be served on this GPU: check that path too
-            gpu_diff = parity_max_abs_diff(model, Predictor(tmp, device="gpu"), len(tokenizer.vocab),
-                                           tokenizer.pad_token_id, meta["max_length"])
-            info["parity_max_abs_diff_gpu"] = gpu_diff
-            (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
-            if not gpu_diff <= GPU_PARITY_TOLERANCE:
-                raise ParityError(f"the export on the GPU predictor differs from dygraph by {gpu_diff:.3g} "
-                                  f"(> {GPU_PARITY_TOLERANCE:g}); nothing was written to {output_dir}")
+            info = replace(info, parity_max_abs_diff_gpu=check(Predictor(tmp, device="gpu")))
+        info = replace(info, files=tuple(sorted(p.name for p in tmp.iterdir() if p.name != EXPORT_INFO)))
+        write_export_info(info, tmp)
+        if not info.parity_max_abs_diff <= tolerance:
+            raise ParityError(f"exported model differs from dygraph by {info.parity_max_abs_diff:.3g} "
+                              f"(> {tolerance:g}); nothing was written to {output_dir}. Report this with your paddle "
+                              "version")
+        if info.parity_max_abs_diff_gpu is not None and not info.parity_max_abs_diff_gpu <= GPU_PARITY_TOLERANCE:
+            raise ParityError(f"the export on the GPU predictor differs from dygraph by "
+                              f"{info.parity_max_abs_diff_gpu:.3g} (> {GPU_PARITY_TOLERANCE:g}); nothing was written "
+                              f"to {output_dir}")
     return info
 
 
@@ -121,10 +116,10 @@ def check_export_target(output_dir: Path, model_dir: Path, overwrite: bool) -> N
 def _export_files(folder: Path) -> set[str] | None:
     """Names an earlier export wrote into `folder` (from its export.json), or None if it is not one."""
     try:
-        info = json.loads((folder / EXPORT_INFO).read_text(encoding="utf-8"))
-        return {EXPORT_INFO, *info["files"]}
-    except (OSError, ValueError, KeyError, TypeError):
+        files = read_export_info(folder).files
+    except UserError:
         return None
+    return {EXPORT_INFO, *files} if files else None
 
 
 def _drop_dropout(model: paddle.nn.Layer) -> None:

@@ -123,8 +123,9 @@ def write_corpus(folder: Path, steps: int) -> Path:
                        "cache_dir": None},
               "model": {"scratch": {"vocab_file": str(folder / "vocab.txt"), "hidden_size": 256, "num_layers": 4,
                                     "num_heads": 4, "intermediate_size": 1024, "max_position_embeddings": 128}},
-              "train": {"max_steps": steps, "batch_size": 32, "learning_rate": 5e-4, "log_every": 20,
-                        "eval_every": steps // 3, "save_every": 50}}
+              "train": {"max_steps": steps, "batch_size": 32, "optimizer": {"learning_rate": 5e-4},
+                        "runtime": {"log_every": 20}, "evaluation": {"every": steps // 3},
+                        "checkpoints": {"every": 50}}}
     (folder / "config.yaml").write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
     return folder / "config.yaml"
 
@@ -212,12 +213,12 @@ def predictor_checks(export: Path, data: Path, device: str) -> list[Check]:
     import numpy as np
 
     from paddle_ft.errors import UserError
-    from paddle_ft.infer import Predictor
+    from paddle_ft.infer import Predictor, stack_probabilities
 
     if not (export / "export.json").is_file():
         return [Check("predictor", "skip", "no export to load (the export check failed)")]
     texts = [line.split("\t")[0] for line in (data / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:257]]
-    reference = Predictor(export, cpu_threads=2).probabilities(texts)
+    reference = stack_probabilities(Predictor(export, cpu_threads=2).predict(texts))
     variants = {"cpu fp32": {}} if device == "cpu" else {
         "gpu fp32": {"device": "gpu"}, "gpu fp16": {"device": "gpu", "precision": "fp16"},
         "gpu tensorrt fp16": {"device": "gpu", "precision": "fp16", "use_tensorrt": True}}
@@ -228,10 +229,10 @@ def predictor_checks(export: Path, data: Path, device: str) -> list[Check]:
         except UserError as exc:
             checks.append(Check(f"predictor {name}", "skip", str(exc)))
             continue
-        probs = predictor.probabilities(texts)
+        probs = stack_probabilities(predictor.predict(texts))
         started = time.perf_counter()
         for _ in range(5):
-            predictor.probabilities(texts, batch_size=32)
+            predictor.predict(texts, batch_size=32)
         speed = 5 * len(texts) / (time.perf_counter() - started)
         diff = float(np.abs(probs - reference).max())
         agree = float((probs.argmax(1) == reference.argmax(1)).mean())

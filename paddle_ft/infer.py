@@ -5,22 +5,21 @@ the tokenizer files, `label_map.json` and `export.json`.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from paddle_ft.data.features import pad_ids
 from paddle_ft.data.tokenizer import FastBertTokenizer, fastest
-from paddle_ft.errors import UserError
+from paddle_ft.errors import UserError, first_line
+from paddle_ft.meta import REEXPORT, TRUNCATIONS, read_export_info
 from paddle_ft.runtime import cpu_supports_bf16, usable_cores
 
 PROGRAM_FILES = ("model.json", "model.pdmodel")
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
 PARAMS_FILE = "model.pdiparams"
-TRUNCATIONS = ("head", "tail")
 WIDTH_STEP = 16  # padded widths are multiples of this (see Predictor.run)
-EXPORT_INFO = "export.json"
 
 
 def program_file(model_dir: Path) -> Path:
@@ -45,22 +44,15 @@ class Predictor:
         if use_tensorrt:
             check_tensorrt(program, device)
         check_device(device, precision)
-        info = _read_json(model_dir / EXPORT_INFO, dict)
-        self.max_length = info.get("max_length")
-        if not isinstance(self.max_length, int) or self.max_length < 2:
-            raise UserError(f"{model_dir / EXPORT_INFO} has no valid max_length; re-create the folder with "
-                            "tools/export.py")
-        ids = _read_json(model_dir / "label_map.json", dict)
-        if sorted(ids.values()) != list(range(len(ids))) or len(ids) < 2:
-            raise UserError(f"{model_dir / 'label_map.json'} is not a label map; re-create the folder with "
-                            "tools/export.py")
-        self.labels = sorted(ids, key=ids.get)  # class id -> label name
-        self.text_pairs = _takes_pairs(info)  # trained on (text, second text) pairs
+        self.meta = read_export_info(model_dir).model
+        self.max_length = self.meta.max_length
+        self.labels = list(self.meta.labels)  # class id -> label name
+        self.text_pairs = self.meta.takes_pairs  # trained on (text, second text) pairs
         try:
             self.tokenizer = fastest(AutoTokenizer.from_pretrained(str(model_dir)))
         except Exception as exc:  # PaddleNLP raises many kinds for missing or broken tokenizer files
-            raise UserError(f"{model_dir}: the tokenizer files cannot be loaded ({_first_line(exc)}); re-create the "
-                            "folder with tools/export.py") from None
+            raise UserError(f"{model_dir}: the tokenizer files cannot be loaded ({first_line(exc)}); {REEXPORT}") \
+                from None
 
         config = inference.Config(str(program), str(model_dir / PARAMS_FILE))
         if device == "gpu":
@@ -81,9 +73,8 @@ class Predictor:
             self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
             self._warm_up()
         except (RuntimeError, ValueError, OSError, MemoryError) as exc:  # a truncated or garbled graph/weights
-            raise UserError(f"{model_dir}: {program.name} / {PARAMS_FILE} cannot be loaded ({_first_line(exc)}); "
-                            "the files are damaged or from another model: re-create the folder with "
-                            "tools/export.py") from None
+            raise UserError(f"{model_dir}: {program.name} / {PARAMS_FILE} cannot be loaded ({first_line(exc)}); "
+                            f"the files are damaged or from another model: {REEXPORT}") from None
 
     def _warm_up(self) -> None:
         """The first run of a shape allocates memory and creates kernels (and TensorRT engines): pay for
@@ -111,29 +102,29 @@ class Predictor:
         self._predictor.run()
         return self._output.copy_to_cpu()
 
-    def encode(self, texts: list[str], truncation: str = "head",
-               pairs: list[str] | None = None) -> tuple[list[list[int]], list[list[int]], list[bool]]:
-        """(input_ids, token_type_ids, truncated) per text. A text longer than max_length keeps its first
-        tokens (`head`) or its last ones (`tail`, where reviews often say what they conclude). A pair is
-        cut longest-first, as in training."""
+    def predict(self, texts: list[str], batch_size: int = 32, truncation: str = "head",
+                pairs: list[str] | None = None) -> list[Prediction]:
+        """One `Prediction` per text, in order; `pairs` holds the second text of each, for a model trained on
+        text pairs. A text longer than max_length keeps its first tokens (`head`) or its last ones (`tail`,
+        where reviews often say what they conclude); a pair is cut longest-first, as in training."""
+        check_texts(texts)
+        if pairs is not None:
+            check_texts(pairs, "second text {}")
         if truncation not in TRUNCATIONS:
             raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
         self.check_pairs(texts, pairs, truncation)
-        if pairs is not None:
-            return self._encode_pairs(texts, pairs)
-        if truncation == "head" and isinstance(self.tokenizer, FastBertTokenizer):
-            return self.tokenizer.encode(texts, max_length=self.max_length)
-        encoded = self.tokenizer(list(texts), max_length=None, truncation=False)
-        ids, types, truncated, body = [], [], [], self.max_length - 2
-        for x, t in zip(encoded["input_ids"], encoded["token_type_ids"]):
-            cut = len(x) > self.max_length  # [CLS] body [SEP]: keep the specials, cut the body
-            if cut:
-                x = [x[0], *(x[1:body + 1] if truncation == "head" else x[-body - 1:-1]), x[-1]]
-                t = t[:self.max_length]
-            ids.append(x)
-            types.append(t)
-            truncated.append(cut)
-        return ids, types, truncated
+        if not texts:
+            return []
+        ids, types, truncated = self._encode_pairs(texts, pairs) if pairs is not None else \
+            self._encode(texts, truncation)
+        order = np.argsort([-len(x) for x in ids], kind="stable")  # similar lengths share a batch
+        probs = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            chosen = order[start:start + batch_size]
+            input_ids, token_type_ids = pad_ids([ids[i] for i in chosen], [types[i] for i in chosen],
+                                                self.tokenizer.pad_token_id)
+            probs[chosen] = softmax(self.run(input_ids, token_type_ids))
+        return [Prediction(dict(zip(self.labels, map(float, row))), cut) for row, cut in zip(probs, truncated)]
 
     def check_pairs(self, texts: list[str], pairs: list[str] | None, truncation: str = "head") -> None:
         """Second texts where, and only where, the model was trained on pairs; one per text."""
@@ -147,6 +138,22 @@ class Predictor:
         if pairs is not None and truncation != "head":
             raise UserError("a text pair is cut longest-first, as in training: truncation applies to single texts")
 
+    def _encode(self, texts: list[str], truncation: str) -> tuple[list[list[int]], list[list[int]], list[bool]]:
+        """(input_ids, token_type_ids, truncated) per text: [CLS] body [SEP], the body cut at one end."""
+        if truncation == "head" and isinstance(self.tokenizer, FastBertTokenizer):
+            return self.tokenizer.encode(texts, max_length=self.max_length)
+        encoded = self.tokenizer(list(texts), max_length=None, truncation=False)
+        ids, types, truncated, body = [], [], [], self.max_length - 2
+        for x, t in zip(encoded["input_ids"], encoded["token_type_ids"]):
+            cut = len(x) > self.max_length  # keep the specials, cut the body
+            if cut:
+                x = [x[0], *(x[1:body + 1] if truncation == "head" else x[-body - 1:-1]), x[-1]]
+                t = t[:self.max_length]
+            ids.append(x)
+            types.append(t)
+            truncated.append(cut)
+        return ids, types, truncated
+
     def _encode_pairs(self, texts: list[str], pairs: list[str]):
         if isinstance(self.tokenizer, FastBertTokenizer):
             return self.tokenizer.encode(texts, pairs, max_length=self.max_length)
@@ -154,36 +161,6 @@ class Predictor:
         encoded = self.tokenizer(list(texts), text_pair=list(pairs), max_length=self.max_length, truncation=True)
         return (encoded["input_ids"], encoded["token_type_ids"],
                 [len(full) > self.max_length for full in whole])
-
-    def probabilities(self, texts: list[str], batch_size: int = 32, truncation: str = "head",
-                      pairs: list[str] | None = None) -> np.ndarray:
-        """Softmax probabilities [len(texts), num_classes] in the order of `texts`."""
-        return self.probabilities_and_flags(texts, batch_size, truncation, pairs)[0]
-
-    def probabilities_and_flags(self, texts: list[str], batch_size: int = 32, truncation: str = "head",
-                                pairs: list[str] | None = None) -> tuple[np.ndarray, list[bool]]:
-        """(probabilities [len(texts), num_classes], truncated per text), in the order of `texts`; `pairs`
-        holds the second text of each, for a model trained on text pairs."""
-        check_texts(texts)
-        if pairs is not None:
-            check_texts(pairs, "second text {}")
-        ids, types, truncated = self.encode(texts, truncation, pairs)
-        order = np.argsort([-len(x) for x in ids], kind="stable")  # similar lengths share a batch
-        probs = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            chosen = order[start:start + batch_size]
-            input_ids, token_type_ids = pad_ids([ids[i] for i in chosen], [types[i] for i in chosen],
-                                                self.tokenizer.pad_token_id)
-            probs[chosen] = softmax(self.run(input_ids, token_type_ids))
-        return probs, truncated
-
-    def predict(self, texts: list[str], batch_size: int = 32, truncation: str = "head",
-                pairs: list[str] | None = None) -> list["Prediction"]:
-        """One `Prediction` per text, in order."""
-        if not texts:
-            return []
-        probs, truncated = self.probabilities_and_flags(texts, batch_size, truncation, pairs)
-        return [Prediction(dict(zip(self.labels, map(float, row))), cut) for row, cut in zip(probs, truncated)]
 
 
 @dataclass(frozen=True)
@@ -212,13 +189,9 @@ class Prediction:
                 "truncated": self.truncated}
 
 
-def takes_text_pairs(model_dir: str | Path) -> bool:
-    """Whether the exported model in `model_dir` was trained on text pairs (from its export.json)."""
-    return _takes_pairs(_read_json(Path(model_dir) / EXPORT_INFO, dict))
-
-
-def _takes_pairs(export_info: dict) -> bool:
-    return export_info.get("text_pair_column") is not None
+def stack_probabilities(predictions: list[Prediction]) -> np.ndarray:
+    """[len(predictions), num_classes] probabilities, class ids in order (for comparing models)."""
+    return np.array([list(p.probabilities.values()) for p in predictions], dtype=np.float32)
 
 
 def check_device(device: str, precision: str) -> None:
@@ -266,38 +239,9 @@ def check_texts(texts: list[str], item: str = "text {}") -> None:
                             "send valid Unicode") from None
 
 
-def _read_json(path: Path, kind: type):
-    """A JSON file of an exported folder, or one line that says it is missing or broken."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path} is missing; re-create the folder with tools/export.py") from None
-    except (OSError, ValueError, RecursionError):
-        raise UserError(f"{path} is damaged (not JSON); re-create the folder with tools/export.py") from None
-    if not isinstance(value, kind):
-        raise UserError(f"{path} is damaged (not a JSON {kind.__name__}); re-create the folder with tools/export.py")
-    return value
-
-
-def _first_line(exc: Exception) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0][:200] if lines else type(exc).__name__
-
-
 def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
-
-
-def pad_ids(ids: list[list[int]], types: list[list[int]], pad_token_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids and segment ids of texts, padded to the longest of them."""
-    width = max(len(x) for x in ids)
-    input_ids = np.full((len(ids), width), pad_token_id, dtype=np.int64)  # [batch, seq]
-    token_type_ids = np.zeros((len(ids), width), dtype=np.int64)         # [batch, seq]
-    for row, (x, t) in enumerate(zip(ids, types)):
-        input_ids[row, :len(x)] = x
-        token_type_ids[row, :len(t)] = t
-    return input_ids, token_type_ids
 
 
 def _configure_gpu(config, inference, gpu_id: int, precision: str, use_tensorrt: bool, program: Path,

@@ -1,19 +1,11 @@
 """`BERTForTextClassification`: a PaddleNLP encoder, its pooled [CLS] vector, dropout and a linear head.
 
-A saved model directory (`OUT/best`) is PaddleNLP-shaped so other tools can read it:
-`config.json` (encoder config), `model_state.pdparams` (encoder + head), tokenizer files,
-`label_map.json`, and `paddle_ft.json` (head size and how the data was read).
+How a trained one is saved and read back is `bundle`'s job.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import paddle
 from paddle import nn
-
-MODEL_STATE = "model_state.pdparams"
-MODEL_META = "paddle_ft.json"
 
 
 class BERTForTextClassification(nn.Layer):
@@ -38,8 +30,14 @@ def scratch_encoder(architecture: str, vocab_size: int, hidden_size: int, num_la
                     intermediate_size: int, max_position_embeddings: int, dropout: float,
                     pad_token_id: int = 0) -> nn.Layer:
     """A randomly initialised BERT / ERNIE / RoBERTa encoder of the given shape."""
-    from paddlenlp.transformers import (BertConfig, BertModel, ErnieConfig, ErnieModel, RobertaConfig,
-                                        RobertaModel)
+    from paddlenlp.transformers import (
+        BertConfig,
+        BertModel,
+        ErnieConfig,
+        ErnieModel,
+        RobertaConfig,
+        RobertaModel,
+    )
 
     config_cls, model_cls = {"bert": (BertConfig, BertModel), "ernie": (ErnieConfig, ErnieModel),
                              "roberta": (RobertaConfig, RobertaModel)}[architecture]
@@ -57,38 +55,9 @@ def pretrained_encoder(name_or_dir: str) -> nn.Layer:
     return AutoModel.from_pretrained(name_or_dir)
 
 
-def save_model(model: BERTForTextClassification, directory: Path, meta: dict) -> None:
-    """Write weights, encoder config and `meta` (JSON-able) into `directory` (which must exist)."""
-    config = model.encoder.config
-    config.architectures = [type(model.encoder).__name__]  # lets AutoModel.from_config pick the class
-    config.save_pretrained(str(directory))
-    # float32 whatever precision training ran in (AMP O2 keeps weights in float16/bfloat16): a saved model
-    # is loaded into a float32 model by eval, export and the next fine-tune
-    state = {name: tensor.astype("float32") if tensor.dtype in (paddle.float16, paddle.bfloat16) else tensor
-             for name, tensor in model.state_dict().items()}
-    paddle.save(state, str(directory / MODEL_STATE))
-    meta = {"num_classes": model.classifier.weight.shape[1], **meta}
-    (directory / MODEL_META).write_text(json.dumps(meta, ensure_ascii=False, indent=2), encoding="utf-8")
-
-
-def load_model(directory: str | Path) -> tuple[BERTForTextClassification, dict]:
-    """Rebuild a model saved by `save_model`; returns it in eval mode with its meta."""
-    from paddlenlp.transformers import AutoConfig, AutoModel
-
-    directory = Path(directory)
-    meta = read_model_meta(directory)
-    encoder = AutoModel.from_config(AutoConfig.from_pretrained(str(directory)))
-    model = BERTForTextClassification(encoder, meta["num_classes"], meta.get("dropout", 0.0))
-    model.set_state_dict(paddle.load(str(directory / MODEL_STATE)))
-    model.eval()
-    return model, meta
-
-
-def read_model_meta(directory: Path) -> dict:
-    from paddle_ft.errors import UserError
-
-    path = directory / MODEL_META
-    if not path.is_file():
-        raise UserError(f"{directory} is not a paddle_ft model directory (no {MODEL_META}); "
-                        "pass the `best/` folder a training run wrote")
-    return json.loads(path.read_text(encoding="utf-8"))
+def in_dtypes_of(model: nn.Layer, state: dict) -> dict:
+    """`state` with each tensor cast to the dtype of the model's own (an AMP O2 run keeps most weights in
+    float16/bfloat16; weights saved in float32 must still load into it, and the other way round)."""
+    own = model.state_dict()
+    return {name: tensor.astype(own[name].dtype) if tensor.dtype != own[name].dtype else tensor
+            for name, tensor in state.items()}

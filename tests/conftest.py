@@ -38,6 +38,13 @@ def features_of(rows, tokenizer, max_length: int = 64):
     return tokenize(examples, tokenizer, max_length, LabelMap(LABELS))
 
 
+def tiny_meta(**fields):
+    """The `ModelMeta` of the tiny test models: LABELS, max length 64, no dropout."""
+    from paddle_ft.meta import ModelMeta
+
+    return ModelMeta(**{"labels": LABELS, "max_length": 64, "dropout": 0.0, **fields})
+
+
 def synthetic_rows(n: int, seed: int = 0) -> list[tuple[str, str]]:
     """Texts whose label is told by which mood characters they contain, lengths 4 to 40."""
     rng = random.Random(seed)
@@ -105,7 +112,7 @@ def tiny_config_args(data_dir, vocab_file, tmp_path) -> list[str]:
             f"model.scratch.vocab_file={vocab_file}", "model.scratch.hidden_size=32", "model.scratch.num_layers=2",
             "model.scratch.num_heads=2", "model.scratch.intermediate_size=64",
             "model.scratch.max_position_embeddings=64", "train.epochs=3", "train.batch_size=16",
-            "train.learning_rate=3e-3", "train.log_every=5"]
+            "train.optimizer.learning_rate=3e-3", "train.runtime.log_every=5"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -122,9 +129,8 @@ def export_tiny_model(folder: Path, seed: int = 5, text_pair_column: str | None 
     `text_pair_column` it is a text-pair model."""
     from paddlenlp.transformers import BertTokenizer
 
-    from paddle_ft.data.labels import LabelMap
+    from paddle_ft.bundle import save_bundle
     from paddle_ft.export import export_model
-    from paddle_ft.model import save_model
 
     folder.mkdir(parents=True, exist_ok=True)
     vocab = folder / "vocab.txt"
@@ -136,11 +142,7 @@ def export_tiny_model(folder: Path, seed: int = 5, text_pair_column: str | None 
                               intermediate_size=64, max_position_embeddings=64, dropout=0.0,
                               pad_token_id=tokenizer.pad_token_id)
     best = folder / "best"
-    best.mkdir()
-    save_model(BERTForTextClassification(encoder, num_classes=2, dropout=0.0), best,
-               {"dropout": 0.0, "max_length": 64, "format": "tsv", "text_column": "text",
-                "text_pair_column": text_pair_column, "label_column": "label"})
-    tokenizer.save_pretrained(str(best))
-    LabelMap(LABELS).save(best)
+    save_bundle(best, BERTForTextClassification(encoder, num_classes=2, dropout=0.0), tokenizer,
+                tiny_meta(text_pair_column=text_pair_column))
     export_model(best, folder / "export")
     return folder / "export"

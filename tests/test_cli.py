@@ -5,9 +5,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import DEMO, ROOT, overrides, write_tsv
+
 from paddle_ft.cli import main
+
 # Mean training loss over steps 26-30 of the tiny run below (seed 42); the tolerance absorbs
 # thread-count and CPU-kernel differences between machines, not behaviour changes.
 PINNED_LOSS_STEP_30 = 0.4421

@@ -19,14 +19,14 @@ def test_demo_config_loads_with_its_values():
     config = load_config(DEMO)
     assert config.data.labels == ("负面", "正面")
     assert config.model.scratch.hidden_size == 128
-    assert config.train.learning_rate == 5e-4
+    assert config.train.optimizer.learning_rate == 5e-4
     assert config.train.amp.enabled is False
 
 
 def test_overrides_are_read_as_yaml():
-    config = load_config(DEMO, ["train.learning_rate=3e-5", "data.test=null", "train.amp.enabled=true",
+    config = load_config(DEMO, ["train.optimizer.learning_rate=3e-5", "data.test=null", "train.amp.enabled=true",
                                 "data.labels=[a, b, c]", "train.max_steps=7"])
-    assert config.train.learning_rate == 3e-5
+    assert config.train.optimizer.learning_rate == 3e-5
     assert config.data.test is None
     assert config.train.amp.enabled is True
     assert config.data.labels == ("a", "b", "c")
@@ -37,8 +37,43 @@ def test_unknown_key_names_key_and_line(tmp_path):
     path = write(tmp_path, "model:\n  scratch:\n    vocab_file: v.txt\ntrain:\n  epochs: 2\n  learning_rat: 1e-3\n")
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert str(info.value).startswith(f"config key 'train.learning_rat' ({path}:6): unknown key")
-    assert "learning_rate" in str(info.value)
+    assert str(info.value).startswith(f"config key 'train.learning_rat' ({path}:6): unknown key (did you mean "
+                                      "train.optimizer.learning_rate?)")
+
+
+def test_a_key_of_the_old_layout_names_its_new_place(tmp_path):
+    path = write(tmp_path, "model:\n  scratch:\n    vocab_file: v.txt\ntrain:\n  epochs: 2\n  save_total_limit: 3\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (f"config key 'train.save_total_limit' ({path}:6): has moved to "
+                               "train.checkpoints.keep; rename it there")
+    with pytest.raises(ConfigError, match=r"'train.group_by_length' \(from -o\): has moved to data.group_by_length"):
+        load_config(DEMO, ["train.group_by_length=false"])
+
+
+def test_every_problem_of_a_config_is_reported_at_once(tmp_path, capsys):
+    from paddle_ft.cli import main
+    from paddle_ft.errors import ConfigErrors
+
+    path = write(tmp_path, "model:\n  scratch:\n    vocab_file: v.txt\n    num_layers: 0\n"
+                           "train:\n  epochs: many\n  learning_rate: 1e-3\n  runtime:\n    log_evry: 5\n")
+    with pytest.raises(ConfigErrors) as info:
+        load_config(path, ["data.max_length=4"])
+    assert [str(e).split(": ", 1)[0] for e in info.value.errors] == [  # in file order, then the overrides
+        f"config key 'model.scratch.num_layers' ({path}:4)", f"config key 'train.epochs' ({path}:6)",
+        f"config key 'train.learning_rate' ({path}:7)", f"config key 'train.runtime.log_evry' ({path}:9)",
+        "config key 'data.max_length' (from -o)"]
+    assert main(["train", "--config", str(path), "-o", "data.max_length=4"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 5 and all(line.startswith("error: config key '") for line in lines)
+
+
+def test_contradicting_settings_are_reported_together():
+    from paddle_ft.errors import ConfigErrors
+
+    with pytest.raises(ConfigErrors) as info:
+        load_config(DEMO, ["data.dev=null", "train.evaluation.every=5", "model.scratch.num_heads=3"])
+    assert sorted(e.key for e in info.value.errors) == ["model.scratch.num_heads", "train.evaluation.every"]
 
 
 def test_unknown_override_key_says_it_came_from_o():
@@ -55,9 +90,9 @@ def test_unknown_override_key_says_it_came_from_o():
     ("data.format=xlsx", "config key 'data.format' (from -o): expected one of tsv, csv, jsonl, got 'xlsx'"),
     ("train=3", "config key 'train' (from -o): expected a mapping, got 3"),
     ("model.scratch.num_heads=3", "config key 'model.scratch.num_heads' (from -o): must divide hidden_size (128)"),
-    ("train.learning_rate=.inf", "config key 'train.learning_rate' (from -o): expected a finite number, got inf"),
-    ("train.learning_rate=1e999", "config key 'train.learning_rate' (from -o): expected a finite number, got '1e999'"),
-    ("train.warmup=.nan", "config key 'train.warmup' (from -o): expected a finite number, got nan"),
+    ("train.optimizer.learning_rate=.inf", "config key 'train.optimizer.learning_rate' (from -o): expected a finite number, got inf"),
+    ("train.optimizer.learning_rate=1e999", "config key 'train.optimizer.learning_rate' (from -o): expected a finite number, got '1e999'"),
+    ("train.optimizer.warmup=.nan", "config key 'train.optimizer.warmup' (from -o): expected a finite number, got nan"),
     ("seed=-1", "config key 'seed' (from -o): expected an integer from 0 to 2**32 - 1, got -1"),
     ("seed=99999999999", "config key 'seed' (from -o): expected an integer from 0 to 2**32 - 1, got 99999999999"),
     ("train.epochs=" + "9" * 30, "config key 'train.epochs' (from -o): expected an integer below 2**63, got 99999"),

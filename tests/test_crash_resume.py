@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import paddle
 import pytest
-
 from conftest import DEMO
 
 pytestmark = pytest.mark.slow
@@ -22,8 +21,8 @@ SEED = 9
 
 def run(tiny_config_args, out: Path, kill_at: int, count_file: Path, *extra: str) -> int:
     items = [a for a in tiny_config_args if not a.startswith("output_dir=")]
-    items += [f"output_dir={out}", "train.batch_size=8", "train.max_steps=12", "train.eval_every=3",
-              "train.save_every=2", "train.save_total_limit=1", "train.log_every=1", "model.dropout=0.1",
+    items += [f"output_dir={out}", "train.batch_size=8", "train.max_steps=12", "train.evaluation.every=3",
+              "train.checkpoints.every=2", "train.checkpoints.keep=1", "train.runtime.log_every=1", "model.dropout=0.1",
               "data.test=null", *extra]
     command = ["train", "--config", DEMO, *[x for item in items for x in ("-o", item)]]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "tests")}

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import paddle
 import pytest
-
 from conftest import synthetic_rows, write_tsv
+
 from paddle_ft.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,8 +25,8 @@ def job_args(tiny_config_args, tmp_path):
     # 61 dev rows: the two ranks score 31 and 30, so "every example exactly once" is put to the test
     write_tsv(tmp_path / "data" / "dev.tsv", synthetic_rows(61, seed=2))
     keep = [a for a in tiny_config_args if not a.startswith(("output_dir=", "train.batch_size", "train.epochs"))]
-    return keep + ["data.test=null", "model.dropout=0.0", "train.max_steps=10", "train.learning_rate=1e-3",
-                   "train.eval_every=5", "train.log_every=5"]
+    return keep + ["data.test=null", "model.dropout=0.0", "train.max_steps=10", "train.optimizer.learning_rate=1e-3",
+                   "train.evaluation.every=5", "train.runtime.log_every=5"]
 
 
 def launch(args: list[str], log_dir: Path, launcher=("--nproc_per_node", "2")):
@@ -66,20 +66,18 @@ def test_two_gloo_workers_match_one_process_with_the_same_global_batch(per_rank,
 
 
 def test_distributed_dev_metrics_equal_a_single_process_evaluation(job_args, tmp_path):
+    from paddle_ft.bundle import load_bundle
     from paddle_ft.data.features import tokenize
     from paddle_ft.data.labels import LabelMap
     from paddle_ft.data.readers import Columns, read_examples
     from paddle_ft.engine.evaluate import evaluate
-    from paddle_ft.model import load_model
 
     multi = tmp_path / "multi"
     result = launch(job_args + [f"output_dir={multi}", "train.batch_size=4"], tmp_path / "log")
     assert result.returncode == 0, (tmp_path / "log" / "workerlog.0").read_text()[-3000:]
-    model, _ = load_model(multi / "best")
-    from paddlenlp.transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(multi / "best"))
-    labels = LabelMap.load(multi)
+    bundle = load_bundle(multi / "best")
+    model, tokenizer, labels = bundle.model, bundle.tokenizer, bundle.label_map
+    assert labels == LabelMap.load(multi)
     dev, _ = read_examples(tmp_path / "data" / "dev.tsv", "tsv", Columns(), frozenset(labels.names))
     features = tokenize(dev, tokenizer, 64, labels)
     for step, logged in evals(multi).items():
@@ -93,7 +91,7 @@ def test_sigterm_to_the_launcher_stops_every_rank_and_the_resume_is_exact(job_ar
     import time
 
     args = [a for a in job_args if not a.startswith("train.max_steps")] + [
-        "train.epochs=2", "train.batch_size=2", "train.log_every=1", "model.dropout=0.1"]
+        "train.epochs=2", "train.batch_size=2", "train.runtime.log_every=1", "model.dropout=0.1"]
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     assert launch(args + [f"output_dir={whole}"], tmp_path / "log-whole").returncode == 0
 

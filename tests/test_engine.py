@@ -3,27 +3,25 @@ import json
 import numpy as np
 import paddle
 import pytest
+from conftest import LABELS, features_of, synthetic_rows, tiny_meta
 
-from conftest import LABELS, features_of, synthetic_rows
+from paddle_ft.bundle import MODEL_STATE
 from paddle_ft.config import AmpConfig, load_config
-from paddle_ft.engine.amp import StepRunner
 from paddle_ft.data.features import Splits
+from paddle_ft.engine.amp import StepRunner
+from paddle_ft.engine.run_folder import RunFolder
 from paddle_ft.engine.trainer import train
-from paddle_ft.model import MODEL_STATE, save_model
 
 
-def run_training(model, tokenizer, out, overrides, dev=True):
-    config = load_config(None, ["model.scratch.vocab_file=unused", "train.warmup=0", "train.learning_rate=1e-3",
-                                "train.log_every=1", *overrides])
-    splits = Splits(features_of(synthetic_rows(64, seed=1), tokenizer),
+def run_training(model, tokenizer, out, overrides, dev=True, resume_from=None):
+    config = load_config(None, ["model.scratch.vocab_file=unused", "train.optimizer.warmup=0",
+                                "train.optimizer.learning_rate=1e-3", "train.runtime.log_every=1",
+                                f"data.dev={'dev.tsv' if dev else None}", *overrides])
+    splits = Splits(LABELS, tokenizer.pad_token_id, features_of(synthetic_rows(64, seed=1), tokenizer),
                     features_of(synthetic_rows(16, seed=2), tokenizer) if dev else None)
-
-    def save_best(trained, directory):
-        directory.mkdir(parents=True, exist_ok=True)
-        save_model(trained, directory, {"max_length": 64})
-
-    out.mkdir(parents=True)
-    results = train(model, splits, config, out, LABELS, tokenizer.pad_token_id, save_best)
+    out.mkdir(parents=True, exist_ok=resume_from is not None)
+    run = RunFolder(out).with_model(tokenizer, tiny_meta(dropout=0.1))
+    results = train(model, splits, config, run, resume_from=resume_from)
     return results, {k: v.numpy() for k, v in model.state_dict().items()}
 
 
@@ -43,7 +41,7 @@ def test_same_seed_gives_identical_weights(make_model, tokenizer, tmp_path):
 
 def test_accumulation_equals_the_big_batch(make_model, tokenizer, tmp_path):
     # 64 examples: 8 steps of 8, and the same 8 steps as 2 micro-batches of 4
-    common = ["train.max_steps=8", "train.group_by_length=false", "train.max_grad_norm=null"]
+    common = ["train.max_steps=8", "data.group_by_length=false", "train.optimizer.max_grad_norm=null"]
     _, big = run_training(make_model(), tokenizer, tmp_path / "big", common + ["train.batch_size=8"], dev=False)
     _, accumulated = run_training(make_model(), tokenizer, tmp_path / "acc",
                                   common + ["train.batch_size=4", "train.accumulate_steps=2"], dev=False)
@@ -124,20 +122,18 @@ def test_float16_scaler_skips_and_counts_overflowing_steps(make_model, tokenizer
     assert runner.scaler.is_enable() and runner.loss_scale == 1024
     before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
     loss_and_backward(model, tokenizer, runner, scale=float("inf"))  # overflowing gradients
-    runner.step(optimizer, model.parameters())
-    assert runner.skipped_steps == 1
+    assert runner.step(optimizer, model.parameters())[1] is True  # skipped
     assert all(np.array_equal(before[k], v.numpy()) for k, v in model.state_dict().items())
     assert runner.loss_scale == 512  # dynamic scaling halves the scale after an overflow
     loss_and_backward(model, tokenizer, runner)
-    runner.step(optimizer, model.parameters())
-    assert runner.skipped_steps == 1
+    assert runner.step(optimizer, model.parameters())[1] is False
     assert not all(np.array_equal(before[k], v.numpy()) for k, v in model.state_dict().items())
 
 
 def test_training_writes_best_results_and_rotates_checkpoints(make_model, tokenizer, tmp_path):
     out = tmp_path / "run"
     results, _ = run_training(make_model(), tokenizer, out, ["train.epochs=3", "train.batch_size=16",
-                                                             "train.eval_every=2", "train.save_total_limit=2"])
+                                                             "train.evaluation.every=2", "train.checkpoints.keep=2"])
     assert (out / "best" / MODEL_STATE).is_file() and (out / "vdl").is_dir()
     assert json.loads((out / "results.json").read_text())["dev"]["examples"] == 16
     evals = [e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if e["event"] == "eval"]
@@ -153,7 +149,38 @@ def test_training_writes_best_results_and_rotates_checkpoints(make_model, tokeni
 def test_early_stopping_stops_after_patience(make_model, tokenizer, tmp_path):
     out = tmp_path / "run"
     # lr 0 cannot improve the dev metric after the first evaluation
-    run_training(make_model(), tokenizer, out, ["train.epochs=5", "train.batch_size=16", "train.eval_every=1",
-                                                "train.early_stopping_patience=2", "train.learning_rate=1e-12"])
+    run_training(make_model(), tokenizer, out, ["train.epochs=5", "train.batch_size=16", "train.evaluation.every=1",
+                                                "train.evaluation.early_stopping_patience=2", "train.optimizer.learning_rate=1e-12"])
     evals = [e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if e["event"] == "eval"]
     assert [e["step"] for e in evals] == [1, 2, 3]
+
+
+def test_a_run_stopped_by_a_signal_resumes_in_process_to_the_same_weights(make_model, tokenizer, tmp_path,
+                                                                          monkeypatch):
+    import signal
+
+    from paddle_ft.engine import trainer
+    from paddle_ft.engine.interrupt import TrainingInterrupted
+
+    args = ["train.max_steps=10", "train.batch_size=8", "train.checkpoints.every=4", "seed=3"]
+    _, whole = run_training(make_model(seed=3, dropout=0.1), tokenizer, tmp_path / "whole", args, dev=False)
+    real, calls = trainer._forward_backward, []
+
+    def signalled_at_step_6(*args):
+        calls.append(1)
+        if len(calls) == 6:
+            signal.raise_signal(signal.SIGTERM)  # handled by the loop: finish the step, save, stop
+        return real(*args)
+
+    monkeypatch.setattr(trainer, "_forward_backward", signalled_at_step_6)
+    with pytest.raises(TrainingInterrupted) as stopped:
+        run_training(make_model(seed=3, dropout=0.1), tokenizer, tmp_path / "broken", args, dev=False)
+    assert (stopped.value.step, stopped.value.exit_code) == (6, 128 + signal.SIGTERM)
+    assert stopped.value.checkpoint == tmp_path / "broken" / "checkpoints" / "step-6"
+    monkeypatch.setattr(trainer, "_forward_backward", real)
+    # another initialisation on purpose: everything must come from the checkpoint
+    _, resumed = run_training(make_model(seed=8, dropout=0.1), tokenizer, tmp_path / "broken", args, dev=False,
+                              resume_from=stopped.value.checkpoint)
+    assert all(np.array_equal(whole[k], resumed[k]) for k in whole)
+    assert [(e["step"], e["loss"]) for e in train_events(tmp_path / "whole")] == \
+        [(e["step"], e["loss"]) for e in train_events(tmp_path / "broken")]

@@ -3,27 +3,20 @@ import json
 import numpy as np
 import paddle
 import pytest
+from conftest import LABELS, features_of, synthetic_rows, tiny_meta
 
-from conftest import LABELS, features_of, synthetic_rows
+from paddle_ft.bundle import load_bundle, save_bundle
 from paddle_ft.data.features import pad_batch
-from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine.evaluate import predict_probabilities
 from paddle_ft.errors import UserError
 from paddle_ft.export import export_model, parity_max_abs_diff
-from paddle_ft.infer import Predictor
+from paddle_ft.infer import Predictor, stack_probabilities
 
 
 @pytest.fixture
 def model_dir(tmp_path, make_model, tokenizer):
-    from paddle_ft.model import save_model
-
     folder = tmp_path / "best"
-    folder.mkdir()
-    model = make_model(seed=5)
-    save_model(model, folder, {"dropout": 0.0, "max_length": 64, "format": "tsv", "text_column": "text",
-                               "text_pair_column": None, "label_column": "label"})
-    tokenizer.save_pretrained(str(folder))
-    LabelMap(LABELS).save(folder)
+    save_bundle(folder, make_model(seed=5), tokenizer, tiny_meta())
     return folder
 
 
@@ -35,15 +28,15 @@ def exported(model_dir, tmp_path):
 
 @pytest.mark.parametrize("architecture", ["bert", "ernie", "roberta"])
 def test_saved_model_reloads_identically(architecture, tmp_path, make_model, tokenizer):
-    from paddle_ft.model import load_model, save_model
-
     model = make_model(seed=1, architecture=architecture)
     model.eval()
-    save_model(model, tmp_path, {"max_length": 64})
-    loaded, meta = load_model(tmp_path)
+    meta = tiny_meta(text_pair_column="answer", truncation="head")
+    save_bundle(tmp_path / "best", model, tokenizer, meta)
+    loaded = load_bundle(tmp_path / "best")
     ids = paddle.to_tensor([[2, 7, 8, 9, 3, 0]])
-    assert np.array_equal(model(ids).numpy(), loaded(ids).numpy())
-    assert meta["num_classes"] == 2 and meta["max_length"] == 64
+    assert np.array_equal(model(ids).numpy(), loaded.model(ids).numpy())
+    assert loaded.meta == meta and loaded.label_map.names == LABELS
+    assert loaded.tokenizer.vocab.token_to_idx == tokenizer.vocab.token_to_idx
 
 
 def test_export_folder_stands_alone_and_records_parity(exported):
@@ -54,14 +47,13 @@ def test_export_folder_stands_alone_and_records_parity(exported):
     on_disk = json.loads((folder / "export.json").read_text())
     assert on_disk["inputs"] == ["input_ids", "token_type_ids"]
     assert on_disk["paddle_version"] == paddle.__version__
-    assert on_disk["parity_max_abs_diff"] == info["parity_max_abs_diff"] < 1e-4
+    assert on_disk["parity_max_abs_diff"] == info.parity_max_abs_diff < 1e-4
+    assert on_disk["model"] == json.loads((folder.parent / "best" / "paddle_ft.json").read_text())  # one metadata
 
 
 def test_exported_logits_match_dygraph_on_padded_batches(exported, model_dir, tokenizer):
-    from paddle_ft.model import load_model
-
     folder, _ = exported
-    model, _ = load_model(model_dir)
+    model = load_bundle(model_dir).model
     predictor = Predictor(folder)
     features = features_of(synthetic_rows(24, seed=9), tokenizer)
     batch = pad_batch(features, list(range(24)), tokenizer.pad_token_id)
@@ -72,15 +64,13 @@ def test_exported_logits_match_dygraph_on_padded_batches(exported, model_dir, to
 
 
 def test_predictor_probabilities_equal_dygraph_softmax(exported, model_dir, tokenizer):
-    from paddle_ft.model import load_model
-
     folder, _ = exported
-    model, _ = load_model(model_dir)
+    model = load_bundle(model_dir).model
     rows = synthetic_rows(37, seed=4)
     expected = predict_probabilities(model, features_of(rows, tokenizer), 64, tokenizer.pad_token_id)
     predictor = Predictor(folder, cpu_threads=1)
     texts = [text for text, _ in rows]
-    np.testing.assert_allclose(predictor.probabilities(texts, batch_size=5), expected, atol=1e-5)
+    np.testing.assert_allclose(stack_probabilities(predictor.predict(texts, batch_size=5)), expected, atol=1e-5)
     results = predictor.predict(texts, batch_size=8)
     assert [r.label for r in results] == [LABELS[i] for i in expected.argmax(axis=1)]
     assert results[0].score == pytest.approx(float(expected[0].max()), abs=1e-5)
@@ -106,8 +96,8 @@ def test_predictor_refuses_a_folder_without_a_model(tmp_path):
 def test_gpu_predictor_matches_cpu(exported):
     folder, _ = exported
     texts = [t for t, _ in synthetic_rows(16)]
-    np.testing.assert_allclose(Predictor(folder, device="gpu").probabilities(texts),
-                               Predictor(folder).probabilities(texts), atol=1e-4)
+    np.testing.assert_allclose(stack_probabilities(Predictor(folder, device="gpu").predict(texts)),
+                               stack_probabilities(Predictor(folder).predict(texts)), atol=1e-4)
 
 
 def test_predictor_is_exported_at_package_level_and_checks_precision(exported):
@@ -127,8 +117,38 @@ def test_bf16_runs_where_the_cpu_has_it_and_is_refused_where_not(exported):
     folder, _ = exported
     texts = [t for t, _ in synthetic_rows(8)]
     if cpu_supports_bf16():
-        np.testing.assert_allclose(Predictor(folder, precision="bf16").probabilities(texts),
-                                   Predictor(folder).probabilities(texts), atol=2e-2)
+        np.testing.assert_allclose(stack_probabilities(Predictor(folder, precision="bf16").predict(texts)),
+                                   stack_probabilities(Predictor(folder).predict(texts)), atol=2e-2)
     else:
         with pytest.raises(UserError, match="needs a CPU with AVX512-BF16 or AMX-BF16"):
             Predictor(folder, precision="bf16")
+
+
+def written_by_paddle_ft_0_1(best):
+    """`best` as paddle_ft 0.1 wrote it: an untyped paddle_ft.json without labels or format version."""
+    (best / "paddle_ft.json").write_text(json.dumps(
+        {"num_classes": 2, "dropout": 0.0, "max_length": 64, "format": "tsv", "text_column": "text",
+         "text_pair_column": None, "label_column": "label"}), encoding="utf-8")
+
+
+def test_a_model_folder_of_the_previous_version_still_loads_and_exports(model_dir, tmp_path):
+    written_by_paddle_ft_0_1(model_dir)
+    bundle = load_bundle(model_dir)
+    assert bundle.meta == tiny_meta()  # the labels come from its label_map.json
+    info = export_model(model_dir, tmp_path / "export")
+    assert info.model == tiny_meta() and info.parity_max_abs_diff < 1e-4
+
+
+def test_an_export_of_the_previous_version_loads_or_says_how_to_re_export(exported):
+    folder, _ = exported
+    model = json.loads((folder / "export.json").read_text())["model"]
+    old = {"paddle_version": "3.3.0", "program_file": "model.json", "inputs": ["input_ids", "token_type_ids"],
+           "max_length": model["max_length"], "labels": model["labels"], "source_model": "out/best",
+           "parity_max_abs_diff": 1e-7, "text_pair_column": None, "files": ["model.json"]}
+    (folder / "export.json").write_text(json.dumps(old))
+    assert Predictor(folder).predict(["好"])[0].label in LABELS
+    del old["text_pair_column"]  # written before exports recorded whether the model takes text pairs
+    (folder / "export.json").write_text(json.dumps(old))
+    with pytest.raises(UserError, match="did not record whether the model takes text pairs; re-create it with "
+                                        "tools/export.py"):
+        Predictor(folder)

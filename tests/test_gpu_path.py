@@ -4,10 +4,9 @@ state that depends on how many GPUs are visible."""
 import numpy as np
 import paddle
 import pytest
+from conftest import tiny_meta
 
-from conftest import LABELS
 from paddle_ft.config import AmpConfig
-from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine.amp import check_amp_supported, clip_grad_norm
 from paddle_ft.engine.checkpoint import capture_rng, restore_rng
 from paddle_ft.errors import ConfigError
@@ -49,13 +48,13 @@ def test_clipping_matches_paddles_on_float32(make_model, tokenizer):
 
 
 def test_a_float16_model_is_saved_in_float32_and_reloads(make_model, tokenizer, tmp_path):
-    from paddle_ft.model import load_model, save_model
+    from paddle_ft.bundle import load_bundle, save_bundle
 
     model = make_model(seed=3)
     model.to(dtype="float16")  # what AMP O2 leaves: float16 weights
     assert model.classifier.weight.dtype == paddle.float16
-    save_model(model, tmp_path, {"max_length": 64})
-    loaded, _ = load_model(tmp_path)  # a float32 model: "Variable dtype not match" before the fix
+    save_bundle(tmp_path / "best", model, tokenizer, tiny_meta())
+    loaded = load_bundle(tmp_path / "best").model  # a float32 model: "Variable dtype not match" before the fix
     for (name, original), reloaded in zip(model.state_dict().items(), loaded.state_dict().values()):
         assert reloaded.dtype == paddle.float32, name
         assert np.array_equal(original.astype("float32").numpy(), reloaded.numpy()), name
@@ -64,18 +63,15 @@ def test_a_float16_model_is_saved_in_float32_and_reloads(make_model, tokenizer, 
 def test_export_computes_both_sides_of_parity_on_the_cpu(make_model, tokenizer, tmp_path, monkeypatch):
     """In a CUDA build the model would load onto the GPU (TF32) while the parity predictor runs on CPU."""
     import paddle_ft.export as export
-    from paddle_ft.model import save_model
+    from paddle_ft.bundle import save_bundle
 
     best = tmp_path / "best"
-    best.mkdir()
-    save_model(make_model(seed=5), best, {"dropout": 0.0, "max_length": 64})
-    tokenizer.save_pretrained(str(best))
-    LabelMap(LABELS).save(best)
+    save_bundle(best, make_model(seed=5), tokenizer, tiny_meta())
     device, calls = ["gpu:0"], []  # as in a CUDA build
     monkeypatch.setattr(paddle.device, "get_device", lambda: device[0])
     monkeypatch.setattr(paddle.device, "set_device", lambda name: calls.append(name) or device.__setitem__(0, name))
-    real_load = export.load_model
-    monkeypatch.setattr(export, "load_model", lambda d: calls.append(f"load on {device[0]}") or real_load(d))
+    real_load = export.load_bundle
+    monkeypatch.setattr(export, "load_bundle", lambda d: calls.append(f"load on {device[0]}") or real_load(d))
     export.export_model(best, tmp_path / "export")
     assert calls == ["cpu", "load on cpu", "gpu:0"]
 
@@ -110,6 +106,7 @@ def test_rng_state_on_a_gpu_is_that_of_the_device_in_use():
 
 def test_tensorrt_on_a_paddle_3_export_is_refused_not_silently_ignored(tmp_path):
     from conftest import export_tiny_model
+
     from paddle_ft.errors import UserError
     from paddle_ft.infer import Predictor
 
@@ -122,12 +119,13 @@ def test_tensorrt_on_a_paddle_3_export_is_refused_not_silently_ignored(tmp_path)
 @pytest.mark.gpu
 @pytest.mark.parametrize("level", ["O1", "O2"])
 def test_float16_training_clips_saves_float32_and_evaluates_on_a_gpu(level, tiny_config_args, tmp_path, capsys):
-    from paddle_ft.cli import main
     from conftest import DEMO, overrides
+
+    from paddle_ft.cli import main
 
     out = tmp_path / "out"
     args = tiny_config_args + ["train.amp.enabled=true", "train.amp.dtype=float16", f"train.amp.level={level}",
-                               "train.max_steps=20", "train.max_grad_norm=1.0"]
+                               "train.max_steps=20", "train.optimizer.max_grad_norm=1.0"]
     assert main(["train", "--config", DEMO, *overrides(args)]) == 0
     best = paddle.load(str(out / "best" / "model_state.pdparams"))
     assert all(v.dtype == paddle.float32 for v in best.values())

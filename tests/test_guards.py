@@ -67,7 +67,7 @@ def test_predict_refuses_a_blank_text_like_the_server(model, text, capsys):
 def test_a_model_with_nan_weights_is_never_scored(model, tmp_path, capsys):
     import shutil
 
-    from paddle_ft.model import MODEL_STATE
+    from paddle_ft.bundle import MODEL_STATE
 
     best, _, data = model
     broken = tmp_path / "best"
@@ -112,7 +112,10 @@ def test_predict_output_path_is_checked(model, tmp_path, capsys):
 @pytest.mark.parametrize("damage, fragment", [
     (lambda d: (d / "export.json").write_text("{broken"), "export.json is damaged (not JSON)"),
     (lambda d: (d / "export.json").unlink(), "export.json is missing"),
-    (lambda d: (d / "label_map.json").write_text('{"a": 0, "b": 5}'), "label_map.json is not a label map"),
+    (lambda d: (d / "export.json").write_text('{"format_version": 2, "model": {"labels": ["a"], "max_length": 64}}'),
+     "export.json is damaged or from a newer paddle_ft (labels)"),
+    (lambda d: (d / "export.json").write_text('{"format_version": 2, "model": {"labels": ["a", "b"]}}'),
+     "export.json is damaged (its fields are not a paddle_ft model's)"),
     (lambda d: (d / "model.pdiparams").write_bytes((d / "model.pdiparams").read_bytes()[:1000]),
      "model.pdiparams cannot be loaded"),
     (lambda d: (d / "model.pdiparams").write_bytes(b""), "model.pdiparams cannot be loaded"),
@@ -192,13 +195,14 @@ def test_a_full_disk_while_training_is_one_line_naming_the_resume(tiny_config_ar
 
     monkeypatch.setattr(checkpoint.paddle, "save", save_until_full)
     out = tmp_path / "out"
-    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + ["train.save_every=5"])]) == 2
+    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + ["train.checkpoints.every=5"])]) == 2
     one_line_error(capsys, "the disk is full writing", "the last complete checkpoint is intact",
                    f"resume with: python tools/train.py --config {out / 'config.yaml'} -o train.resume=auto")
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-5"]  # no half-written step-10
 
 
-@pytest.mark.parametrize("setting", ["train.eval_every=5", "train.early_stopping_patience=2"])
+@pytest.mark.parametrize("setting", ["train.evaluation.every=5", "train.evaluation.early_stopping_patience=2"])
 def test_evaluation_settings_without_a_dev_file_are_refused(setting, tiny_config_args, capsys):
     assert main(["train", "--config", DEMO, *overrides(tiny_config_args + ["data.dev=null", setting])]) == 2
-    one_line_error(capsys, f"config key '{setting.split('=')[0]}': is {setting.split('=')[1]} but data.dev is not set")
+    key, value = setting.split("=")
+    one_line_error(capsys, f"config key '{key}' (from -o): is {value} but data.dev is not set")

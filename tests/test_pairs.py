@@ -6,11 +6,11 @@ import httpx
 import numpy as np
 import paddle
 import pytest
-
 from conftest import export_tiny_model, synthetic_rows
+
 from paddle_ft.cli import main
 from paddle_ft.errors import UserError
-from paddle_ft.infer import Predictor
+from paddle_ft.infer import Predictor, stack_probabilities
 
 PAIRS = [("质量很好", "物流很慢"), ("质量很好", "物流很快"), ("差差差", "好好好好"), ("好", "差")]
 
@@ -21,27 +21,27 @@ def pair_export(tmp_path_factory):
 
 
 def test_exported_pair_logits_equal_dygraph(pair_export, tokenizer):
+    from paddle_ft.bundle import load_bundle
     from paddle_ft.data.features import Features, pad_batch, tokenize
     from paddle_ft.data.readers import Example
-    from paddle_ft.model import load_model
 
     rows = synthetic_rows(24, seed=11)
     examples = [Example(a, b, None, i) for i, ((a, _), (b, _)) in enumerate(zip(rows[::2], rows[1::2]))]
-    model, _ = load_model(pair_export.parent / "best")
+    model = load_bundle(pair_export.parent / "best").model
     features = tokenize(examples, tokenizer, 64)
     batch = pad_batch(Features(features.input_ids, features.token_type_ids, None), list(range(len(examples))),
                       tokenizer.pad_token_id)
     assert batch["token_type_ids"].max() == 1  # the second texts really are segment 1
     logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"])).numpy()
     expected = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
-    got = Predictor(pair_export, cpu_threads=1).probabilities([e.text for e in examples],
-                                                              pairs=[e.text_pair for e in examples])
+    got = stack_probabilities(Predictor(pair_export, cpu_threads=1).predict(
+        [e.text for e in examples], pairs=[e.text_pair for e in examples]))
     assert np.abs(got - expected).max() < 1e-4
 
 
 def test_the_second_text_changes_the_answer(pair_export):
     predictor = Predictor(pair_export, cpu_threads=1)
-    slow, fast = predictor.probabilities([PAIRS[0][0], PAIRS[1][0]], pairs=[PAIRS[0][1], PAIRS[1][1]])
+    slow, fast = stack_probabilities(predictor.predict([PAIRS[0][0], PAIRS[1][0]], pairs=[PAIRS[0][1], PAIRS[1][1]]))
     # 物流很慢 vs 物流很快 (a tiny random model scores near 0.5, so the change is small, but a dropped second
     # text gave exactly equal scores)
     assert np.abs(slow - fast).max() > 1e-6

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 
-from paddle_ft.config import TrainConfig
 from paddle_ft.engine.metrics import classification_report
 from paddle_ft.engine.optim import build_optimizer, uses_weight_decay
 from paddle_ft.engine.plan import plan_run, warmup_steps
@@ -30,8 +29,8 @@ def test_warmup_proportion_or_steps():
 
 def test_lr_schedule_at_end_of_warmup_and_last_step(make_model):
     model = make_model()
-    config = TrainConfig(learning_rate=1e-3)
-    optimizer, scheduler = build_optimizer(model, config, total_steps=100, warmup_steps=10)
+    optimizer, scheduler = build_optimizer(model, learning_rate=1e-3, weight_decay=0.0, total_steps=100,
+                                           warmup_steps=10)
     lrs = []
     for _ in range(100):
         lrs.append(optimizer.get_lr())
@@ -52,7 +51,7 @@ def test_decay_grouping_selects_exactly_the_weight_matrices(make_model):
     assert "encoder.encoder.layers.0.norm1.weight" not in decayed
     assert "classifier.bias" not in decayed
     assert "classifier.weight" in decayed and "encoder.embeddings.word_embeddings.weight" in decayed
-    optimizer, _ = build_optimizer(model, TrainConfig(weight_decay=0.01), 10, 0)
+    optimizer, _ = build_optimizer(model, 1e-3, weight_decay=0.01, total_steps=10, warmup_steps=0)
     by_internal = {p.name: n for n, p in model.named_parameters()}
     assert sorted(by_internal[p] for p in by_internal if optimizer._apply_decay_param_fun(p)) == expected
 

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import export_tiny_model
+
 from paddle_ft.serve.process import ServerProcess
 
 pytestmark = pytest.mark.slow

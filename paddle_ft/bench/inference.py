@@ -20,10 +20,11 @@ def inference(args: dict) -> dict:
     runtime.configure()
     import paddle
 
+    from paddle_ft.bundle import load_bundle
+    from paddle_ft.data.features import pad_ids
     from paddle_ft.data.readers import Columns, read_examples
     from paddle_ft.export import export_model
-    from paddle_ft.infer import Predictor, pad_ids
-    from paddle_ft.model import load_model
+    from paddle_ft.infer import Predictor
 
     threads = args["threads"]
     runtime.apply_cpu_settings(threads)
@@ -45,7 +46,7 @@ def inference(args: dict) -> dict:
         return [pad_ids(ids[i:i + size], types[i:i + size], tokenizer.pad_token_id)
                 for i in range(0, size * count, size)]
 
-    model, _ = load_model(args["model_dir"])
+    model = load_bundle(args["model_dir"], with_tokenizer=False).model
 
     @paddle.no_grad()
     def dygraph(input_ids, token_type_ids):
@@ -55,35 +56,45 @@ def inference(args: dict) -> dict:
                "onnxruntime": _onnxruntime_session(export_dir, workdir / "model.onnx", threads)}
     precision, skipped = _precision_predictors(export_dir, threads)
     engines.update({name: p.run for name, p in precision.items()})
-    results = {name: {} for name in engines}
-    for size in args["batch_sizes"]:
-        work = batches(size, max(4, args["samples_per_round"] // size))
-        reference = [dygraph(*batch) for batch in work]
-        for name in engines:
-            run = engines[name]
-            for batch in work[:2]:  # warm-up: first-call allocation and oneDNN primitive creation
-                run(*batch)
-            rounds = []
-            for _ in range(args["rounds"]):
-                started = time.perf_counter()
-                outputs = [run(*batch) for batch in work]
-                rounds.append(size * len(work) / (time.perf_counter() - started))
-            diff = max(float(np.abs(out - ref).max()) for out, ref in zip(outputs, reference))
-            agree = [float((out.argmax(-1) == ref.argmax(-1)).mean()) for out, ref in zip(outputs, reference)]
-            results[name][f"batch_{size}"] = {"samples_per_s": statistics.median(rounds),
-                                              "label_agreement": float(np.mean(agree))}
-            results[name]["max_abs_diff"] = max(diff, results[name].get("max_abs_diff", 0.0))
+    results = {name: _throughput(run, dygraph, batches, args) for name, run in engines.items()}
     single = batches(1, args["latency_calls"])
-    for name in engines:
-        latencies = []
-        for batch in single:
-            started = time.perf_counter()
-            engines[name](*batch)
-            latencies.append((time.perf_counter() - started) * 1000)
-        results[name]["batch_1_p50_ms"] = float(np.percentile(latencies, 50))
-        results[name]["batch_1_p99_ms"] = float(np.percentile(latencies, 99))
+    for name, run in engines.items():
+        results[name].update(_latency(run, single))
     return {"engines": results, "precision_skipped": skipped, "threads": threads,
             "onnxruntime_version": _onnxruntime_version()}
+
+
+def _throughput(run, reference_run, batches, args: dict) -> dict:
+    """Median samples/s over rounds, per batch size; the largest logit difference from dygraph and the share
+    of equal top labels."""
+    results = {"max_abs_diff": 0.0}
+    for size in args["batch_sizes"]:
+        work = batches(size, max(4, args["samples_per_round"] // size))
+        reference = [reference_run(*batch) for batch in work]
+        for batch in work[:2]:  # warm-up: first-call allocation and oneDNN primitive creation
+            run(*batch)
+        rounds = []
+        for _ in range(args["rounds"]):
+            started = time.perf_counter()
+            outputs = [run(*batch) for batch in work]
+            rounds.append(size * len(work) / (time.perf_counter() - started))
+        diff = max(float(np.abs(out - ref).max()) for out, ref in zip(outputs, reference))
+        agree = [float((out.argmax(-1) == ref.argmax(-1)).mean()) for out, ref in zip(outputs, reference)]
+        results[f"batch_{size}"] = {"samples_per_s": statistics.median(rounds),
+                                    "label_agreement": float(np.mean(agree))}
+        results["max_abs_diff"] = max(diff, results["max_abs_diff"])
+    return results
+
+
+def _latency(run, single: list) -> dict:
+    """p50 and p99 milliseconds of one text per call."""
+    latencies = []
+    for batch in single:
+        started = time.perf_counter()
+        run(*batch)
+        latencies.append((time.perf_counter() - started) * 1000)
+    return {"batch_1_p50_ms": float(np.percentile(latencies, 50)),
+            "batch_1_p99_ms": float(np.percentile(latencies, 99))}
 
 
 def _precision_predictors(export_dir: Path, threads: int) -> tuple[dict, list[str]]:

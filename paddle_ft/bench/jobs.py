@@ -15,19 +15,27 @@ import sys
 import time
 from pathlib import Path
 
-from paddle_ft.bench.shape import (BATCH_SIZE, LEARNING_RATE, MAX_LENGTH, StepRecorder, emit, model_shape,
-                                   summarise_windows)
+from paddle_ft.bench.shape import (
+    BATCH_SIZE,
+    LEARNING_RATE,
+    MAX_LENGTH,
+    StepRecorder,
+    emit,
+    model_shape,
+    summarise_windows,
+)
 
 
 def _scratch_overrides(demo: Path, output_dir: Path, steps: int, threads: int) -> list[str]:
     shape = model_shape()
     return [f"output_dir={output_dir}", f"data.train={demo / 'train.tsv'}", "data.dev=null", "data.test=null",
-            "data.labels=null", f"data.max_length={shape['max_length']}", f"model.scratch.vocab_file={demo / 'vocab.txt'}",
-            f"model.scratch.hidden_size={shape['hidden_size']}", f"model.scratch.num_layers={shape['num_layers']}",
-            f"model.scratch.num_heads={shape['num_heads']}",
+            "data.labels=null", f"data.max_length={shape['max_length']}",
+            f"model.scratch.vocab_file={demo / 'vocab.txt'}", f"model.scratch.hidden_size={shape['hidden_size']}",
+            f"model.scratch.num_layers={shape['num_layers']}", f"model.scratch.num_heads={shape['num_heads']}",
             f"model.scratch.intermediate_size={shape['intermediate_size']}",
             f"model.scratch.max_position_embeddings={shape['max_length']}", f"train.batch_size={BATCH_SIZE}",
-            f"train.learning_rate={LEARNING_RATE}", f"train.max_steps={steps}", f"train.cpu_threads={threads}"]
+            f"train.optimizer.learning_rate={LEARNING_RATE}", f"train.max_steps={steps}",
+            f"train.runtime.cpu_threads={threads}"]
 
 
 def paddle_ft(args: dict) -> dict:
@@ -42,7 +50,8 @@ def paddle_ft(args: dict) -> dict:
     overrides = _scratch_overrides(Path(args["demo"]), output_dir, args["steps"], args["threads"])
     if args.get("dev"):  # a full run scored on dev (the AMP table's accuracy column)
         overrides += [f"data.dev={Path(args['demo']) / 'dev.tsv'}", "train.max_steps=null", "train.epochs=1"]
-    overrides += [f"train.log_every={WINDOW_STEPS}", f"train.group_by_length={args.get('group_by_length', True)}"]
+    overrides += [f"train.runtime.log_every={WINDOW_STEPS}",
+                  f"data.group_by_length={args.get('group_by_length', True)}"]
     overrides += [f"{key}={value}" for key, value in args.get("overrides", {}).items()]
     train.run(None, overrides)
     import paddle
@@ -72,7 +81,11 @@ def paddlenlp_trainer(args: dict) -> dict:
     import paddle
     from paddlenlp.data import DataCollatorWithPadding
     from paddlenlp.trainer import Trainer, TrainerCallback, TrainingArguments
-    from paddlenlp.transformers import BertConfig, BertForSequenceClassification, BertTokenizer
+    from paddlenlp.transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        BertTokenizer,
+    )
 
     rows = _read_features(args["features"])
     dataset = [{"input_ids": r["input_ids"], "token_type_ids": r["token_type_ids"], "labels": r["label"]}

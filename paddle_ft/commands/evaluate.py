@@ -3,29 +3,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from paddle_ft.bundle import load_bundle
 from paddle_ft.data.features import tokenize
-from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.io import check_output_file
-from paddle_ft.model import load_model
 
 
 def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int) -> dict:
-    from paddlenlp.transformers import AutoTokenizer
-
     model_dir = Path(model_dir)
     errors = Path(errors_path) if errors_path else model_dir.parent / f"misclassified-{Path(data_path).stem}.tsv"
-    model, meta = load_model(model_dir)
+    bundle = load_bundle(model_dir)
     check_output_file(errors, "--errors")  # before minutes of scoring, not after
-    label_map = LabelMap.load(model_dir)
-    tokenizer = fastest(AutoTokenizer.from_pretrained(str(model_dir)))
-    columns = Columns(meta["text_column"], meta["text_pair_column"], meta["label_column"])
-    examples, _ = read_examples(data_path, format_of(data_path, meta["format"]), columns,
-                                frozenset(label_map.names))
-    features = tokenize(examples, tokenizer, meta["max_length"], label_map)
-    report, probs = evaluate(model, features, batch_size, tokenizer.pad_token_id, label_map.names)
+    meta, label_map, tokenizer = bundle.meta, bundle.label_map, fastest(bundle.tokenizer)
+    columns = Columns(meta.text_column, meta.text_pair_column, meta.label_column)
+    examples, _ = read_examples(data_path, format_of(data_path, meta.format), columns, frozenset(label_map.names))
+    features = tokenize(examples, tokenizer, meta.max_length, label_map)
+    report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names)
 
     predicted = probs.argmax(axis=1)
     with errors.open("w", encoding="utf-8") as out:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.errors import DataError, UserError
-from paddle_ft.infer import Predictor, check_texts, program_file, takes_text_pairs
+from paddle_ft.infer import Predictor, check_texts, program_file
 from paddle_ft.io import check_output_file
+from paddle_ft.meta import read_export_info
 
 
 def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_path: str | None,
@@ -17,7 +18,7 @@ def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_
     if texts is None:
         if pairs:
             raise UserError("--text-pair goes with --text; with --input, put the second texts in a text_pair column")
-        texts, pairs = read_texts(Path(input_path), takes_text_pairs(model_dir))
+        texts, pairs = read_texts(Path(input_path), read_export_info(Path(model_dir)).model.takes_pairs)
     check_texts(texts, "--text {}")
     if output_path:
         check_output_file(output_path, "--output")

@@ -28,8 +28,11 @@ class Features:
 
 @dataclass
 class Splits:
-    """The tokenised splits of a run."""
+    """The tokenised splits of a run, with what batching and naming them takes."""
 
+    label_names: tuple[str, ...]
+    """Class id -> label name."""
+    pad_token_id: int
     train: Features
     dev: Features | None = None
     test: Features | None = None
@@ -53,17 +56,24 @@ def label_ids(examples: Sequence[Example], label_map: LabelMap | None) -> np.nda
 
 def pad_batch(features: Features, indices: Sequence[int], pad_token_id: int) -> dict[str, np.ndarray]:
     """Pad the chosen examples to the longest of them (dynamic padding)."""
-    width = max(len(features.input_ids[i]) for i in indices)
-    input_ids = np.full((len(indices), width), pad_token_id, dtype=np.int64)  # [batch, seq]
-    token_type_ids = np.zeros((len(indices), width), dtype=np.int64)         # [batch, seq]
-    for row, i in enumerate(indices):
-        ids = features.input_ids[i]
-        input_ids[row, :len(ids)] = ids
-        token_type_ids[row, :len(ids)] = features.token_type_ids[i]
+    input_ids, token_type_ids = pad_ids([features.input_ids[i] for i in indices],
+                                        [features.token_type_ids[i] for i in indices], pad_token_id)
     batch = {"input_ids": input_ids, "token_type_ids": token_type_ids}
     if features.labels is not None:
         batch["labels"] = features.labels[list(indices)]  # [batch]
     return batch
+
+
+def pad_ids(ids: Sequence[Sequence[int]], types: Sequence[Sequence[int]],
+            pad_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids and segment ids of texts, padded to the longest of them: ([batch, seq], [batch, seq]) int64."""
+    width = max(len(x) for x in ids)
+    input_ids = np.full((len(ids), width), pad_token_id, dtype=np.int64)
+    token_type_ids = np.zeros((len(ids), width), dtype=np.int64)
+    for row, (x, t) in enumerate(zip(ids, types)):
+        input_ids[row, :len(x)] = x
+        token_type_ids[row, :len(t)] = t
+    return input_ids, token_type_ids
 
 
 class TrainBatchSampler:

@@ -22,7 +22,6 @@ class StepRunner:
         self.max_grad_norm = max_grad_norm
         self.scaler = paddle.amp.GradScaler(enable=amp.enabled and amp.dtype == "float16",
                                             init_loss_scaling=amp.init_loss_scaling)
-        self._skipped = paddle.zeros([], dtype="int64")  # summed on device: no host sync per step
 
     def prepare(self, model, optimizer):
         """O2 keeps weights in low precision with fp32 master copies: it needs the decorated pair."""
@@ -39,35 +38,22 @@ class StepRunner:
     def backward(self, loss: paddle.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
-    def step(self, optimizer, parameters) -> paddle.Tensor | None:
-        """Unscale, clip, update, clear grads. Returns the pre-clip global norm (None: no clipping)."""
+    def step(self, optimizer, parameters) -> tuple[paddle.Tensor | None, bool]:
+        """Unscale, clip, update, clear grads. Returns (the pre-clip global norm, None without clipping;
+        whether the scaler skipped the update for inf/NaN gradients)."""
         grad_norm = self.unscale_and_clip(optimizer, parameters)
+        # read before update() resets it; a host sync, but only with float16 scaling on
+        overflow = self.scaler.is_enable() and bool(self.scaler._found_inf)
         self.scaler.step(optimizer)  # skips the update when the unscaled gradients hold inf/NaN
         self.scaler.update()
         optimizer.clear_grad()
-        return grad_norm
+        return grad_norm, overflow
 
     def unscale_and_clip(self, optimizer, parameters) -> paddle.Tensor | None:
         self.scaler.unscale_(optimizer)
-        if self.scaler.is_enable():
-            self._skipped += self.scaler._found_inf.astype("int64").sum()
         if self.max_grad_norm is None:
             return None
         return clip_grad_norm(parameters, self.max_grad_norm)
-
-    def skip(self, optimizer) -> None:
-        """Drop this step's gradients (its loss was not finite) and count it as skipped."""
-        optimizer.clear_grad()
-        self._skipped += 1
-
-    @property
-    def skipped_steps(self) -> int:
-        """Updates skipped: float16 overflows found by the scaler, plus non-finite losses."""
-        return int(self._skipped)
-
-    @skipped_steps.setter
-    def skipped_steps(self, count: int) -> None:
-        self._skipped = paddle.full([], count, dtype="int64")
 
     @property
     def loss_scale(self) -> float:

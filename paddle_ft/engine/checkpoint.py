@@ -22,6 +22,7 @@ import paddle
 
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_directory
+from paddle_ft.model import in_dtypes_of
 
 TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest.json"
@@ -49,8 +50,34 @@ class TrainState:
     """Updates skipped for inf/NaN (float16 overflow or a non-finite loss)."""
     nonfinite_streak: int = 0
     window_loss_sum: float = 0.0
-    """Loss summed over the steps since the last log line (so logged means match after a resume)."""
+    """Loss (mean over ranks) summed over the finite steps since the last log line, so that logged means
+    match after a resume."""
     window_steps: int = 0
+
+    def record_step(self, loss: float | None, skipped: bool, end_of_epoch: bool) -> None:
+        """Account for one optimizer step; `loss` is None when it was not finite."""
+        self.global_step += 1
+        self.skipped_steps += skipped
+        self.nonfinite_streak = 0 if loss is not None else self.nonfinite_streak + 1
+        if loss is not None:  # a non-finite step is counted in skipped_steps, not averaged in
+            self.window_loss_sum += loss
+            self.window_steps += 1
+        self.epoch, self.epoch_steps_done = (self.epoch + 1, 0) if end_of_epoch else \
+            (self.epoch, self.epoch_steps_done + 1)
+
+    def take_window_loss(self) -> float | None:
+        """Mean loss since the last call (None if no step was finite); starts the next window."""
+        mean = self.window_loss_sum / self.window_steps if self.window_steps else None
+        self.window_loss_sum, self.window_steps = 0.0, 0
+        return mean
+
+    def record_eval(self, metric: float) -> bool:
+        """Account for an evaluation; True when it is the best so far (the first of equal scores wins)."""
+        if self.best_metric is None or metric > self.best_metric:
+            self.best_metric, self.best_step, self.evals_since_best = metric, self.global_step, 0
+            return True
+        self.evals_since_best += 1
+        return False
 
 
 def capture_rng() -> dict:
@@ -121,14 +148,6 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int =
                         "number of processes")
     restore_rng(rng_states[rank])
     return TrainState(**json.loads((path / TRAINER_STATE).read_text()))
-
-
-def in_dtypes_of(model, state: dict) -> dict:
-    """`state` with each tensor cast to the dtype of the model's own (an AMP O2 run keeps most weights in
-    float16/bfloat16; a resume with another AMP setting must still load)."""
-    own = model.state_dict()
-    return {name: tensor.astype(own[name].dtype) if tensor.dtype != own[name].dtype else tensor
-            for name, tensor in state.items()}
 
 
 def _check_fits(path: Path, saved: dict, model) -> None:

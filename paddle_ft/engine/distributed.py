@@ -34,26 +34,16 @@ class Distributed:
             dist.barrier()
             dist.destroy_process_group()
 
-    def any(self, *flags: bool) -> list[bool]:
-        """Each flag OR-ed over all ranks, so every rank takes the same decision."""
+    def sum(self, *values: float) -> list[float]:
+        """Each value summed over all ranks (in float64), so that every rank takes the same decision."""
         if not self.active:
-            return list(flags)
+            return [float(v) for v in values]
         import paddle
         import paddle.distributed as dist
 
-        tensor = paddle.to_tensor([int(f) for f in flags], dtype="int32")
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return [bool(v) for v in tensor.numpy()]
-
-    def mean(self, tensor):
-        """`tensor` averaged over ranks (a new tensor; the input is left alone)."""
-        if not self.active:
-            return tensor
-        import paddle.distributed as dist
-
-        total = tensor.clone()
-        dist.all_reduce(total, op=dist.ReduceOp.SUM)
-        return total / self.world_size
+        tensor = paddle.to_tensor([float(v) for v in values], dtype="float64")
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor.numpy().tolist()
 
     def gather(self, obj) -> list:
         """`obj` from every rank, in rank order (picklable objects)."""

@@ -35,7 +35,7 @@ def predict_probabilities(model, features: Features, batch_size: int, pad_token_
         out[positions] = F.softmax(logits.astype("float32"), axis=-1).numpy()  # [batch, num_classes]
     if not np.isfinite(out).all():  # NaN weights score "accuracy" by chance: never report that as a result
         raise NonFiniteScores("the model's scores are NaN/inf: its weights are not finite (training diverged); "
-                               "retrain with a lower train.learning_rate, or use an earlier checkpoint")
+                               "retrain with a lower train.optimizer.learning_rate, or use an earlier checkpoint")
     return out
 
 

@@ -31,6 +31,12 @@ class EventLog:
         self._jsonl.close()
         self._vdl.close()
 
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def _json_safe(value):
     """NaN and inf become null: JSON has no such numbers (Python would write `NaN`, which readers reject)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from pathlib import Path
 
 from paddle_ft.errors import UserError
 
@@ -11,9 +12,16 @@ from paddle_ft.errors import UserError
 class TrainingInterrupted(UserError):
     """Training stopped on a signal after saving a checkpoint; the message says how to resume."""
 
-    def __init__(self, message: str, signal_number: int):
-        super().__init__(message)
+    def __init__(self, signal_number: int, step: int, checkpoint: Path,
+                 resume_command: str = "the same command with -o train.resume=auto"):
+        self.signal_number, self.step, self.checkpoint = signal_number, step, checkpoint
+        super().__init__(f"stopped by signal {signal_number} after step {step}; saved {checkpoint}. Resume with: "
+                         f"{resume_command}")
         self.exit_code = 128 + signal_number
+
+    def with_resume_command(self, command: str) -> TrainingInterrupted:
+        """The same stop, saying the exact command that resumes it (the engine does not know it)."""
+        return TrainingInterrupted(self.signal_number, self.step, self.checkpoint, command)
 
 
 class StopRequests:

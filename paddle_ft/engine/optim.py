@@ -1,9 +1,16 @@
-"""AdamW with weight-decay grouping and PaddleNLP's linear warmup-then-decay schedule."""
+"""What updates the model: AdamW with weight-decay grouping, PaddleNLP's linear warmup-then-decay
+schedule, and the precision (`StepRunner`); saved into and restored from checkpoints together."""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
 
 import paddle
 
 from paddle_ft.config import TrainConfig
+from paddle_ft.engine.amp import StepRunner
+from paddle_ft.engine.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from paddle_ft.engine.plan import RunPlan
 
 
 def uses_weight_decay(parameter_name: str) -> bool:
@@ -12,15 +19,57 @@ def uses_weight_decay(parameter_name: str) -> bool:
     return parts[-1] != "bias" and not any("norm" in part for part in parts)
 
 
-def build_optimizer(model: paddle.nn.Layer, config: TrainConfig, total_steps: int, warmup_steps: int):
+def build_optimizer(model: paddle.nn.Layer, learning_rate: float, weight_decay: float, total_steps: int,
+                    warmup_steps: int):
     """AdamW over `model`'s trainable parameters and the LR scheduler that drives it."""
     from paddlenlp.transformers import LinearDecayWithWarmup
 
-    scheduler = LinearDecayWithWarmup(config.learning_rate, total_steps, warmup_steps)
+    scheduler = LinearDecayWithWarmup(learning_rate, total_steps, warmup_steps)
     parameters = [p for p in model.parameters() if not p.stop_gradient]
     # AdamW asks about each parameter by its internal name (p.name), not its attribute path.
     decayed = {p.name for name, p in model.named_parameters() if uses_weight_decay(name)}
-    optimizer = paddle.optimizer.AdamW(learning_rate=scheduler, parameters=parameters,
-                                       weight_decay=config.weight_decay,
+    optimizer = paddle.optimizer.AdamW(learning_rate=scheduler, parameters=parameters, weight_decay=weight_decay,
                                        apply_decay_param_fun=lambda name: name in decayed)
     return optimizer, scheduler
+
+
+@dataclass
+class Optimization:
+    model: paddle.nn.Layer
+    """The model being trained (AMP O2: its decorated, low-precision self), never the DataParallel wrapper."""
+    optimizer: paddle.optimizer.Optimizer
+    scheduler: object
+    runner: StepRunner
+
+    @classmethod
+    def build(cls, model, config: TrainConfig, plan: RunPlan) -> Optimization:
+        optimizer, scheduler = build_optimizer(model, config.optimizer.learning_rate, config.optimizer.weight_decay,
+                                               plan.total_steps, plan.warmup_steps)
+        runner = StepRunner(config.amp, config.optimizer.max_grad_norm)
+        model, optimizer = runner.prepare(model, optimizer)
+        return cls(model, optimizer, scheduler, runner)
+
+    @property
+    def learning_rate(self) -> float:
+        return self.optimizer.get_lr()
+
+    def update(self, finite: bool) -> tuple[paddle.Tensor | None, bool]:
+        """One optimizer step from the accumulated gradients (dropped when the loss was not finite), then
+        the schedule. Returns (pre-clip gradient norm or None, whether the update was skipped)."""
+        if finite:
+            grad_norm, skipped = self.runner.step(self.optimizer, self.trainable())
+        else:
+            self.optimizer.clear_grad()
+            grad_norm, skipped = None, True
+        self.scheduler.step()
+        return grad_norm, skipped
+
+    def trainable(self) -> list:
+        return [p for p in self.model.parameters() if not p.stop_gradient]
+
+    def save(self, checkpoints_dir: Path, state: TrainState, rng_states: list[dict]) -> Path:
+        return save_checkpoint(checkpoints_dir, self.model, self.optimizer, self.scheduler, self.runner.scaler, state,
+                               rng_states)
+
+    def restore(self, path: Path, rank: int) -> TrainState:
+        return load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.runner.scaler, rank)

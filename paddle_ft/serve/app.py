@@ -14,24 +14,27 @@ import signal
 import sys
 import time
 from contextlib import asynccontextmanager
-from typing import Callable
-
-from typing import Annotated
+from typing import Annotated, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictStr, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictStr,
+    WithJsonSchema,
+)
 from starlette.exceptions import HTTPException
 
 from paddle_ft.errors import UserError
 from paddle_ft.infer import check_texts
-
 from paddle_ft.serve.batcher import DynamicBatcher, QueueFull
 from paddle_ft.serve.metrics import Metrics
 from paddle_ft.serve.options import Limits
-
 
 # Text and count limits are documented in the schema but checked by the handler, not by pydantic, so
 # that each answer says how to fix the request. "Visible" is as Python's str.isspace() sees it, which
@@ -133,41 +136,53 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
+class ModelSlot:
+    """The predictor once it has loaded (on a worker thread, so /healthz answers meanwhile), or why it
+    has not."""
+
+    def __init__(self, load_predictor: Callable[[], object], metrics: Metrics):
+        self._load_predictor, self._metrics = load_predictor, metrics
+        self.predictor, self.load_error = None, None
+
+    def _load(self) -> None:
+        try:
+            self.predictor = self._load_predictor()
+            self._metrics.ready.set(1)
+        except Exception as exc:  # reported by /readyz and the log; the process stays up to say so
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            print(f"error: the model failed to load: {self.load_error}", file=sys.stderr, flush=True)
+
+    async def load(self) -> None:
+        # Creating a Paddle predictor installs Paddle's own C handler for SIGTERM, which would kill the
+        # process instead of letting uvicorn drain it: put uvicorn's handlers back (on the main thread).
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        await asyncio.to_thread(self._load)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+    def status(self) -> str:
+        return "loading" if self.load_error is None else f"failed to load: {self.load_error}"
+
+
 def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), truncation: str = "head") -> FastAPI:
     """`load_predictor()` returns a warmed-up `Predictor`; it runs on a worker thread, so that /healthz
     answers while the model loads and /readyz says when it is ready."""
     metrics = Metrics()
-    state: dict = {"predictor": None, "load_error": None}
-
-    def load() -> None:
-        try:
-            state["predictor"] = load_predictor()
-            metrics.ready.set(1)
-        except Exception as exc:  # reported by /readyz and the log; the process stays up to say so
-            state["load_error"] = f"{type(exc).__name__}: {exc}"
-            print(f"error: the model failed to load: {state['load_error']}", file=sys.stderr, flush=True)
+    slot = ModelSlot(load_predictor, metrics)
 
     def run_batch(items: list[tuple[str, str | None]]) -> list:
         """One predictor call for the (text, second text or None) items of a batch."""
         texts, pairs = [text for text, _ in items], [pair for _, pair in items]
-        return state["predictor"].predict(texts, batch_size=limits.max_batch_size, truncation=truncation,
-                                          pairs=None if pairs[0] is None else pairs)
+        return slot.predictor.predict(texts, batch_size=limits.max_batch_size, truncation=truncation,
+                                      pairs=None if pairs[0] is None else pairs)
 
     batcher = DynamicBatcher(run_batch, limits.max_batch_size, limits.max_wait_ms, limits.max_queue_texts,
                              on_batch=metrics.batch_sizes.observe)
     metrics.queue_depth.set_function(lambda: batcher.queued_texts)
 
-    async def load_keeping_signal_handlers() -> None:
-        # Creating a Paddle predictor installs Paddle's own C handler for SIGTERM, which would kill the
-        # process instead of letting uvicorn drain it: put uvicorn's handlers back (on the main thread).
-        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        await asyncio.to_thread(load)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        loader = asyncio.get_running_loop().create_task(load_keeping_signal_handlers())
+        loader = asyncio.get_running_loop().create_task(slot.load())
         batcher.start()
         yield
         await batcher.stop()  # uvicorn has let in-flight requests finish; nothing is queued by now
@@ -176,7 +191,77 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
     app = FastAPI(title="paddle_ft text classification", version="1", lifespan=lifespan,
                   responses={status: {"model": ErrorResponse} for status in (404, 405, 408, 413, 422, 500, 503)})
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.read_timeout_s)
+    _count_requests(app, metrics)
+    _answer_errors_as_json(app)
+    retry = {"Retry-After": str(limits.retry_after_s)}
 
+    @app.post("/v1/classify", response_model=ClassifyResponse, response_model_exclude_none=True)
+    async def classify(body: ClassifyRequest):
+        if slot.predictor is None:
+            return error(503, "the model is still loading" if slot.load_error is None else
+                         f"the model failed to load: {slot.load_error}", retry)
+        problem = _request_problem(body, slot.predictor, limits, truncation)  # before it joins a batch: a bad
+        if problem is not None:                                                # text must not fail others
+            return error(422, problem)
+        try:
+            results = await batcher.submit(list(zip(body.texts, body.text_pairs or [None] * len(body.texts))))
+        except QueueFull as exc:
+            return error(503, f"server busy: {exc}; retry later", retry)
+        except Exception as exc:  # this batch failed; other requests are unaffected
+            metrics.errors.inc()
+            return error(500, f"prediction failed: {type(exc).__name__}: {exc}")
+        metrics.texts.inc(len(body.texts))
+        return {"results": [_classification(p, body.top_k) for p in results]}
+
+    _add_probes(app, slot, metrics, retry)
+    app.openapi = lambda: _openapi(app, limits, slot.predictor)
+    app.state.batcher, app.state.metrics = batcher, metrics
+    return app
+
+
+def _add_probes(app: FastAPI, slot: ModelSlot, metrics: Metrics, retry: dict) -> None:
+    @app.get("/healthz")
+    async def healthz():
+        """The process is up (the model may still be loading)."""
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz():
+        """The model is loaded and warmed up: send traffic."""
+        return {"status": "ready"} if slot.predictor is not None else error(503, slot.status(), retry)
+
+    @app.get("/metrics", response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                              "description": "Prometheus text exposition format"}})
+    async def prometheus():
+        return PlainTextResponse(metrics.render(), media_type=metrics.content_type)
+
+
+def _request_problem(body: ClassifyRequest, predictor, limits: Limits, truncation: str) -> str | None:
+    """What is wrong with a request that pydantic let through, as the 422 message; None when it is fine."""
+    if not body.texts:
+        return "texts is empty; send at least one text"
+    try:
+        check_texts(body.texts, "texts[{}]")
+        if body.text_pairs is not None:
+            check_texts(body.text_pairs, "text_pairs[{}]")
+        predictor.check_pairs(body.texts, body.text_pairs, truncation)
+    except UserError as exc:
+        return str(exc)
+    if len(body.texts) > limits.max_texts:
+        return f"{len(body.texts)} texts in one request; the limit is {limits.max_texts}: split it"
+    if not 1 <= body.top_k <= len(predictor.labels):
+        return f"top_k={body.top_k}: give 1 to {len(predictor.labels)}"
+    return None
+
+
+def _classification(prediction, top_k: int) -> dict:
+    """A `Prediction` as the API answers it; the ranked list only when more than one label is asked for."""
+    ranked = [{"label": label, "score": score} for label, score in prediction.top(top_k)]
+    return {**prediction.as_dict(), **({"top_k": ranked} if top_k > 1 else {})}
+
+
+def _count_requests(app: FastAPI, metrics: Metrics) -> None:
     @app.middleware("http")
     async def count(request: Request, call_next):
         started = time.perf_counter()
@@ -186,6 +271,9 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
             metrics.latency.observe(time.perf_counter() - started)
         return response
 
+
+def _answer_errors_as_json(app: FastAPI) -> None:
+    """Every error, whoever raises it (pydantic, Starlette, a bug), in the documented `ErrorResponse` shape."""
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
         if "json" not in request.headers.get("content-type", ""):
@@ -210,76 +298,21 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), 
               flush=True)
         return error(500, f"internal error ({type(exc).__name__}); the server log has the details")
 
-    @app.post("/v1/classify", response_model=ClassifyResponse, response_model_exclude_none=True)
-    async def classify(body: ClassifyRequest):
-        predictor = state["predictor"]
-        if predictor is None:
-            return error(503, "the model is still loading" if state["load_error"] is None else
-                         f"the model failed to load: {state['load_error']}", {"Retry-After": str(limits.retry_after_s)})
-        if not body.texts:
-            return error(422, "texts is empty; send at least one text")
-        try:  # before it joins a batch: a bad text must not fail others
-            check_texts(body.texts, "texts[{}]")
-            if body.text_pairs is not None:
-                check_texts(body.text_pairs, "text_pairs[{}]")
-            predictor.check_pairs(body.texts, body.text_pairs, truncation)
-        except UserError as exc:
-            return error(422, str(exc))
-        if len(body.texts) > limits.max_texts:
-            return error(422, f"{len(body.texts)} texts in one request; the limit is {limits.max_texts}: split it")
-        if not 1 <= body.top_k <= len(predictor.labels):
-            return error(422, f"top_k={body.top_k}: give 1 to {len(predictor.labels)}")
-        try:
-            results = await batcher.submit(list(zip(body.texts, body.text_pairs or [None] * len(body.texts))))
-        except QueueFull as exc:
-            return error(503, f"server busy: {exc}; retry later", {"Retry-After": str(limits.retry_after_s)})
-        except Exception as exc:  # this batch failed; other requests are unaffected
-            metrics.errors.inc()
-            return error(500, f"prediction failed: {type(exc).__name__}: {exc}")
-        metrics.texts.inc(len(body.texts))
-        return {"results": [{**p.as_dict(), **({"top_k": [{"label": label, "score": score} for label, score in
-                                                          p.top(body.top_k)]} if body.top_k > 1 else {})}
-                            for p in results]}
 
-    @app.get("/healthz")
-    async def healthz():
-        """The process is up (the model may still be loading)."""
-        return {"status": "ok"}
-
-    @app.get("/readyz")
-    async def readyz():
-        """The model is loaded and warmed up: send traffic."""
-        if state["predictor"] is not None:
-            return {"status": "ready"}
-        message = "loading" if state["load_error"] is None else f"failed to load: {state['load_error']}"
-        return error(503, message, {"Retry-After": str(limits.retry_after_s)})
-
-    @app.get("/metrics", response_class=PlainTextResponse,
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
-                              "description": "Prometheus text exposition format"}})
-    async def prometheus():
-        return PlainTextResponse(metrics.render(), media_type=metrics.content_type)
-
-    def openapi() -> dict:
-        """FastAPI's schema plus what this server's model and limits allow: max_texts, and once the model
-        is loaded the number of labels and whether it takes text_pairs (until then it is not cached)."""
-        if app.openapi_schema:
-            return app.openapi_schema
-        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
-        request = schema["components"]["schemas"]["ClassifyRequest"]["properties"]
-        request["texts"]["maxItems"] = limits.max_texts
-        if state["predictor"] is None:
-            return schema
-        request["top_k"]["maximum"] = len(state["predictor"].labels)
-        component = schema["components"]["schemas"]["ClassifyRequest"]
-        if state["predictor"].text_pairs:  # a pair model needs them (one per text: checked by the handler)
-            component["required"] = sorted({*component.get("required", []), "text_pairs"})
-        else:  # a single-text model takes none: the field is not part of its API
-            request.pop("text_pairs")
-        app.openapi_schema = schema
+def _openapi(app: FastAPI, limits: Limits, predictor) -> dict:
+    """FastAPI's schema plus what this server's model and limits allow: max_texts, and once the model is
+    loaded the number of labels and whether it takes text_pairs (until then it is not cached)."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    component = schema["components"]["schemas"]["ClassifyRequest"]
+    component["properties"]["texts"]["maxItems"] = limits.max_texts
+    if predictor is None:
         return schema
-
-    app.openapi = openapi
-
-    app.state.batcher, app.state.metrics = batcher, metrics
-    return app
+    component["properties"]["top_k"]["maximum"] = len(predictor.labels)
+    if predictor.text_pairs:  # a pair model needs them (one per text: checked by the handler)
+        component["required"] = sorted({*component.get("required", []), "text_pairs"})
+    else:  # a single-text model takes none: the field is not part of its API
+        component["properties"].pop("text_pairs")
+    app.openapi_schema = schema
+    return schema

@@ -1,0 +1,165 @@
+"""A training run's folder (`output_dir`): the one module that knows its layout and writes it.
+
+    config.yaml       the run's full config (a resume starts from it)
+    label_map.json    the run's labels
+    metrics.jsonl     one event per line (plan, train, eval, results); vdl/ the same for VisualDL
+    checkpoints/      step-N folders (`checkpoint`), for an exact resume
+    best/             the best model so far (`bundle`)
+    results.json      the best model's metrics, written last: the run is finished
+"""
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from paddle_ft.bundle import load_weights, save_bundle
+from paddle_ft.config import Config, config_to_dict, load_config, save_config
+from paddle_ft.data.labels import LabelMap
+from paddle_ft.engine.checkpoint import newest_verified_checkpoint, verify_checkpoint
+from paddle_ft.engine.events import EventLog
+from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.io import recover_leftovers
+from paddle_ft.log import log
+from paddle_ft.meta import MODEL_META, ModelMeta
+
+CONFIG_FILE, METRICS_FILE, RESULTS_FILE = "config.yaml", "metrics.jsonl", "results.json"
+# files that mark a folder as a run (or a saved model): an export never goes into (or replaces) one
+RUN_FILES = (METRICS_FILE, RESULTS_FILE, CONFIG_FILE, "checkpoints", "best", MODEL_META)
+# what a checkpoint's state depends on: a resume that changes any of them cannot continue the run exactly
+RESUME_FIXED = ("seed", "model", "train.batch_size", "train.accumulate_steps", "data.max_length")
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+    tokenizer: object = None
+    """With `meta`, what `save_best` writes beside the weights (see `with_model`)."""
+    meta: ModelMeta | None = None
+
+    def with_model(self, tokenizer, meta: ModelMeta) -> RunFolder:
+        return replace(self, tokenizer=tokenizer, meta=meta)
+
+    @property
+    def best_dir(self) -> Path:
+        return self.path / "best"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    # ------------------------------------------------------------------ before training
+
+    def prepare(self, resuming: bool) -> None:
+        """Create the folder; one that already holds a run is only reused to resume it."""
+        if (self.path / METRICS_FILE).exists() and not resuming:
+            raise UserError(f"{self.path} already holds a training run; resume it with -o train.resume=auto, "
+                            "or pick a new -o output_dir=...")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as exc:
+            problem = "a file stands in its way" if exc.errno in (errno.EEXIST, errno.ENOTDIR) else exc.strerror
+            raise ConfigError("output_dir", f"{self.path} cannot be created or written ({problem}); choose another "
+                              "folder") from None
+
+    def recover(self) -> None:
+        """A run killed while saving: put best/ back, drop half-written folders."""
+        for folder in (self.path, self.checkpoints_dir):
+            recover_leftovers(folder, log)
+
+    def resume_checkpoint(self, resume: str | None) -> Path | None:
+        """The checkpoint `train.resume` names: `auto` = the newest complete one (None if there is none)."""
+        if resume is None:
+            return None
+        if resume != "auto":
+            try:
+                verify_checkpoint(Path(resume))
+            except UserError as exc:  # CorruptCheckpoint included
+                raise ConfigError("train.resume", str(exc)) from None
+            return Path(resume)
+        found = newest_verified_checkpoint(self.checkpoints_dir, warn=log)
+        if found:
+            return found
+        if (self.path / RESULTS_FILE).exists():  # a finished run: starting over would replace its best/
+            raise UserError(f"{self.path} holds a finished run and no complete checkpoint to resume from; start a "
+                            "new run in another output_dir")
+        # nothing to lose: a run stopped before its first checkpoint starts again from step 0
+        log(f"train.resume=auto: no complete checkpoint in {self.path} yet, starting the run from step 0")
+        return None
+
+    def check_resume_fits(self, config: Config, label_map: LabelMap) -> None:
+        """A resume must continue the run it names: same labels and the settings its state depends on.
+        Called before anything of the run is rewritten."""
+        try:
+            saved_labels = LabelMap.load(self.path)
+        except UserError:
+            saved_labels = None  # a run stopped before it wrote them
+        if saved_labels is not None and saved_labels != label_map:
+            raise UserError(f"{self.path} was trained with the labels {list(saved_labels.names)}, this data has "
+                            f"{list(label_map.names)}; resume with the run's data, or start a new run in another "
+                            "output_dir")
+        if not (self.path / CONFIG_FILE).is_file():
+            return
+        before = _flat(config_to_dict(load_config(self.path / CONFIG_FILE)))
+        now = _flat(config_to_dict(config))
+        for key in sorted(before.keys() | now.keys()):
+            fixed = any(key == name or key.startswith(name + ".") for name in RESUME_FIXED)
+            if fixed and before.get(key) != now.get(key):
+                raise ConfigError(key, f"the run in {self.path} was started with {before.get(key)!r}, this resume "
+                                  f"asks for {now.get(key)!r}; resume with the run's value (its config.yaml), or "
+                                  "start a new run")
+
+    def check_free_space(self, model, keep: int) -> None:
+        """Refuse to start when the disk cannot hold the checkpoints the run will keep."""
+        weight_bytes = sum(int(np.prod(p.shape)) * 4 for p in model.parameters())
+        # a checkpoint holds weights + two AdamW moments; `keep` of them, the best one, one being
+        # written, and best/ itself
+        needed = weight_bytes * 3 * (keep + 2) + weight_bytes
+        free = shutil.disk_usage(self.path).free
+        if free < needed:
+            raise UserError(f"{self.path} has {free / 2**20:.0f} MiB free, but this run's checkpoints need about "
+                            f"{needed / 2**20:.0f} MiB; free some space, lower train.checkpoints.keep, or choose "
+                            "another output_dir")
+
+    def write_config(self, config: Config, label_map: LabelMap) -> None:
+        save_config(config, self.path / CONFIG_FILE)
+        label_map.save(self.path)
+
+    def resume_command(self, distributed: bool) -> str:
+        command = f"python tools/train.py --config {self.path / CONFIG_FILE} -o train.resume=auto"
+        if distributed:
+            return f"the same paddle.distributed.launch options with {command.removeprefix('python ')}"
+        return command
+
+    # ------------------------------------------------------------------ while and after training
+
+    def event_log(self, resumed_at_step: int | None) -> EventLog:
+        """metrics.jsonl and vdl/; on a resume the events after the checkpoint's step are dropped."""
+        return EventLog(self.path, keep_until_step=resumed_at_step)
+
+    def save_best(self, model) -> None:
+        save_bundle(self.best_dir, model, self.tokenizer, self.meta)
+
+    def load_best_weights(self, model) -> None:
+        load_weights(model, self.best_dir)
+
+    def write_results(self, results: dict) -> None:
+        (self.path / RESULTS_FILE).write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """{"model.scratch.num_layers": 2, ...} from the nested dict of a config."""
+    flat = {}
+    for name, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{name}."))
+        else:
+            flat[prefix + name] = value
+    return flat

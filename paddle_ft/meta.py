@@ -1,0 +1,181 @@
+"""Typed metadata of the two folders a model lives in, and the one reader and writer of each file.
+
+- `ModelMeta`: what a trained classifier must remember about its inputs and labels. A saved model
+  (`OUT/best/paddle_ft.json`, see `bundle`) and an export (`export.json`, key "model") carry the same one.
+- `ExportInfo`: `export.json` of an exported folder: the `ModelMeta` plus what the export itself proved.
+
+Imports nothing but the standard library, so `Predictor` reads an export without Paddle's training code.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paddle_ft.errors import UserError
+
+FORMAT_VERSION = 2
+"""1: paddle_ft 0.1 (untyped paddle_ft.json, labels only in label_map.json); 2: `ModelMeta`."""
+TASKS = ("single_label",)
+TRUNCATIONS = ("head", "tail")
+MODEL_META = "paddle_ft.json"
+EXPORT_INFO = "export.json"
+REEXPORT = "re-create it with tools/export.py --model OUT/best --output DIR"
+RETRAIN = "train the model again"
+
+
+@dataclass(frozen=True)
+class ModelMeta:
+    """How a classifier reads its input and names its output."""
+
+    labels: tuple[str, ...]
+    """Label names in class-id order."""
+    max_length: int
+    """Tokens per text (pair) after truncation, [CLS] and [SEP] included."""
+    text_column: str = "text"
+    """Column (or JSONL key) of the text, in the files training read."""
+    text_pair_column: str | None = None
+    """Column of the second text; set exactly when the model classifies text pairs."""
+    label_column: str = "label"
+    """Column of the label name."""
+    format: str = "tsv"
+    """File format training read (eval reads a file of the same kind unless its suffix says otherwise)."""
+    dropout: float = 0.1
+    """Dropout before the classifier (training only; the head is rebuilt with it)."""
+    truncation: str = "head"
+    """Which end of a long single text training kept: head (a text pair is cut longest-first)."""
+    task: str = "single_label"
+    """One label per text (softmax); the only task so far."""
+    format_version: int = FORMAT_VERSION
+    """Layout of the metadata; older ones are read by `_upgrade`."""
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.labels)
+
+    @property
+    def takes_pairs(self) -> bool:
+        return self.text_pair_column is not None
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "labels": list(self.labels)}
+
+    @classmethod
+    def from_dict(cls, data: dict, source: Path, fix: str) -> ModelMeta:
+        """Checked fields of `data` (read from `source`); one line naming the file and `fix` when they are
+        wrong."""
+        try:
+            meta = cls(**{**data, "labels": tuple(data["labels"])})
+        except (TypeError, KeyError):
+            raise UserError(f"{source} is damaged (its fields are not a paddle_ft model's); {fix}") from None
+        problems = [name for name, ok in (
+            ("labels", len(meta.labels) >= 2 and all(isinstance(x, str) for x in meta.labels)
+             and len(set(meta.labels)) == len(meta.labels)),
+            ("max_length", isinstance(meta.max_length, int) and meta.max_length >= 2),
+            ("task", meta.task in TASKS), ("truncation", meta.truncation in TRUNCATIONS),
+            ("format_version", meta.format_version == FORMAT_VERSION)) if not ok]
+        if problems:
+            raise UserError(f"{source} is damaged or from a newer paddle_ft ({', '.join(problems)}); {fix}")
+        return meta
+
+
+def write_model_meta(meta: ModelMeta, directory: Path) -> None:
+    _write_json(directory / MODEL_META, meta.as_dict())
+
+
+def read_model_meta(directory: Path) -> ModelMeta:
+    """The `ModelMeta` of a saved model folder; a paddle_ft 0.1 folder is read through `_upgrade`."""
+    path = directory / MODEL_META
+    if not path.is_file():
+        raise UserError(f"{directory} is not a paddle_ft model directory (no {MODEL_META}); pass the best/ folder a "
+                        "training run wrote")
+    data = _read_json(path, RETRAIN)
+    if "format_version" not in data:
+        data = _upgrade(data, directory, path)
+    return ModelMeta.from_dict(data, path, RETRAIN)
+
+
+def _upgrade(data: dict, directory: Path, path: Path) -> dict:
+    """paddle_ft 0.1 wrote num_classes and no labels (those were only in label_map.json)."""
+    from paddle_ft.data.labels import LabelMap
+
+    labels = LabelMap.load(directory).names
+    if data.get("num_classes") != len(labels):
+        raise UserError(f"{path} says {data.get('num_classes')} classes but label_map.json has {len(labels)}; "
+                        f"the folder is damaged: {RETRAIN}")
+    known = {f.name for f in dataclasses.fields(ModelMeta)}
+    return {**{k: v for k, v in data.items() if k in known}, "labels": list(labels), "format_version": FORMAT_VERSION}
+
+
+@dataclass(frozen=True)
+class ExportInfo:
+    """`export.json`: the model's metadata and what the export wrote and proved."""
+
+    model: ModelMeta
+    program_file: str
+    """model.json (Paddle 3, PIR) or model.pdmodel (Paddle 2.6)."""
+    paddle_version: str
+    source_model: str
+    """The saved-model folder it was exported from."""
+    inputs: tuple[str, ...] = ("input_ids", "token_type_ids")
+    files: tuple[str, ...] = ()
+    """Every file the export wrote besides export.json: what --overwrite may replace."""
+    parity_max_abs_diff: float | None = None
+    """Largest |logit| difference of the exported graph (CPU predictor) from dygraph."""
+    parity_max_abs_diff_gpu: float | None = None
+    """The same on the GPU predictor, where a GPU was visible at export."""
+    extra: dict = field(default_factory=dict)
+    """Keys of a newer paddle_ft, kept as they are."""
+
+    def as_dict(self) -> dict:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {**self.extra, **data, "model": self.model.as_dict(), "inputs": list(self.inputs),
+                "files": list(self.files), "format_version": FORMAT_VERSION}
+
+
+def write_export_info(info: ExportInfo, directory: Path) -> None:
+    _write_json(directory / EXPORT_INFO, info.as_dict())
+
+
+def read_export_info(directory: Path) -> ExportInfo:
+    """`export.json` of an exported folder, checked; an export of paddle_ft 0.1 is upgraded where it says
+    enough (whether it takes text pairs), else refused with how to re-export."""
+    path = directory / EXPORT_INFO
+    if not path.is_file():
+        raise UserError(f"{path} is missing: {directory} is not a complete export; {REEXPORT}")
+    data = _read_json(path, REEXPORT)
+    if "format_version" not in data:
+        data = _upgrade_export(data, path)
+    known = {f.name for f in dataclasses.fields(ExportInfo)}
+    try:
+        return ExportInfo(**{k: v for k, v in data.items() if k in known - {"model", "inputs", "files", "extra"}},
+                          model=ModelMeta.from_dict(data["model"], path, REEXPORT), inputs=tuple(data.get("inputs", ())),
+                          files=tuple(data.get("files", ())),
+                          extra={k: v for k, v in data.items() if k not in known | {"format_version"}})
+    except (TypeError, KeyError, AttributeError):
+        raise UserError(f"{path} is damaged (its fields are not an export's); {REEXPORT}") from None
+
+
+def _upgrade_export(data: dict, path: Path) -> dict:
+    if "text_pair_column" not in data:  # before 0.1.x recorded it, a pair model exported as a single-text one
+        raise UserError(f"{path} is from an older paddle_ft that did not record whether the model takes text "
+                        f"pairs; {REEXPORT}")
+    model = {"labels": data.get("labels"), "max_length": data.get("max_length"),
+             "text_pair_column": data["text_pair_column"]}
+    rest = {k: v for k, v in data.items() if k not in ("labels", "max_length", "text_pair_column")}
+    return {**rest, "model": model}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")
+
+
+def _read_json(path: Path, fix: str) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        raise UserError(f"{path} is damaged (not JSON); {fix}") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{path} is damaged (not a JSON object); {fix}")
+    return value
