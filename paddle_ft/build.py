@@ -13,11 +13,7 @@ from paddle_ft.data.tokenizer import fastest
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.log import log
 from paddle_ft.meta import ModelMeta
-from paddle_ft.model import (
-    BERTForTextClassification,
-    pretrained_encoder,
-    scratch_encoder,
-)
+from paddle_ft.model import BERTForTextClassification, pretrained_encoder, scratch_encoder
 
 
 @dataclass

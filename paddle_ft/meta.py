@@ -150,8 +150,8 @@ def read_export_info(directory: Path) -> ExportInfo:
     known = {f.name for f in dataclasses.fields(ExportInfo)}
     try:
         return ExportInfo(**{k: v for k, v in data.items() if k in known - {"model", "inputs", "files", "extra"}},
-                          model=ModelMeta.from_dict(data["model"], path, REEXPORT), inputs=tuple(data.get("inputs", ())),
-                          files=tuple(data.get("files", ())),
+                          model=ModelMeta.from_dict(data["model"], path, REEXPORT),
+                          inputs=tuple(data.get("inputs", ())), files=tuple(data.get("files", ())),
                           extra={k: v for k, v in data.items() if k not in known | {"format_version"}})
     except (TypeError, KeyError, AttributeError):
         raise UserError(f"{path} is damaged (its fields are not an export's); {REEXPORT}") from None

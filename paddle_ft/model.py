@@ -30,14 +30,7 @@ def scratch_encoder(architecture: str, vocab_size: int, hidden_size: int, num_la
                     intermediate_size: int, max_position_embeddings: int, dropout: float,
                     pad_token_id: int = 0) -> nn.Layer:
     """A randomly initialised BERT / ERNIE / RoBERTa encoder of the given shape."""
-    from paddlenlp.transformers import (
-        BertConfig,
-        BertModel,
-        ErnieConfig,
-        ErnieModel,
-        RobertaConfig,
-        RobertaModel,
-    )
+    from paddlenlp.transformers import BertConfig, BertModel, ErnieConfig, ErnieModel, RobertaConfig, RobertaModel
 
     config_cls, model_cls = {"bert": (BertConfig, BertModel), "ernie": (ErnieConfig, ErnieModel),
                              "roberta": (RobertaConfig, RobertaModel)}[architecture]

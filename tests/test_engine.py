@@ -150,7 +150,8 @@ def test_early_stopping_stops_after_patience(make_model, tokenizer, tmp_path):
     out = tmp_path / "run"
     # lr 0 cannot improve the dev metric after the first evaluation
     run_training(make_model(), tokenizer, out, ["train.epochs=5", "train.batch_size=16", "train.evaluation.every=1",
-                                                "train.evaluation.early_stopping_patience=2", "train.optimizer.learning_rate=1e-12"])
+                                                "train.evaluation.early_stopping_patience=2",
+                                                "train.optimizer.learning_rate=1e-12"])
     evals = [e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if e["event"] == "eval"]
     assert [e["step"] for e in evals] == [1, 2, 3]
 

@@ -9,11 +9,7 @@ from paddle_ft.data.cache import cached_tokenize
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import Example
-from paddle_ft.data.tokenizer import (
-    FastBertTokenizer,
-    _longest_first,
-    fast_tokenizer_for,
-)
+from paddle_ft.data.tokenizer import FastBertTokenizer, _longest_first, fast_tokenizer_for
 
 AWKWARD = ["Café ÀÉÎ naïve", "ＡＢＣ全角１２３", "a\x00b\ufffdc\u200bd", "[CLS] x [SEP] [UNK] [MASK]", "", " ",
            "😀👍🏻 emoji", "x" * 150, "hello,world!!", "\t\n tab", "数字123abc ABC", "ﬁ ligature", "İstanbul", "ß",

@@ -9,12 +9,7 @@ from conftest import export_tiny_model
 
 from paddle_ft.cli import main
 from paddle_ft.errors import UserError
-from paddle_ft.io import (
-    atomic_directory,
-    check_output_file,
-    check_output_folder,
-    recover_leftovers,
-)
+from paddle_ft.io import atomic_directory, check_output_file, check_output_folder, recover_leftovers
 
 
 def test_atomic_directory_replaces_only_when_the_block_finishes(tmp_path):

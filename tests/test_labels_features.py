@@ -1,13 +1,7 @@
 import numpy as np
 import pytest
 
-from paddle_ft.data.features import (
-    TrainBatchSampler,
-    eval_batches,
-    micro_batches,
-    pad_batch,
-    tokenize,
-)
+from paddle_ft.data.features import TrainBatchSampler, eval_batches, micro_batches, pad_batch, tokenize
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Example
 from paddle_ft.errors import ConfigError, UserError

@@ -99,8 +99,9 @@ def test_tsv_rows_read_back_exactly(tmp_path_factory, rows):
 KEYS = ["output_dir", "seed", "data.format", "data.max_length", "data.labels", "data.on_bad_row", "data.cache_dir",
         "model.backbone", "model.dropout", "model.scratch.hidden_size", "model.scratch.num_heads",
         "model.scratch.max_position_embeddings", "train.epochs", "train.max_steps", "train.batch_size",
-        "train.optimizer.learning_rate", "train.optimizer.warmup", "train.optimizer.weight_decay", "train.optimizer.max_grad_norm", "train.amp.enabled",
-        "train.amp.dtype", "train.amp.init_loss_scaling", "train.evaluation.metric", "train.resume", "train.runtime.cpu_threads",
+        "train.optimizer.learning_rate", "train.optimizer.warmup", "train.optimizer.weight_decay",
+        "train.optimizer.max_grad_norm", "train.amp.enabled", "train.amp.dtype", "train.amp.init_loss_scaling",
+        "train.evaluation.metric", "train.resume", "train.runtime.cpu_threads", "train.learning_rate",
         "train", "data", "model.scratch", "train.nope", "nope", "train.amp.enabled.deeper", "x.y.z"]
 # keys a cross-field check names when another key's value makes the combination impossible
 CROSS_FIELD = {"model.backbone", "model.scratch", "model.scratch.num_heads", "data.max_length"}

@@ -21,8 +21,8 @@ DEMO = str(ROOT / "configs" / "demo.yaml")
 def args_for(tiny_config_args, out, *extra):
     # 240 examples / batch 8 = 30 micro-batches per epoch; dropout on, so RNG state matters
     items = [a for a in tiny_config_args if not a.startswith("output_dir=")]
-    items += [f"output_dir={out}", "train.batch_size=8", "train.epochs=2", "train.runtime.log_every=1", "train.checkpoints.every=4",
-              "model.dropout=0.1", "data.test=null", *extra]
+    items += [f"output_dir={out}", "train.batch_size=8", "train.epochs=2", "train.runtime.log_every=1",
+              "train.checkpoints.every=4", "model.dropout=0.1", "data.test=null", *extra]
     return [x for item in items for x in ("-o", item)]
 
 

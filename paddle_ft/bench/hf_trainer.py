@@ -25,15 +25,8 @@ def main() -> None:
 
     import torch
     import transformers
-    from transformers import (
-        BertConfig,
-        BertForSequenceClassification,
-        BertTokenizerFast,
-        DataCollatorWithPadding,
-        Trainer,
-        TrainerCallback,
-        TrainingArguments,
-    )
+    from transformers import (BertConfig, BertForSequenceClassification, BertTokenizerFast,
+                              DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments)
 
     torch.set_num_threads(args.threads)
     with open(args.features, encoding="utf-8") as lines:

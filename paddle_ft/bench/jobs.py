@@ -15,15 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from paddle_ft.bench.shape import (
-    BATCH_SIZE,
-    LEARNING_RATE,
-    MAX_LENGTH,
-    StepRecorder,
-    emit,
-    model_shape,
-    summarise_windows,
-)
+from paddle_ft.bench.shape import (BATCH_SIZE, LEARNING_RATE, MAX_LENGTH, StepRecorder, emit, model_shape,
+                                   summarise_windows)
 
 
 def _scratch_overrides(demo: Path, output_dir: Path, steps: int, threads: int) -> list[str]:
@@ -81,11 +74,7 @@ def paddlenlp_trainer(args: dict) -> dict:
     import paddle
     from paddlenlp.data import DataCollatorWithPadding
     from paddlenlp.trainer import Trainer, TrainerCallback, TrainingArguments
-    from paddlenlp.transformers import (
-        BertConfig,
-        BertForSequenceClassification,
-        BertTokenizer,
-    )
+    from paddlenlp.transformers import BertConfig, BertForSequenceClassification, BertTokenizer
 
     rows = _read_features(args["features"])
     dataset = [{"input_ids": r["input_ids"], "token_type_ids": r["token_type_ids"], "labels": r["label"]}

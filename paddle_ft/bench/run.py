@@ -13,14 +13,7 @@ from pathlib import Path
 
 from paddle_ft import runtime
 from paddle_ft.bench import report
-from paddle_ft.bench.shape import (
-    BATCH_SIZE,
-    MAX_LENGTH,
-    RESULT_MARK,
-    SHAPE_VARIABLE,
-    model_shape,
-    train_steps,
-)
+from paddle_ft.bench.shape import BATCH_SIZE, MAX_LENGTH, RESULT_MARK, SHAPE_VARIABLE, model_shape, train_steps
 from paddle_ft.errors import UserError
 
 HF_SCRIPT = Path(__file__).with_name("hf_trainer.py")

@@ -8,13 +8,7 @@ import numpy as np
 import paddle
 
 from paddle_ft import runtime
-from paddle_ft.build import (
-    build_model,
-    build_splits,
-    build_tokenizer,
-    model_meta,
-    read_dataset,
-)
+from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
 from paddle_ft.config import Config, load_config
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import check_amp_supported

@@ -13,6 +13,7 @@ import sys
 import unicodedata
 from typing import Sequence
 
+
 # paddlenlp.transformers.tokenizer_utils: _is_punctuation (ASCII non-alphanumerics, Unicode P*) or
 # _is_symbol (Unicode S* and a few listed code points)
 _PUNCTUATION_OR_SYMBOL = r"!-/:-@\[-`{-~\p{P}\p{S}\x{00AD}\x{00B2}\x{00BA}\x{3007}\x{00B5}\x{00D8}\x{014B}\x{01B1}"
@@ -110,19 +111,8 @@ def fast_tokenizer_for(tokenizer) -> FastBertTokenizer | None:
     """The fast equivalent of a PaddleNLP BERT / ERNIE / RoBERTa-Chinese tokenizer, or None when
     `tokenizer` is of another kind (or `tokenizers` is missing): callers then use it as it is."""
     try:
-        from paddlenlp.transformers import (
-            BertTokenizer,
-            ErnieTokenizer,
-            RobertaChineseTokenizer,
-        )
-        from tokenizers import (
-            Regex,
-            Tokenizer,
-            models,
-            normalizers,
-            pre_tokenizers,
-            processors,
-        )
+        from paddlenlp.transformers import BertTokenizer, ErnieTokenizer, RobertaChineseTokenizer
+        from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors
     except ImportError:
         return None
     if isinstance(tokenizer, FastBertTokenizer):

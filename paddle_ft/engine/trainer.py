@@ -16,12 +16,7 @@ from tqdm import tqdm
 from paddle_ft.config import Config, EvaluationConfig
 from paddle_ft.data.features import Splits, TrainBatchSampler, micro_batches, pad_batch
 from paddle_ft.engine.amp import StepRunner
-from paddle_ft.engine.checkpoint import (
-    TrainState,
-    capture_rng,
-    complete_checkpoints,
-    rotate_checkpoints,
-)
+from paddle_ft.engine.checkpoint import TrainState, capture_rng, complete_checkpoints, rotate_checkpoints
 from paddle_ft.engine.distributed import Distributed
 from paddle_ft.engine.evaluate import evaluate, predict_probabilities
 from paddle_ft.engine.interrupt import StopRequests, TrainingInterrupted

@@ -1,15 +1,8 @@
 """Prometheus metrics of the service, in a registry of its own (several apps can live in one process)."""
 from __future__ import annotations
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
-)
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
+                               disable_created_metrics, generate_latest)
 
 disable_created_metrics()  # no *_created series: scrapers do not need them
 
