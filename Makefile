@@ -29,7 +29,8 @@ demo: $(VENV)/.installed data/demo/train.tsv
 	$(PYTHON) tools/export.py --model $(OUT)/best --output $(OUT)/export
 	$(PYTHON) tools/predict.py --model-dir $(OUT)/export --text "这个服务太差了，再也不来了" --text "质量很好，物流也快，非常满意"
 
-test: $(VENV)/.installed
+# the Hugging Face parity tests compare with transformers itself, in the peer environment
+test: $(VENV)/.installed $(PEERS)/.installed
 	$(PYTHON) -m pytest -q tests
 
 test-fast: $(VENV)/.installed

@@ -39,6 +39,9 @@ setup(
         "cpu": ["paddlepaddle==3.3.1"],
         "gpu": ["paddlepaddle-gpu>=2.6"],
         "demo": ["snownlp"],
+        # reading a Hugging Face pytorch_model.bin (a torch pickle; model.safetensors needs no torch). 2.13.0 is
+        # the CPU build this machine kind keeps on disk; an unpinned torch pulls a CUDA build of several GB
+        "torch": ["torch==2.13.0"],
         # tools/bench.py: ONNX Runtime is a compared engine (declared here, so that paddle2onnx does not
         # pip-install it behind the user's back), matplotlib draws the chart
         "bench": ["onnxruntime>=1.17", "matplotlib"],

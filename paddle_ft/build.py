@@ -1,19 +1,21 @@
 """Build the run's objects (tokenizer, data splits, model) from a validated `Config`."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from paddle_ft import backbone
 from paddle_ft.config import Config, DataConfig, ModelConfig
 from paddle_ft.data.cache import cached_tokenize
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, read_examples
 from paddle_ft.data.tokenizer import fastest
-from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.errors import ConfigError, first_line
 from paddle_ft.log import log
 from paddle_ft.meta import ModelMeta
-from paddle_ft.model import BERTForTextClassification, pretrained_encoder, scratch_encoder
+from paddle_ft.model import BERTForTextClassification, scratch_encoder
 
 
 @dataclass
@@ -74,7 +76,9 @@ def build_tokenizer(model: ModelConfig):
         try:
             tokenizer = AutoTokenizer.from_pretrained(model.backbone)
         except Exception as exc:  # PaddleNLP raises a variety of errors for a name it cannot fetch
-            raise _backbone_error(model.backbone, exc) from None
+            raise ConfigError("model.backbone", f"cannot load the tokenizer of '{model.backbone}' ({first_line(exc)}); "
+                              "offline, give a local PaddleNLP or Hugging Face model folder, or use model.scratch") \
+                from None
     return fastest(tokenizer)
 
 
@@ -94,24 +98,56 @@ def _check_vocab(vocab: Path) -> None:
                           "vocab.txt with one token per line, special tokens included")
 
 
-def build_model(model: ModelConfig, num_classes: int, tokenizer) -> BERTForTextClassification:
+def resolve_backbone(model: ModelConfig) -> ModelConfig:
+    """`model` with `backbone` as PaddleNLP loads it: a Hugging Face folder becomes its converted copy."""
+    if model.backbone is None:
+        return model
+    return dataclasses.replace(model, backbone=backbone.resolve(model.backbone, model.cache_dir, log))
+
+
+def build_model(model: ModelConfig, num_classes: int, tokenizer, max_length: int) -> BERTForTextClassification:
+    """The classifier of a (resolved) model config, checked against the tokenizer and max_length before any
+    training: what Paddle would otherwise report as an index error in the middle of the first epoch."""
     if model.backbone is None:
         s = model.scratch
+        dropout = model.dropout if model.encoder_dropout is None else model.encoder_dropout
         encoder = scratch_encoder(s.architecture, len(tokenizer.vocab), s.hidden_size, s.num_layers, s.num_heads,
-                                  s.intermediate_size, s.max_position_embeddings, model.dropout,
-                                  tokenizer.pad_token_id)
+                                  s.intermediate_size, s.max_position_embeddings, dropout, tokenizer.pad_token_id)
     else:
-        try:
-            encoder = pretrained_encoder(model.backbone)
-        except Exception as exc:
-            raise _backbone_error(model.backbone, exc) from None
-    return BERTForTextClassification(encoder, num_classes, model.dropout)
+        encoder, report = backbone.load_encoder(model.backbone, model.encoder_dropout)
+        log(report.describe() + "; the classifier head is new")
+        if report.lacks_pooler and model.pooling == "pooler":
+            raise ConfigError("model.pooling", f"is pooler, but {model.backbone} has no pooler weights (a "
+                              "sentence-embedding checkpoint?); set model.pooling: cls or mean")
+    _check_fits(model, encoder, tokenizer, max_length)
+    classifier = BERTForTextClassification(encoder, num_classes, model.dropout, model.pooling)
+    freeze(classifier, model.freeze_embeddings, model.freeze_layers)
+    return classifier
 
 
-def _backbone_error(backbone: str, exc: Exception) -> UserError:
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return ConfigError("model.backbone", f"cannot load '{backbone}' ({reason}); offline, give a local "
-                       "PaddleNLP model directory or use model.scratch")
+def _check_fits(model: ModelConfig, encoder, tokenizer, max_length: int) -> None:
+    source = model.backbone or "the scratch encoder"
+    usable = backbone.usable_positions(encoder)
+    if max_length > usable:
+        why = " (RoBERTa numbers positions from pad_token_id + 1)" if usable < encoder.config.max_position_embeddings \
+            else ""
+        raise ConfigError("data.max_length", f"is {max_length}, but {source} takes at most {usable} tokens{why}; set "
+                          f"data.max_length: {usable} or less")
+    if len(tokenizer) > encoder.config.vocab_size:
+        raise ConfigError("model.backbone", f"the tokenizer of {source} has {len(tokenizer)} tokens but its encoder "
+                          f"only {encoder.config.vocab_size} embeddings; the vocabulary and the weights are from "
+                          "different models")
+    layers = len(encoder.encoder.layers)
+    if model.freeze_layers > layers:
+        raise ConfigError("model.freeze_layers", f"is {model.freeze_layers}, but {source} has {layers} layers")
+
+
+def freeze(model: BERTForTextClassification, embeddings: bool, layers: int) -> None:
+    """Frozen parameters get no gradient, so AdamW keeps no state for them and never decays them."""
+    frozen = ([model.encoder.embeddings] if embeddings else []) + list(model.encoder.encoder.layers[:layers])
+    for part in frozen:
+        for parameter in part.parameters():
+            parameter.stop_gradient = True
 
 
 def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
@@ -119,4 +155,4 @@ def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
     data = config.data
     return ModelMeta(labels=label_map.names, max_length=data.max_length, text_column=data.text_column,
                      text_pair_column=data.text_pair_column, label_column=data.label_column, format=data.format,
-                     dropout=config.model.dropout)
+                     dropout=config.model.dropout, pooling=config.model.pooling)

@@ -68,7 +68,7 @@ def load_bundle(directory: str | Path, with_tokenizer: bool = True) -> Bundle:
     except Exception as exc:  # PaddleNLP raises many kinds for a missing or broken config / vocab
         raise UserError(f"{directory}: the encoder config or tokenizer cannot be loaded ({first_line(exc)}); the "
                         "folder is damaged: train the model again") from None
-    model = BERTForTextClassification(encoder, meta.num_classes, meta.dropout)
+    model = BERTForTextClassification(encoder, meta.num_classes, meta.dropout, meta.pooling)
     load_weights(model, directory)
     model.eval()
     return Bundle(model, tokenizer, meta)

@@ -1,4 +1,4 @@
-"""`python -m paddle_ft {train,eval,export,predict,serve,bench}`; `tools/*.py` are thin wrappers over `main`.
+"""`python -m paddle_ft {train,eval,convert,export,predict,serve,bench}`; `tools/*.py` are thin wrappers over `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--batch-size", type=positive_int, default=64)
     evaluate.set_defaults(run=_eval)
 
+    convert = commands.add_parser("convert", help="convert a Hugging Face checkpoint folder to a PaddleNLP one")
+    convert.add_argument("--from-hf", required=True, help="a Hugging Face folder: config.json, model.safetensors "
+                                                          "or pytorch_model.bin, vocab.txt")
+    convert.add_argument("--output", required=True, help="the PaddleNLP folder to create (model.backbone loads it)")
+    convert.set_defaults(run=_convert)
+
     export = commands.add_parser("export", help="export a trained model to a static graph for Paddle Inference")
     export.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
     export.add_argument("--output", required=True, help="the inference folder to create (new or empty)")
@@ -112,6 +118,23 @@ def _eval(args) -> int:
 
     report = command.run(args.model, args.data, args.errors, args.batch_size)
     print(json.dumps(report, ensure_ascii=False, indent=2))
+    return 0
+
+
+def _convert(args) -> int:
+    from paddle_ft.convert import convert_hf_folder, is_hf_folder
+    from paddle_ft.io import check_output_folder
+
+    source, output = Path(args.from_hf), Path(args.output)
+    if not is_hf_folder(source):
+        raise UserError(f"--from-hf {source} is not a Hugging Face checkpoint folder (config.json with "
+                        "model.safetensors or pytorch_model.bin)")
+    check_output_folder(output, "--output")
+    if output.exists() and any(output.iterdir()):
+        raise UserError(f"--output {output} already exists and is not empty; convert into a new folder")
+    report = convert_hf_folder(source, output)
+    print(f"converted {report['converted']} tensors of {source} into {output} (left out: "
+          f"{', '.join(report['left_out']) or 'nothing'}); use it with -o model.backbone={output}")
     return 0
 
 

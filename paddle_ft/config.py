@@ -21,6 +21,7 @@ from paddle_ft.errors import ConfigError, ConfigErrors, UserError
 
 ARCHITECTURES = ("bert", "ernie", "roberta")
 METRICS = ("accuracy", "macro_f1")
+POOLINGS = ("pooler", "cls", "mean")
 
 
 def _check(test: Callable[[Any], bool], expected: str) -> dict:
@@ -91,11 +92,23 @@ class ModelConfig:
     """The encoder and the classification head."""
 
     backbone: str | None = None
-    """A PaddleNLP model name (downloads) or a local PaddleNLP model directory; null = `scratch`."""
+    """A PaddleNLP model name (downloads), a local PaddleNLP folder, or a local Hugging Face folder (BERT,
+    RoBERTa, ERNIE; converted once into `cache_dir`); null = `scratch`."""
     scratch: ScratchConfig | None = None
     """Random-init encoder settings, used when `backbone` is null."""
+    pooling: str = field(default="pooler", metadata=_one_of(*POOLINGS))
+    """The text's vector: pooler (the checkpoint's pooler over [CLS]), cls (the [CLS] hidden state) or mean (of
+    the non-pad hidden states); cls and mean need no pooler weights."""
     dropout: float = field(default=0.1, metadata=_check(lambda v: 0 <= v < 1, "a number in [0, 1)"))
-    """Dropout before the classifier."""
+    """Dropout before the classifier (and, for a scratch encoder without encoder_dropout, inside it)."""
+    encoder_dropout: float | None = field(default=None, metadata=_check(lambda v: 0 <= v < 1, "a number in [0, 1)"))
+    """Hidden and attention dropout inside the encoder; null = the checkpoint's own."""
+    freeze_embeddings: bool = False
+    """Keep the embeddings as pretrained: no gradient, no optimizer state."""
+    freeze_layers: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    """Keep the first N encoder layers as pretrained (with freeze_embeddings, the bottom of the model)."""
+    cache_dir: str = "~/.cache/paddle_ft/backbones"
+    """Hugging Face checkpoints converted to PaddleNLP are kept here, one folder per checkpoint content."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +123,11 @@ class OptimizerConfig:
     """AdamW weight decay, applied to every weight but biases and norm weights."""
     max_grad_norm: float | None = field(default=1.0, metadata=_positive(float))
     """Global-norm clipping threshold; null turns clipping off."""
+    layer_lr_decay: float = field(default=1.0, metadata=_check(lambda v: 0 < v <= 1, "a number in (0, 1]"))
+    """Layer-wise learning-rate decay: encoder layer l of L learns at lr x decay^(L - l), the embeddings at
+    lr x decay^L; 1 = one rate for all."""
+    head_learning_rate: float | None = field(default=None, metadata=_positive(float))
+    """Peak learning rate of the classifier head (e.g. 2e-4 beside an encoder's 2e-5); null = learning_rate."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +178,9 @@ class RuntimeConfig:
     """CPU math threads per process; null = OMP_NUM_THREADS if set, else the usable cores / processes per host."""
     fast_cpu_linear: bool = True
     """On CPU, compute the gradients of linear layers with matmuls only (same values, ~1.2x faster steps)."""
+    recompute: bool = False
+    """Recompute each encoder layer's activations in backward instead of keeping them (less memory, ~1/3
+    more compute)."""
 
 
 @dataclass(frozen=True)
@@ -373,7 +394,7 @@ def _did_you_mean(name: str) -> str:
     typed in the wrong section)."""
     keys = _dotted_keys(Config)
     leaves = {key.rsplit(".", 1)[-1] for key in keys}
-    close = difflib.get_close_matches(name, leaves, n=2, cutoff=0.75)
+    close = difflib.get_close_matches(name, leaves, n=1, cutoff=0.75)
     matches = [key for leaf in close for key in keys if key.rsplit(".", 1)[-1] == leaf]
     return f" (did you mean {' or '.join(matches[:3])}?)" if matches else ""
 

@@ -4,7 +4,7 @@
   (`OUT/best/paddle_ft.json`, see `bundle`) and an export (`export.json`, key "model") carry the same one.
 - `ExportInfo`: `export.json` of an exported folder: the `ModelMeta` plus what the export itself proved.
 
-Imports nothing but the standard library, so `Predictor` reads an export without Paddle's training code.
+Imports no Paddle, so `Predictor` reads an export without Paddle's training code.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paddle_ft.config import POOLINGS
 from paddle_ft.errors import UserError
 
 FORMAT_VERSION = 2
@@ -43,6 +44,8 @@ class ModelMeta:
     """File format training read (eval reads a file of the same kind unless its suffix says otherwise)."""
     dropout: float = 0.1
     """Dropout before the classifier (training only; the head is rebuilt with it)."""
+    pooling: str = "pooler"
+    """How the head takes the text's vector: pooler, cls or mean (config model.pooling)."""
     truncation: str = "head"
     """Which end of a long single text training kept: head (a text pair is cut longest-first)."""
     task: str = "single_label"
@@ -74,6 +77,7 @@ class ModelMeta:
              and len(set(meta.labels)) == len(meta.labels)),
             ("max_length", isinstance(meta.max_length, int) and meta.max_length >= 2),
             ("task", meta.task in TASKS), ("truncation", meta.truncation in TRUNCATIONS),
+            ("pooling", meta.pooling in POOLINGS),
             ("format_version", meta.format_version == FORMAT_VERSION)) if not ok]
         if problems:
             raise UserError(f"{source} is damaged or from a newer paddle_ft ({', '.join(problems)}); {fix}")

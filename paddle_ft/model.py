@@ -9,9 +9,13 @@ from paddle import nn
 
 
 class BERTForTextClassification(nn.Layer):
-    def __init__(self, encoder: nn.Layer, num_classes: int, dropout: float = 0.1):
+    def __init__(self, encoder: nn.Layer, num_classes: int, dropout: float = 0.1, pooling: str = "pooler"):
         super().__init__()
         self.encoder = encoder
+        self.pooling = pooling
+        if pooling != "pooler":  # unused: no gradient, no optimizer state
+            for parameter in encoder.pooler.parameters():
+                parameter.stop_gradient = True
         self.dropout = nn.Dropout(dropout)
         hidden_size = encoder.config.hidden_size
         self.classifier = nn.Linear(
@@ -22,7 +26,13 @@ class BERTForTextClassification(nn.Layer):
     def forward(self, input_ids, token_type_ids=None):
         # input_ids, token_type_ids: [batch, seq] int64. The encoder masks positions equal to its
         # pad_token_id, so no attention mask is passed (and none needs exporting).
-        _, pooled = self.encoder(input_ids, token_type_ids=token_type_ids)[:2]  # pooled: [batch, hidden]
+        # sequence: [batch, seq, hidden]; pooled: [batch, hidden]
+        sequence, pooled = self.encoder(input_ids, token_type_ids=token_type_ids)[:2]
+        if self.pooling == "cls":
+            pooled = sequence[:, 0]
+        elif self.pooling == "mean":
+            mask = (input_ids != self.encoder.config.pad_token_id).astype(sequence.dtype).unsqueeze(-1)  # [b, s, 1]
+            pooled = (sequence * mask).sum(axis=1) / mask.sum(axis=1)
         return self.classifier(self.dropout(pooled))  # logits: [batch, num_classes]
 
 
@@ -39,13 +49,6 @@ def scratch_encoder(architecture: str, vocab_size: int, hidden_size: int, num_la
                         max_position_embeddings=max_position_embeddings, hidden_dropout_prob=dropout,
                         attention_probs_dropout_prob=dropout, pad_token_id=pad_token_id)
     return model_cls(config)
-
-
-def pretrained_encoder(name_or_dir: str) -> nn.Layer:
-    """A PaddleNLP encoder by model name (downloads once) or from a local PaddleNLP directory."""
-    from paddlenlp.transformers import AutoModel
-
-    return AutoModel.from_pretrained(name_or_dir)
 
 
 def in_dtypes_of(model: nn.Layer, state: dict) -> dict:

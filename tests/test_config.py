@@ -162,3 +162,19 @@ def test_a_backbone_and_a_scratch_encoder_together_are_refused():
                                           r"\(bert-base-chinese\) is set too"):
         load_config(DEMO, ["model.backbone=bert-base-chinese"])
     assert load_config(DEMO, ["model.backbone=bert-base-chinese", "model.scratch=null"]).model.scratch is None
+
+
+@pytest.mark.parametrize("recipe", sorted((ROOT / "configs").glob("finetune-*.yaml")), ids=lambda p: p.stem)
+def test_each_fine_tuning_recipe_loads_with_the_usual_settings(recipe):
+    config = load_config(recipe)
+    assert config.model.backbone and config.model.scratch is None
+    assert 2e-5 <= config.train.optimizer.learning_rate <= 5e-5 and config.train.optimizer.warmup == 0.1
+    assert (config.train.epochs, config.train.batch_size, config.data.max_length) == (3, 32, 128)
+    text = recipe.read_text(encoding="utf-8")
+    assert "Published for this checkpoint" in text and "github.com/" in text  # what to expect, and its source
+
+
+def test_five_recipes_cover_the_families():
+    names = {p.stem for p in (ROOT / "configs").glob("finetune-*.yaml")}
+    assert names == {"finetune-bert-base-chinese", "finetune-roberta-wwm-ext", "finetune-rbt3",
+                     "finetune-ernie-3.0-medium-zh", "finetune-ernie-3.0-mini-zh"}

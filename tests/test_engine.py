@@ -156,15 +156,26 @@ def test_early_stopping_stops_after_patience(make_model, tokenizer, tmp_path):
     assert [e["step"] for e in evals] == [1, 2, 3]
 
 
-def test_a_run_stopped_by_a_signal_resumes_in_process_to_the_same_weights(make_model, tokenizer, tmp_path,
+@pytest.mark.parametrize("tuned", [False, True], ids=["plain", "frozen-layer-and-layer-rates"])
+def test_a_run_stopped_by_a_signal_resumes_in_process_to_the_same_weights(tuned, make_model, tokenizer, tmp_path,
                                                                           monkeypatch):
     import signal
 
+    from paddle_ft.build import freeze
     from paddle_ft.engine import trainer
     from paddle_ft.engine.interrupt import TrainingInterrupted
 
     args = ["train.max_steps=10", "train.batch_size=8", "train.checkpoints.every=4", "seed=3"]
-    _, whole = run_training(make_model(seed=3, dropout=0.1), tokenizer, tmp_path / "whole", args, dev=False)
+    if tuned:  # parameter groups of three rates and a frozen layer: optimizer state that must resume too
+        args += ["train.optimizer.layer_lr_decay=0.8", "train.optimizer.head_learning_rate=1e-2"]
+
+    def model(seed):
+        built = make_model(seed=seed, dropout=0.1)
+        if tuned:
+            freeze(built, embeddings=False, layers=1)
+        return built
+
+    _, whole = run_training(model(3), tokenizer, tmp_path / "whole", args, dev=False)
     real, calls = trainer._forward_backward, []
 
     def signalled_at_step_6(*args):
@@ -175,12 +186,12 @@ def test_a_run_stopped_by_a_signal_resumes_in_process_to_the_same_weights(make_m
 
     monkeypatch.setattr(trainer, "_forward_backward", signalled_at_step_6)
     with pytest.raises(TrainingInterrupted) as stopped:
-        run_training(make_model(seed=3, dropout=0.1), tokenizer, tmp_path / "broken", args, dev=False)
+        run_training(model(3), tokenizer, tmp_path / "broken", args, dev=False)
     assert (stopped.value.step, stopped.value.exit_code) == (6, 128 + signal.SIGTERM)
     assert stopped.value.checkpoint == tmp_path / "broken" / "checkpoints" / "step-6"
     monkeypatch.setattr(trainer, "_forward_backward", real)
     # another initialisation on purpose: everything must come from the checkpoint
-    _, resumed = run_training(make_model(seed=8, dropout=0.1), tokenizer, tmp_path / "broken", args, dev=False,
+    _, resumed = run_training(model(8), tokenizer, tmp_path / "broken", args, dev=False,
                               resume_from=stopped.value.checkpoint)
     assert all(np.array_equal(whole[k], resumed[k]) for k in whole)
     assert [(e["step"], e["loss"]) for e in train_events(tmp_path / "whole")] == \

@@ -8,13 +8,14 @@ import numpy as np
 import paddle
 
 from paddle_ft import runtime
-from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
+from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, resolve_backbone
 from paddle_ft.config import Config, load_config
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import check_amp_supported
 from paddle_ft.engine.cpu_linear import use_fast_linear
 from paddle_ft.engine.evaluate import NonFiniteScores
 from paddle_ft.engine.interrupt import TrainingInterrupted
+from paddle_ft.engine.recompute import use_recompute
 from paddle_ft.engine.run_folder import RunFolder
 from paddle_ft.engine.trainer import TrainingDiverged, train
 from paddle_ft.errors import ConfigError, UserError
@@ -38,10 +39,11 @@ def run(config_path: str, overrides: list[str]) -> int:
     seed_everything(config.seed)
 
     dataset = read_dataset(config.data)
-    tokenizer = build_tokenizer(config.model)
+    model_config = _resolve_backbone(config, dist)
+    tokenizer = build_tokenizer(model_config)
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir)
-    model = build_model(config.model, len(dataset.label_map), tokenizer)
-    speed_up_cpu(model, config, dist)
+    model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
+    apply_runtime(model, config, dist)
     if dist.active:
         seed_everything(config.seed + dist.rank)  # same initial weights, a different dropout stream per rank
     if resume_from is not None:
@@ -59,6 +61,14 @@ def run(config_path: str, overrides: list[str]) -> int:
                     f"(best model, step {results['best_step']})")
         log(f"wrote {folder.best_dir} and {folder.path / 'results.json'}")
     return 0
+
+
+def _resolve_backbone(config: Config, dist):
+    """Rank 0 converts a Hugging Face folder (once); the other ranks then find it in the cache."""
+    if dist.is_main:
+        resolved = resolve_backbone(config.model)
+    dist.barrier()
+    return resolved if dist.is_main else resolve_backbone(config.model)
 
 
 def _train(model, splits, config: Config, folder: RunFolder, dist, resume_from: Path | None) -> dict:
@@ -82,13 +92,17 @@ def _train(model, splits, config: Config, folder: RunFolder, dist, resume_from: 
     return results
 
 
-def speed_up_cpu(model, config: Config, dist) -> None:
+def apply_runtime(model, config: Config, dist) -> None:
+    """The train.runtime settings: CPU threads, matmul-only linear gradients, activation recomputation."""
     settings = runtime.apply_cpu_settings(config.train.runtime.cpu_threads)
     fast = paddle.device.get_device().startswith("cpu") and config.train.runtime.fast_cpu_linear
     if fast:
         use_fast_linear(model)
+    if config.train.runtime.recompute:
+        use_recompute(model)
     if dist.is_main:
-        log(runtime.describe(settings) + (", matmul-only linear gradients" if fast else ""))
+        log(runtime.describe(settings) + (", matmul-only linear gradients" if fast else "")
+            + (", recomputed encoder layers" if config.train.runtime.recompute else ""))
 
 
 def seed_everything(seed: int) -> None:

@@ -52,6 +52,9 @@ class FastBertTokenizer:
     def __init__(self, slow, backend):
         self.slow, self._backend, self._truncation = slow, backend, None
 
+    def __len__(self) -> int:  # dunder methods are looked up on the class, not through __getattr__
+        return len(self.slow)
+
     def __getattr__(self, name):  # pad_token_id, vocab, save_pretrained, ...
         if name in ("slow", "_backend", "_truncation") or name.startswith("__"):
             raise AttributeError(name)  # not set yet (copy, unpickling): no recursion through self.slow

@@ -20,6 +20,9 @@ class FastLinear(PyLayer):
     def forward(ctx, x, weight, bias):
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
+        # Paddle wants None for an input that needs no gradient: frozen weights (model.freeze_layers) and the
+        # input of the first layer above frozen embeddings
+        ctx.needs = (not x.stop_gradient, not weight.stop_gradient, bias is not None and not bias.stop_gradient)
         rows = x.reshape([-1, x.shape[-1]])  # [tokens, in]
         out = paddle.addmm(bias, rows, weight) if bias is not None else paddle.matmul(rows, weight)
         return out.reshape(x.shape[:-1] + [weight.shape[1]])
@@ -29,12 +32,13 @@ class FastLinear(PyLayer):
         x, weight = ctx.saved_tensor()
         rows = x.reshape([-1, x.shape[-1]])                    # [tokens, in]
         grad_rows = grad_out.reshape([-1, grad_out.shape[-1]])  # [tokens, out]
-        grad_x = paddle.matmul(grad_out, weight, transpose_y=True)
-        grad_weight = paddle.matmul(rows, grad_rows, transpose_x=True)
+        need_x, need_weight, need_bias = ctx.needs
+        grad_x = paddle.matmul(grad_out, weight, transpose_y=True) if need_x else None
+        grad_weight = paddle.matmul(rows, grad_rows, transpose_x=True) if need_weight else None
         if not ctx.has_bias:
             return grad_x, grad_weight
         ones = paddle.ones([1, grad_rows.shape[0]], dtype=grad_rows.dtype)
-        return grad_x, grad_weight, paddle.matmul(ones, grad_rows).reshape([-1])
+        return grad_x, grad_weight, paddle.matmul(ones, grad_rows).reshape([-1]) if need_bias else None
 
 
 def _forward(self: paddle.nn.Linear, x):

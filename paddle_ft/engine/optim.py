@@ -19,15 +19,36 @@ def uses_weight_decay(parameter_name: str) -> bool:
     return parts[-1] != "bias" and not any("norm" in part for part in parts)
 
 
+def learning_rate_ratio(name: str, num_layers: int, layer_decay: float, head_ratio: float) -> float:
+    """The share of the schedule's learning rate that parameter `name` of a classifier learns at: encoder
+    layer l (1..L) decay^(L - l), the embeddings decay^L, the pooler 1, the classifier head `head_ratio`."""
+    if name.startswith("classifier."):
+        return head_ratio
+    if name.startswith("encoder.embeddings."):
+        return layer_decay ** num_layers
+    if name.startswith("encoder.encoder.layers."):
+        return layer_decay ** (num_layers - 1 - int(name.split(".")[3]))
+    return 1.0
+
+
 def build_optimizer(model: paddle.nn.Layer, learning_rate: float, weight_decay: float, total_steps: int,
-                    warmup_steps: int):
-    """AdamW over `model`'s trainable parameters and the LR scheduler that drives it."""
+                    warmup_steps: int, layer_lr_decay: float = 1.0, head_learning_rate: float | None = None):
+    """AdamW over `model`'s trainable parameters and the LR scheduler that drives it; parameters that learn at
+    another rate (layer-wise decay, the head's own rate) form parameter groups scaled by their ratio."""
     from paddlenlp.transformers import LinearDecayWithWarmup
 
     scheduler = LinearDecayWithWarmup(learning_rate, total_steps, warmup_steps)
-    parameters = [p for p in model.parameters() if not p.stop_gradient]
+    num_layers = len(model.encoder.encoder.layers) if hasattr(model, "encoder") else 0
+    head_ratio = 1.0 if head_learning_rate is None else head_learning_rate / learning_rate
+    groups: dict[float, list] = {}
+    for name, parameter in model.named_parameters():
+        if not parameter.stop_gradient:
+            ratio = learning_rate_ratio(name, num_layers, layer_lr_decay, head_ratio)
+            groups.setdefault(ratio, []).append(parameter)
     # AdamW asks about each parameter by its internal name (p.name), not its attribute path.
     decayed = {p.name for name, p in model.named_parameters() if uses_weight_decay(name)}
+    parameters = [{"params": params, "learning_rate": ratio} for ratio, params in groups.items()] \
+        if len(groups) > 1 else [p for params in groups.values() for p in params]
     optimizer = paddle.optimizer.AdamW(learning_rate=scheduler, parameters=parameters, weight_decay=weight_decay,
                                        apply_decay_param_fun=lambda name: name in decayed)
     return optimizer, scheduler
@@ -43,8 +64,9 @@ class Optimization:
 
     @classmethod
     def build(cls, model, config: TrainConfig, plan: RunPlan) -> Optimization:
-        optimizer, scheduler = build_optimizer(model, config.optimizer.learning_rate, config.optimizer.weight_decay,
-                                               plan.total_steps, plan.warmup_steps)
+        o = config.optimizer
+        optimizer, scheduler = build_optimizer(model, o.learning_rate, o.weight_decay, plan.total_steps,
+                                               plan.warmup_steps, o.layer_lr_decay, o.head_learning_rate)
         runner = StepRunner(config.amp, config.optimizer.max_grad_norm)
         model, optimizer = runner.prepare(model, optimizer)
         return cls(model, optimizer, scheduler, runner)

@@ -1,0 +1,105 @@
+"""Pretrained encoders: from a PaddleNLP name, a local PaddleNLP folder or a Hugging Face folder, with an
+account of what was loaded and the checks a checkpoint must pass before it is fine-tuned."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from paddle import nn
+
+from paddle_ft.convert import SAFETENSORS, cached_conversion, is_hf_folder, read_safetensors
+from paddle_ft.errors import ConfigError, first_line
+
+WEIGHT_FILES = ("model_state.pdparams", SAFETENSORS)
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What a pretrained checkpoint gave the encoder."""
+
+    source: str
+    loaded: int
+    """Tensors taken from the checkpoint."""
+    newly_initialised: tuple[str, ...]
+    """Encoder weights the checkpoint lacks: they keep their random initialisation."""
+    unused: tuple[str, ...] = ()
+    """Checkpoint tensors the encoder has no place for (pretraining heads)."""
+
+    def describe(self) -> str:
+        fresh = ", ".join(self.newly_initialised) if self.newly_initialised else "nothing"
+        unused = f"; unused: {len(self.unused)} tensors ({', '.join(self.unused[:3])}...)" if self.unused else ""
+        return f"loaded {self.loaded} pretrained tensors from {self.source}; newly initialised: {fresh}{unused}"
+
+    @property
+    def lacks_pooler(self) -> bool:
+        return any(name.startswith("pooler.") for name in self.newly_initialised)
+
+
+def resolve(backbone: str, cache_dir: str, log) -> str:
+    """A PaddleNLP name, or the local PaddleNLP folder to load (a Hugging Face folder converted once)."""
+    path = Path(backbone).expanduser()
+    if not path.is_dir():
+        return backbone  # a PaddleNLP name: PaddleNLP downloads it
+    if is_hf_folder(path):
+        return str(cached_conversion(path, Path(cache_dir).expanduser(), log))
+    return str(path)
+
+
+def load_encoder(backbone: str, encoder_dropout: float | None = None) -> tuple[nn.Layer, LoadReport]:
+    """The encoder of `backbone` (a name or a PaddleNLP folder, see `resolve`) with its pretrained weights;
+    `encoder_dropout` replaces the checkpoint's hidden and attention dropout."""
+    from paddlenlp.transformers import AutoConfig, AutoModel
+
+    overrides = {} if encoder_dropout is None else {"hidden_dropout_prob": encoder_dropout,
+                                                    "attention_probs_dropout_prob": encoder_dropout}
+    folder = Path(backbone)
+    try:
+        if not folder.is_dir():  # a name: PaddleNLP resolves and loads it; it does not say what it left out
+            encoder = AutoModel.from_pretrained(backbone, **overrides)
+            return encoder, LoadReport(backbone, len(encoder.state_dict()), ())
+        config = AutoConfig.from_pretrained(str(folder))
+        for key, value in overrides.items():
+            setattr(config, key, value)
+        encoder = AutoModel.from_config(config)
+    except Exception as exc:  # PaddleNLP raises a variety of errors for a name or folder it cannot use
+        raise ConfigError("model.backbone", f"cannot load '{backbone}' ({first_line(exc)}); offline, give a local "
+                          "PaddleNLP or Hugging Face model folder, or use model.scratch") from None
+    return encoder, _load_weights(encoder, folder)
+
+
+def _load_weights(encoder: nn.Layer, folder: Path) -> LoadReport:
+    import paddle
+
+    weights = next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), None)
+    if weights is None:
+        raise ConfigError("model.backbone", f"{folder} holds no weights ({' or '.join(WEIGHT_FILES)}); give the "
+                          "folder of a pretrained model")
+    saved = paddle.load(str(weights)) if weights.suffix == ".pdparams" else read_safetensors(weights)
+    own = encoder.state_dict()
+    # a checkpoint saved from a pretraining model (BertForPretraining) prefixes the encoder's names
+    prefix = next((p for p in (f"{encoder.base_model_prefix}.", "") if any(k.startswith(p) and k[len(p):] in own
+                                                                             for k in saved)), "")
+    matched, wrong_shape = {}, []
+    for name, tensor in saved.items():
+        key = name[len(prefix):] if name.startswith(prefix) else name
+        if key in own:
+            if list(tensor.shape) == list(own[key].shape):
+                matched[key] = tensor
+            else:
+                wrong_shape.append(f"{key} {list(tensor.shape)} vs {list(own[key].shape)}")
+    if wrong_shape:
+        raise ConfigError("model.backbone", f"{weights} does not fit its own config.json: {wrong_shape[0]}; the "
+                          "folder is damaged or mixed from two models")
+    encoder.set_state_dict({k: paddle.to_tensor(v) if not isinstance(v, paddle.Tensor) else v
+                            for k, v in matched.items()})
+    unused = tuple(sorted(n for n in saved if (n[len(prefix):] if n.startswith(prefix) else n) not in matched))
+    return LoadReport(str(folder), len(matched), tuple(sorted(own.keys() - matched.keys())), unused)
+
+
+def usable_positions(encoder: nn.Layer) -> int:
+    """The longest input the encoder takes. RoBERTa numbers positions from pad_token_id + 1 (as Hugging Face
+    and PaddleNLP both do), so it takes max_position_embeddings - pad_token_id - 1 tokens."""
+    config = encoder.config
+    if type(encoder).__name__.startswith("Roberta"):
+        return config.max_position_embeddings - config.pad_token_id - 1
+    return config.max_position_embeddings
