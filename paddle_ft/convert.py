@@ -30,14 +30,16 @@ FAMILIES = {"bert": ("BertModel", "BertTokenizer"), "roberta": ("RobertaModel", 
             "ernie": ("ErnieModel", "ErnieTokenizer")}
 CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
-               "type_vocab_size", "initializer_range", "pad_token_id", "layer_norm_eps")
+               "type_vocab_size", "initializer_range", "pad_token_id", "layer_norm_eps",
+               "use_task_id", "task_type_vocab_size")  # the last two: ERNIE 3.0's task embeddings
 CONVERSION_INFO = "paddle_ft_conversion.json"
 _DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32,
            "U8": np.uint8, "BF16": np.uint16}
 
 # (Hugging Face name without the model prefix, PaddleNLP name, transposed)
 _RULES = [(re.compile(pattern), replacement, transpose) for pattern, replacement, transpose in [
-    (r"^embeddings\.(word|position|token_type)_embeddings\.weight$", r"embeddings.\1_embeddings.weight", False),
+    (r"^embeddings\.(word|position|token_type|task_type)_embeddings\.weight$", r"embeddings.\1_embeddings.weight",
+     False),
     (r"^embeddings\.LayerNorm\.(weight|gamma)$", "embeddings.layer_norm.weight", False),
     (r"^embeddings\.LayerNorm\.(bias|beta)$", "embeddings.layer_norm.bias", False),
     (r"^encoder\.layer\.(\d+)\.attention\.self\.(q|k|v)\w*\.(weight|bias)$", r"encoder.layers.\1.self_attn.\2_proj.\3",

@@ -3,7 +3,7 @@
 
     python hf_reference.py FAMILY FOLDER INPUT.json OUTPUT.npz
 
-Builds a tiny random FAMILY (bert | roberta) model with `transformers`, saves it into FOLDER as
+Builds a tiny random FAMILY (bert | roberta | ernie) model with `transformers`, saves it into FOLDER as
 `save_pretrained` writes it (config.json, model.safetensors; or, when INPUT.json says "safetensors": false,
 pytorch_model.bin as transformers 4 wrote it) beside the vocab.txt already there, and writes the
 last hidden state of the token ids in INPUT.json (padded rows with their attention mask) and the ids its own
@@ -25,9 +25,11 @@ shape = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_att
              max_position_embeddings=64, type_vocab_size=2, pad_token_id=0)
 # with their pretraining heads, as real checkpoints are saved; the RoBERTa one without a pooler, as
 # RobertaForMaskedLM saves it
-config_class, model_class = {"bert": (transformers.BertConfig, transformers.BertForPreTraining),
-                             "roberta": (transformers.RobertaConfig, transformers.RobertaForMaskedLM)}[family]
-model = model_class(config_class(**shape))
+config_class, model_class, extra = {
+    "bert": (transformers.BertConfig, transformers.BertForPreTraining, {}),
+    "roberta": (transformers.RobertaConfig, transformers.RobertaForMaskedLM, {}),
+    "ernie": (transformers.ErnieConfig, transformers.ErnieForMaskedLM, {"use_task_id": True})}[family]
+model = model_class(config_class(**shape, **extra))
 model.save_pretrained(folder)
 if not inputs.get("safetensors", True):  # transformers 5 writes safetensors only; older ones wrote this pickle
     torch.save(model.state_dict(), f"{folder}/pytorch_model.bin")
