@@ -36,6 +36,28 @@ class BERTForTextClassification(nn.Layer):
         return self.classifier(self.dropout(pooled))  # logits: [batch, num_classes]
 
 
+class MaskedLanguageModel(nn.Layer):
+    """An encoder and BERT's masked-LM head (dense + GELU + LayerNorm, decoder tied to the word embeddings),
+    computed on the masked positions only: at a 15% masking rate the vocabulary projection of every position
+    would be most of the step's cost."""
+
+    def __init__(self, encoder: nn.Layer):
+        super().__init__()
+        self.encoder = encoder
+        hidden, config = encoder.config.hidden_size, encoder.config
+        self.head = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(),
+                                  nn.LayerNorm(hidden, epsilon=getattr(config, "layer_norm_eps", 1e-12)))
+        self.decoder_bias = self.create_parameter([config.vocab_size], is_bias=True,
+                                                  default_initializer=nn.initializer.Constant(0.0))
+
+    def forward(self, input_ids, token_type_ids, positions):
+        # input_ids, token_type_ids: [batch, seq]; positions: [n] indices into the flattened [batch * seq]
+        sequence = self.encoder(input_ids, token_type_ids=token_type_ids)[0]  # [batch, seq, hidden]
+        picked = paddle.gather(sequence.reshape([-1, sequence.shape[-1]]), positions)  # [n, hidden]
+        words = self.encoder.embeddings.word_embeddings.weight  # [vocab, hidden]
+        return paddle.matmul(self.head(picked), words, transpose_y=True) + self.decoder_bias  # [n, vocab]
+
+
 def scratch_encoder(architecture: str, vocab_size: int, hidden_size: int, num_layers: int, num_heads: int,
                     intermediate_size: int, max_position_embeddings: int, dropout: float,
                     pad_token_id: int = 0) -> nn.Layer:

@@ -17,6 +17,7 @@ class Features:
     input_ids: list[np.ndarray]       # each [seq] int64
     token_type_ids: list[np.ndarray]  # each [seq] int64
     labels: np.ndarray | None         # [n] int64, None for unlabelled input
+    word_ids: list[np.ndarray] | None = None  # each [seq]: the word of each token, for whole-word masking
 
     def __len__(self) -> int:
         return len(self.input_ids)

@@ -99,6 +99,29 @@ def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozense
     return examples, report
 
 
+def read_texts(path: Path, text_column: str = "text",
+               text_pair_column: str | None = None) -> tuple[list[str], list[str] | None]:
+    """Texts of a .txt file (one per non-blank line) or of the text column of a .tsv/.csv/.jsonl file, and the
+    second texts of its pair column when one is named."""
+    path = Path(path)
+    if path.suffix.lower() in (".tsv", ".csv", ".jsonl"):
+        examples, _ = read_examples(path, format_of(path), Columns(text_column, text_pair_column, None))
+        return [e.text for e in examples], [e.text_pair for e in examples] if text_pair_column else None
+    if text_pair_column:
+        raise DataError(str(path), None, "this model classifies text pairs: give a .tsv/.csv/.jsonl file with "
+                                         f"text and {text_pair_column} columns")
+    if not path.is_file():
+        raise DataError(str(path), None, "file not found")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DataError(str(path), None, f"not UTF-8 (byte {exc.start}); re-save the file as UTF-8") from None
+    texts = [line.strip() for line in lines if line.strip()]
+    if not texts:
+        raise DataError(str(path), None, "no texts in the file")
+    return texts, None
+
+
 _SKIP_HINT = " (fix the row, or set data.on_bad_row=skip to drop bad rows)"
 
 

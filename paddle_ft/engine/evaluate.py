@@ -1,4 +1,5 @@
-"""Scoring a model on tokenised features: probabilities and the classification report.
+"""Scoring a classifier on tokenised features (probabilities, the classification report), and the
+fine-tuning objective the training loop calls.
 
 Imported by the training loop and by the `eval` command alike; it imports nothing of the loop, its
 checkpoints or its collectives.
@@ -6,6 +7,7 @@ checkpoints or its collectives.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import numpy as np
 import paddle
@@ -44,3 +46,30 @@ def evaluate(model, features: Features, batch_size: int, pad_token_id: int,
     """(classification report, probabilities) of `model` on labelled `features`."""
     probs = predict_probabilities(model, features, batch_size, pad_token_id, autocast=autocast)
     return classification_report(features.labels, probs.argmax(axis=1), label_names), probs
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The fine-tuning objective: cross-entropy over the labels; scored by accuracy and macro-F1."""
+
+    label_names: tuple[str, ...]
+    pad_token_id: int
+    metrics: tuple[str, ...] = ("accuracy", "macro_f1")
+
+    def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
+        """The summed (not averaged) loss of the examples `indices`, in float32."""
+        batch = pad_batch(features, indices, self.pad_token_id)
+        with autocast():
+            logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
+        return F.cross_entropy(logits.astype("float32"), paddle.to_tensor(batch["labels"]), reduction="sum")
+
+    def score(self, model, features: Features, subset: np.ndarray, batch_size: int, autocast):
+        """This process's part of an evaluation: (example indices, their probabilities)."""
+        return subset, predict_probabilities(model, features, batch_size, self.pad_token_id, subset, autocast)
+
+    def report(self, features: Features, parts: list) -> dict:
+        """The metrics of the parts together (each example scored exactly once)."""
+        probs = np.zeros((len(features), len(self.label_names)), dtype=np.float32)
+        for indices, part in parts:
+            probs[indices] = part
+        return classification_report(features.labels, probs.argmax(axis=1), self.label_names)

@@ -10,17 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import paddle
-import paddle.nn.functional as F
 from tqdm import tqdm
 
 from paddle_ft.config import Config, EvaluationConfig
-from paddle_ft.data.features import Splits, TrainBatchSampler, micro_batches, pad_batch
+from paddle_ft.data.features import Features, Splits, TrainBatchSampler, micro_batches
 from paddle_ft.engine.amp import StepRunner
 from paddle_ft.engine.checkpoint import TrainState, capture_rng, complete_checkpoints, rotate_checkpoints
 from paddle_ft.engine.distributed import Distributed
-from paddle_ft.engine.evaluate import evaluate, predict_probabilities
+from paddle_ft.engine.evaluate import Classification
 from paddle_ft.engine.interrupt import StopRequests, TrainingInterrupted
-from paddle_ft.engine.metrics import classification_report
 from paddle_ft.engine.optim import Optimization
 from paddle_ft.engine.plan import RunPlan, plan_run
 from paddle_ft.engine.run_folder import RunFolder
@@ -39,14 +37,13 @@ def say(dist: Distributed, message: str) -> None:
 
 
 def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distributed = Distributed(),
-          resume_from: Path | None = None) -> dict:
-    """Fine-tune `model`; writes metrics.jsonl, vdl/, checkpoints/, best/ and results.json into `run`.
-
-    With `resume_from`, every piece of state is restored from that checkpoint and training goes on exactly
-    as if it had not stopped. Under `dist`, `batch_size` is per process and only rank 0 writes anything;
-    every collective is called by every rank, in this function or in a helper it calls unconditionally.
-    """
+          resume_from: Path | None = None, objective=None) -> dict:
+    """Train `model` on `objective` (default: a classifier's); writes metrics.jsonl, vdl/, checkpoints/, best/
+    and results.json into `run`. With `resume_from`, every piece of state is restored from that checkpoint and
+    training goes on exactly as if it had not stopped. Under `dist`, `batch_size` is per process, only rank 0
+    writes, and every collective is called by every rank (here, or in a helper called unconditionally)."""
     tc = config.train
+    objective = objective or Classification(splits.label_names, splits.pad_token_id)
     plan = plan_run(len(splits.train), tc.batch_size, tc.accumulate_steps, tc.epochs, tc.max_steps,
                     tc.optimizer.warmup, dist.world_size)
     opt = Optimization.build(model, tc, plan)
@@ -70,7 +67,8 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
         stepped.train()
         for step_batch, end_of_epoch in _steps_left(sampler, state, plan):
             lr = opt.learning_rate
-            local_loss = _forward_backward(stepped, opt.runner, splits, step_batch, tc.batch_size, dist, speed)
+            local_loss = _forward_backward(stepped, opt.runner, objective, splits.train, step_batch, state.global_step,
+                                           tc.batch_size, dist, speed)
             # the step's one collective: every rank sees the same loss and takes the same decisions
             loss_sum, nonfinite, stop_asked = dist.sum(local_loss, not math.isfinite(local_loss),
                                                        signals.signal is not None)
@@ -85,7 +83,8 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
             stop = state.global_step >= plan.total_steps
             due_eval = _due(state, tc.evaluation.every) or end_of_epoch or stop
             if due_eval and splits.dev is not None:
-                stop = _evaluate_and_keep_best(opt, splits, tc.evaluation, run, state, events, dist) or stop
+                stop = _evaluate_and_keep_best(opt, objective, splits.dev, tc.evaluation, run, state, events, dist) \
+                    or stop
             if due_eval or _due(state, tc.checkpoints.every) or stop_asked:
                 saved = _checkpoint(opt, run, state, tc.checkpoints.keep, dist)
                 speed.restart()  # evaluation and saving are not training throughput
@@ -94,7 +93,7 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
             if stop:
                 break
         progress.close()
-        return _finish(opt, splits, run, state, tc.evaluation, events, dist)
+        return _finish(opt, objective, splits, run, state, tc.evaluation, events, dist)
 
 
 def _start(opt: Optimization, plan: RunPlan, resume_from: Path | None, dist: Distributed) -> TrainState:
@@ -124,27 +123,23 @@ def _due(state: TrainState, every: int) -> bool:
     return bool(every) and state.global_step % every == 0
 
 
-def _forward_backward(model, runner: StepRunner, splits: Splits, step_batch: list[int], batch_size: int,
-                      dist: Distributed, speed: Throughput) -> float:
+def _forward_backward(model, runner: StepRunner, objective, features: Features, step_batch: list[int], step: int,
+                      batch_size: int, dist: Distributed, speed: Throughput) -> float:
     """Backward over this rank's share of one optimizer step's examples. Returns this rank's part of the
     step's mean loss (a host sync: the loop needs it to stop every rank on a NaN)."""
     group, group_examples = micro_batches(step_batch, batch_size, dist.rank, dist.world_size)
     step_loss = None
     for i, indices in enumerate(group):
-        batch = pad_batch(splits.train, indices, splits.pad_token_id)
         # gradients are all-reduced once per optimizer step, on its last micro-batch
         sync = contextlib.nullcontext() if i == len(group) - 1 or not dist.active else model.no_sync()
         with sync:
-            with runner.autocast():
-                logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
             # A sum over the examples divided by the group's size: k micro-batches of b are exactly one
             # batch of k*b, and a last, smaller group is averaged over its own size. DataParallel
             # averages over ranks, hence the factor world_size.
-            loss = F.cross_entropy(logits.astype("float32"), paddle.to_tensor(batch["labels"]),
-                                   reduction="sum") * (dist.world_size / group_examples)
+            loss = objective.loss(model, features, indices, step, runner.autocast) * (dist.world_size / group_examples)
             runner.backward(loss)
         step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
-        speed.add_batch(batch["input_ids"], splits.pad_token_id)
+        speed.add_batch(features.lengths[indices])
     speed.examples += group_examples
     return float(step_loss)
 
@@ -163,13 +158,13 @@ def _log_train(events, state: TrainState, plan: RunPlan, lr: float, speed: Throu
         "samples/s")
 
 
-def _evaluate_and_keep_best(opt: Optimization, splits: Splits, evaluation: EvaluationConfig, run: RunFolder,
-                            state: TrainState, events, dist: Distributed) -> bool:
+def _evaluate_and_keep_best(opt: Optimization, objective, dev: Features, evaluation: EvaluationConfig,
+                            run: RunFolder, state: TrainState, events, dist: Distributed) -> bool:
     """Score dev (each rank a share, gathered), save best/ when it improved; True to stop early."""
-    report = _evaluate_dev(opt.model, splits, evaluation.batch_size, dist, opt.runner.autocast)
+    report = _evaluate_dev(opt.model, objective, dev, evaluation.batch_size, dist, opt.runner.autocast)
     if events:
         events.write("eval", state.global_step, **report)
-    say(dist, f"eval step {state.global_step}: accuracy {report['accuracy']:.4f} macro_f1 {report['macro_f1']:.4f}")
+    say(dist, f"eval step {state.global_step}: " + " ".join(f"{m} {report[m]:.4f}" for m in objective.metrics))
     if state.record_eval(report[evaluation.metric]):
         if dist.is_main:
             run.save_best(opt.model)
@@ -181,18 +176,14 @@ def _evaluate_and_keep_best(opt: Optimization, splits: Splits, evaluation: Evalu
     return False
 
 
-def _evaluate_dev(model, splits: Splits, batch_size: int, dist: Distributed, autocast) -> dict:
-    """Each rank scores every world_size-th dev example; the gathered predictions cover each example
-    exactly once, so every rank computes the same metrics. `autocast` is training's: an O2 model run
-    outside it would compute in pure float16, without Paddle's list of ops kept in float32."""
-    dev = splits.dev
+def _evaluate_dev(model, objective, dev: Features, batch_size: int, dist: Distributed, autocast) -> dict:
+    """Each rank scores every world_size-th dev example; the gathered parts cover each example exactly once,
+    so every rank computes the same metrics. `autocast` is training's: an O2 model run outside it would
+    compute in pure float16, without Paddle's list of ops kept in float32."""
     mine = np.arange(dist.rank, len(dev), dist.world_size)
-    probs = np.zeros((len(dev), len(splits.label_names)), dtype=np.float32)
-    for indices, part in dist.gather((mine, predict_probabilities(model, dev, batch_size, splits.pad_token_id, mine,
-                                                                  autocast))):
-        probs[indices] = part
+    parts = dist.gather(objective.score(model, dev, mine, batch_size, autocast))
     model.train()
-    return classification_report(dev.labels, probs.argmax(axis=1), splits.label_names)
+    return objective.report(dev, parts)
 
 
 def _checkpoint(opt: Optimization, run: RunFolder, state: TrainState, keep: int, dist: Distributed) -> Path:
@@ -205,8 +196,8 @@ def _checkpoint(opt: Optimization, run: RunFolder, state: TrainState, keep: int,
     return run.checkpoints_dir / f"step-{state.global_step}"
 
 
-def _finish(opt: Optimization, splits: Splits, run: RunFolder, state: TrainState, evaluation: EvaluationConfig,
-            events, dist: Distributed) -> dict:
+def _finish(opt: Optimization, objective, splits: Splits, run: RunFolder, state: TrainState,
+            evaluation: EvaluationConfig, events, dist: Distributed) -> dict:
     """Rank 0 scores the best model (reloaded from best/) on dev and test and writes results.json."""
     _check_replicas_agree(opt.model, dist)
     if not dist.is_main:
@@ -220,8 +211,9 @@ def _finish(opt: Optimization, splits: Splits, run: RunFolder, state: TrainState
     for name in ("dev", "test"):
         features = getattr(splits, name)
         if features is not None:
-            results[name], _ = evaluate(opt.model, features, evaluation.batch_size, splits.pad_token_id,
-                                        splits.label_names, opt.runner.autocast)
+            every = np.arange(len(features))
+            results[name] = objective.report(features, [objective.score(opt.model, features, every,
+                                                                        evaluation.batch_size, opt.runner.autocast)])
     events.write("results", state.global_step, **results)
     run.write_results(results)
     dist.barrier()
@@ -258,9 +250,10 @@ class Throughput:
     def restart(self) -> None:
         self.examples, self.tokens, self.padded_tokens, self.started = 0, 0, 0, time.perf_counter()
 
-    def add_batch(self, input_ids: np.ndarray, pad_token_id: int) -> None:
-        self.tokens += int((input_ids != pad_token_id).sum())
-        self.padded_tokens += input_ids.size
+    def add_batch(self, lengths: np.ndarray) -> None:
+        """A micro-batch of examples of these lengths, padded to the longest."""
+        self.tokens += int(lengths.sum())
+        self.padded_tokens += int(lengths.max()) * len(lengths)
 
     def take(self) -> dict:
         """samples/s of the whole job; real and padded (real + pad) tokens/s of this rank. Restarts."""
