@@ -38,7 +38,9 @@ setup(
     extras_require={
         "cpu": ["paddlepaddle==3.3.1"],
         "gpu": ["paddlepaddle-gpu>=2.6"],
-        "demo": ["snownlp"],
+        "demo": ["snownlp", "jieba"],
+        # pretrain.whole_word segments Chinese words with jieba (as the Chinese wwm models were trained)
+        "pretrain": ["jieba"],
         # reading a Hugging Face pytorch_model.bin (a torch pickle; model.safetensors needs no torch). 2.13.0 is
         # the CPU build this machine kind keeps on disk; an unpinned torch pulls a CUDA build of several GB
         "torch": ["torch==2.13.0"],
@@ -47,7 +49,7 @@ setup(
         "bench": ["onnxruntime>=1.17", "matplotlib"],
         # hypothesis: property tests of readers, config and tokenizer; schemathesis: the HTTP service
         # against its own OpenAPI schema (both find inputs nobody thought to write down)
-        "test": ["pytest", "snownlp", "onnxruntime>=1.17", "matplotlib", "hypothesis>=6.100", "schemathesis>=4,<5"],
+        "test": ["pytest", "snownlp", "jieba", "onnxruntime>=1.17", "matplotlib", "hypothesis>=6.100", "schemathesis>=4,<5"],
     },
     entry_points={"console_scripts": ["paddle_ft=paddle_ft.cli:main"]},
 )

@@ -9,6 +9,8 @@ from paddle import nn
 
 from paddle_ft.convert import SAFETENSORS, cached_conversion, is_hf_folder, read_safetensors
 from paddle_ft.errors import ConfigError, first_line
+from paddle_ft.io import atomic_directory
+from paddle_ft.model import float32_state, in_dtypes_of
 
 WEIGHT_FILES = ("model_state.pdparams", SAFETENSORS)
 
@@ -103,3 +105,31 @@ def usable_positions(encoder: nn.Layer) -> int:
     if type(encoder).__name__.startswith("Roberta"):
         return config.max_position_embeddings - config.pad_token_id - 1
     return config.max_position_embeddings
+
+
+PRETRAINING_HEAD = "pretraining_head.pdparams"
+
+
+def save_backbone(directory: Path, model, tokenizer) -> None:
+    """A pretrained `MaskedLanguageModel` as a PaddleNLP folder that `model.backbone` loads: the encoder's
+    config and weights and the tokenizer; the masked-LM head beside them, for a later continued pretraining."""
+    import paddle
+
+    with atomic_directory(directory) as tmp:
+        encoder = model.encoder
+        encoder.config.architectures = [type(encoder).__name__]
+        encoder.config.save_pretrained(str(tmp))
+        paddle.save(float32_state(encoder), str(tmp / WEIGHT_FILES[0]))
+        head = {k: v for k, v in float32_state(model).items() if not k.startswith("encoder.")}
+        paddle.save(head, str(tmp / PRETRAINING_HEAD))
+        tokenizer.save_pretrained(str(tmp))
+
+
+def load_pretraining_weights(model, directory: Path) -> None:
+    """What `save_backbone` wrote, back into a `MaskedLanguageModel` (the encoder and its head)."""
+    import paddle
+
+    model.encoder.set_state_dict(in_dtypes_of(model.encoder, paddle.load(str(Path(directory) / WEIGHT_FILES[0]))))
+    head = paddle.load(str(Path(directory) / PRETRAINING_HEAD))
+    model.set_state_dict(in_dtypes_of(model, {**{f"encoder.{k}": v for k, v in model.encoder.state_dict().items()},
+                                              **head}))

@@ -105,9 +105,12 @@ def resolve_backbone(model: ModelConfig) -> ModelConfig:
     return dataclasses.replace(model, backbone=backbone.resolve(model.backbone, model.cache_dir, log))
 
 
-def build_model(model: ModelConfig, num_classes: int, tokenizer, max_length: int) -> BERTForTextClassification:
-    """The classifier of a (resolved) model config, checked against the tokenizer and max_length before any
-    training: what Paddle would otherwise report as an index error in the middle of the first epoch."""
+def build_encoder(model: ModelConfig, tokenizer, max_length: int):
+    """(the encoder of a resolved model config, what its checkpoint gave it (None for scratch): the caller logs
+    it with what it adds on top), checked
+    against the tokenizer and max_length before any training: what Paddle would otherwise report as an index
+    error in the middle of the first epoch."""
+    report = None
     if model.backbone is None:
         s = model.scratch
         dropout = model.dropout if model.encoder_dropout is None else model.encoder_dropout
@@ -115,11 +118,18 @@ def build_model(model: ModelConfig, num_classes: int, tokenizer, max_length: int
                                   s.intermediate_size, s.max_position_embeddings, dropout, tokenizer.pad_token_id)
     else:
         encoder, report = backbone.load_encoder(model.backbone, model.encoder_dropout)
-        log(report.describe() + "; the classifier head is new")
-        if report.lacks_pooler and model.pooling == "pooler":
-            raise ConfigError("model.pooling", f"is pooler, but {model.backbone} has no pooler weights (a "
-                              "sentence-embedding checkpoint?); set model.pooling: cls or mean")
     _check_fits(model, encoder, tokenizer, max_length)
+    return encoder, report
+
+
+def build_model(model: ModelConfig, num_classes: int, tokenizer, max_length: int) -> BERTForTextClassification:
+    """The classifier of a resolved model config: its encoder, a new head, the frozen parts frozen."""
+    encoder, report = build_encoder(model, tokenizer, max_length)
+    if report is not None:
+        log(report.describe() + "; the classifier head is new")
+    if report is not None and report.lacks_pooler and model.pooling == "pooler":
+        raise ConfigError("model.pooling", f"is pooler, but {model.backbone} has no pooler weights (a "
+                          "sentence-embedding checkpoint?); set model.pooling: cls or mean")
     classifier = BERTForTextClassification(encoder, num_classes, model.dropout, model.pooling)
     freeze(classifier, model.freeze_embeddings, model.freeze_layers)
     return classifier

@@ -16,7 +16,7 @@ from paddle_ft.data.labels import LabelMap
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.io import atomic_directory
 from paddle_ft.meta import MODEL_META, ModelMeta, read_model_meta, write_model_meta
-from paddle_ft.model import BERTForTextClassification, in_dtypes_of
+from paddle_ft.model import BERTForTextClassification, float32_state, in_dtypes_of
 
 MODEL_STATE = "model_state.pdparams"
 BUNDLE_FILES = (MODEL_STATE, MODEL_META)
@@ -47,13 +47,6 @@ def save_bundle(directory: Path, model: BERTForTextClassification, tokenizer, me
         tokenizer.save_pretrained(str(tmp))
         LabelMap(meta.labels).save(tmp)
         write_model_meta(meta, tmp)  # last, as it marks the folder as a model
-
-
-def float32_state(model) -> dict:
-    """Weights in float32 whatever precision training ran in (AMP O2 keeps them in float16/bfloat16): a
-    saved model is loaded into a float32 model by eval, export and the next fine-tune."""
-    return {name: tensor.astype("float32") if tensor.dtype in (paddle.float16, paddle.bfloat16) else tensor
-            for name, tensor in model.state_dict().items()}
 
 
 def load_bundle(directory: str | Path, with_tokenizer: bool = True) -> Bundle:

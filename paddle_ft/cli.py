@@ -1,4 +1,4 @@
-"""`python -m paddle_ft {train,eval,convert,export,predict,serve,bench}`; `tools/*.py` are thin wrappers over `main`.
+"""`python -m paddle_ft {train,pretrain,eval,convert,export,predict,serve,bench}`; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -50,11 +50,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="paddle_ft", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train = commands.add_parser("train", help="fine-tune a classifier from a YAML config")
-    train.add_argument("--config", required=True, help="YAML recipe, e.g. configs/demo.yaml")
-    train.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key (dotted path, YAML value); repeatable")
-    train.set_defaults(run=_train)
+    for name, run, help, example in (
+            ("train", _train, "fine-tune a classifier from a YAML config", "configs/demo.yaml"),
+            ("pretrain", _pretrain, "pretrain an encoder on unlabeled text (masked LM)",
+             "configs/pretrain-demo.yaml")):
+        command = commands.add_parser(name, help=help)
+        command.add_argument("--config", required=True, help=f"YAML recipe, e.g. {example}")
+        command.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                             help="override a config key (dotted path, YAML value); repeatable")
+        command.set_defaults(run=run)
 
     evaluate = commands.add_parser("eval", help="score a trained model on a labelled file")
     evaluate.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
@@ -75,6 +79,23 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
     export.set_defaults(run=_export)
 
+    _add_predict(commands)
+
+    from paddle_ft.serve.options import add_arguments as serve_arguments
+
+    serve = commands.add_parser("serve", help="serve an exported model over HTTP with dynamic batching")
+    serve_arguments(serve)
+    serve.set_defaults(run=_serve)
+
+    from paddle_ft.bench.run import add_arguments
+
+    bench = commands.add_parser("bench", help="benchmark training and inference against PaddleNLP, HF and ONNX Runtime")
+    add_arguments(bench)
+    bench.set_defaults(run=_bench)
+    return parser
+
+
+def _add_predict(commands) -> None:
     predict = commands.add_parser("predict", help="classify texts with an exported model")
     predict.add_argument("--model-dir", required=True, help="a folder written by export")
     source = predict.add_mutually_exclusive_group(required=True)
@@ -93,18 +114,11 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--tensorrt", action="store_true", help="GPU: run the graph with TensorRT")
     predict.set_defaults(run=_predict)
 
-    from paddle_ft.serve.options import add_arguments as serve_arguments
 
-    serve = commands.add_parser("serve", help="serve an exported model over HTTP with dynamic batching")
-    serve_arguments(serve)
-    serve.set_defaults(run=_serve)
+def _pretrain(args) -> int:
+    import paddle_ft.commands.pretrain as command
 
-    from paddle_ft.bench.run import add_arguments
-
-    bench = commands.add_parser("bench", help="benchmark training and inference against PaddleNLP, HF and ONNX Runtime")
-    add_arguments(bench)
-    bench.set_defaults(run=_bench)
-    return parser
+    return command.run(args.config, args.override)
 
 
 def _train(args) -> int:

@@ -20,7 +20,7 @@ import yaml
 from paddle_ft.errors import ConfigError, ConfigErrors, UserError
 
 ARCHITECTURES = ("bert", "ernie", "roberta")
-METRICS = ("accuracy", "macro_f1")
+METRICS = ("accuracy", "macro_f1", "masked_accuracy")  # the last for pretraining
 POOLINGS = ("pooler", "cls", "mean")
 
 
@@ -225,6 +225,22 @@ MOVED_KEYS = {
 
 
 @dataclass(frozen=True)
+class PretrainConfig:
+    """Masked-language-model pretraining on unlabeled text (`python tools/pretrain.py`)."""
+
+    corpus: tuple[str, ...] = ()
+    """Unlabeled text files: .txt (one text per line) or the text column of .tsv/.csv/.jsonl."""
+    text_column: str = "text"
+    """Column (or JSONL key) of the text in .tsv/.csv/.jsonl corpus files."""
+    heldout: float = field(default=0.02, metadata=_check(lambda v: 0 < v < 0.5, "a number in (0, 0.5)"))
+    """Share of the corpus held out to report masked-token accuracy and perplexity (and pick best/)."""
+    mask_rate: float = field(default=0.15, metadata=_check(lambda v: 0 < v < 1, "a number in (0, 1)"))
+    """Share of the tokens predicted: 80% of them shown as [MASK], 10% as a random token, 10% unchanged."""
+    whole_word: bool = False
+    """Mask whole words (jieba segments the text), as the Chinese wwm models are trained."""
+
+
+@dataclass(frozen=True)
 class Config:
     output_dir: str = field(default="out/run", metadata=_check(lambda v: bool(v.strip()), "a folder path"))
     """Folder of the run: config, metrics, checkpoints, best/ and results."""
@@ -236,6 +252,8 @@ class Config:
     """The encoder and the classification head."""
     train: TrainConfig = TrainConfig()
     """The optimisation loop."""
+    pretrain: PretrainConfig = PretrainConfig()
+    """Pretraining on unlabeled text; read by `pretrain` only."""
 
 
 # ----------------------------------------------------------------------------- loading
@@ -496,7 +514,7 @@ def _cross_field_problems(config: Config, where) -> list[ConfigError]:
                                     f"({scratch.max_position_embeddings})", where("data.max_length")))
     for key, value in (("train.evaluation.every", train.evaluation.every),
                        ("train.evaluation.early_stopping_patience", train.evaluation.early_stopping_patience)):
-        if value and config.data.dev is None:
+        if value and config.data.dev is None and not config.pretrain.corpus:  # pretraining holds its own out
             problems.append(ConfigError(key, f"is {value} but data.dev is not set, so nothing would be evaluated; "
                                         f"set data.dev or {key}=0", where(key)))
     return problems

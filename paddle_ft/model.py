@@ -73,6 +73,13 @@ def scratch_encoder(architecture: str, vocab_size: int, hidden_size: int, num_la
     return model_cls(config)
 
 
+def float32_state(layer: nn.Layer) -> dict:
+    """Weights in float32 whatever precision training ran in (AMP O2 keeps them in float16/bfloat16): a saved
+    model is loaded into a float32 model by eval, export and the next fine-tune."""
+    return {name: tensor.astype("float32") if tensor.dtype in (paddle.float16, paddle.bfloat16) else tensor
+            for name, tensor in layer.state_dict().items()}
+
+
 def in_dtypes_of(model: nn.Layer, state: dict) -> dict:
     """`state` with each tensor cast to the dtype of the model's own (an AMP O2 run keeps most weights in
     float16/bfloat16; weights saved in float32 must still load into it, and the other way round)."""

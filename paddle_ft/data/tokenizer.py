@@ -65,15 +65,25 @@ class FastBertTokenizer:
         """(input_ids, token_type_ids, truncated) per text, with [CLS]/[SEP], cut to `max_length`."""
         if pairs is not None:
             return self._encode_pairs(texts, pairs, max_length)
+        self._truncate_at(max_length)
+        encodings = self._backend.encode_batch(list(texts))
+        return ([e.ids for e in encodings], [e.type_ids for e in encodings],
+                [bool(e.overflowing) for e in encodings])
+
+    def encode_with_offsets(self, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], list[list]]:
+        """(input_ids, (start, end) character span of each token in its text) per text, cut to `max_length`;
+        the specials' spans are (0, 0)."""
+        self._truncate_at(max_length)
+        encodings = self._backend.encode_batch(list(texts))
+        return [e.ids for e in encodings], [e.offsets for e in encodings]
+
+    def _truncate_at(self, max_length: int | None) -> None:
         if max_length != self._truncation:
             if max_length is None:
                 self._backend.no_truncation()
             else:
                 self._backend.enable_truncation(max_length, strategy="longest_first")
             self._truncation = max_length
-        encodings = self._backend.encode_batch(list(texts))
-        return ([e.ids for e in encodings], [e.type_ids for e in encodings],
-                [bool(e.overflowing) for e in encodings])
 
     def _encode_pairs(self, texts, pairs, max_length):
         """Pairs are truncated here, because `tokenizers` gives an odd leftover token to the second text

@@ -4,7 +4,7 @@
     label_map.json    the run's labels
     metrics.jsonl     one event per line (plan, train, eval, results); vdl/ the same for VisualDL
     checkpoints/      step-N folders (`checkpoint`), for an exact resume
-    best/             the best model so far (`bundle`)
+    best/             the best model so far: a classifier (`bundle`) or a pretrained encoder (`backbone`)
     results.json      the best model's metrics, written last: the run is finished
 """
 from __future__ import annotations
@@ -14,9 +14,11 @@ import json
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
+from paddle_ft.backbone import load_pretraining_weights, save_backbone
 from paddle_ft.bundle import load_weights, save_bundle
 from paddle_ft.config import Config, config_to_dict, load_config, save_config
 from paddle_ft.data.labels import LabelMap
@@ -37,12 +39,20 @@ RESUME_FIXED = ("seed", "model", "train.batch_size", "train.accumulate_steps", "
 @dataclass(frozen=True)
 class RunFolder:
     path: Path
-    tokenizer: object = None
-    """With `meta`, what `save_best` writes beside the weights (see `with_model`)."""
-    meta: ModelMeta | None = None
+    save_model: Callable | None = None
+    """(directory, model) -> None: how best/ is written; set by `with_classifier` or `with_encoder`."""
+    load_model_weights: Callable | None = None
+    """(model, directory) -> None: how best/'s weights are read back for the final scores."""
 
-    def with_model(self, tokenizer, meta: ModelMeta) -> RunFolder:
-        return replace(self, tokenizer=tokenizer, meta=meta)
+    def with_classifier(self, tokenizer, meta: ModelMeta) -> RunFolder:
+        """best/ is a classifier bundle (`bundle`): what eval, export and predict read."""
+        return replace(self, save_model=lambda directory, model: save_bundle(directory, model, tokenizer, meta),
+                       load_model_weights=load_weights)
+
+    def with_encoder(self, tokenizer) -> RunFolder:
+        """best/ is a pretrained encoder folder (`backbone`): what model.backbone loads."""
+        return replace(self, save_model=lambda directory, model: save_backbone(directory, model, tokenizer),
+                       load_model_weights=load_pretraining_weights)
 
     @property
     def best_dir(self) -> Path:
@@ -94,14 +104,14 @@ class RunFolder:
         log(f"train.resume=auto: no complete checkpoint in {self.path} yet, starting the run from step 0")
         return None
 
-    def check_resume_fits(self, config: Config, label_map: LabelMap) -> None:
+    def check_resume_fits(self, config: Config, label_map: LabelMap | None) -> None:
         """A resume must continue the run it names: same labels and the settings its state depends on.
         Called before anything of the run is rewritten."""
         try:
             saved_labels = LabelMap.load(self.path)
         except UserError:
             saved_labels = None  # a run stopped before it wrote them
-        if saved_labels is not None and saved_labels != label_map:
+        if saved_labels is not None and label_map is not None and saved_labels != label_map:
             raise UserError(f"{self.path} was trained with the labels {list(saved_labels.names)}, this data has "
                             f"{list(label_map.names)}; resume with the run's data, or start a new run in another "
                             "output_dir")
@@ -128,12 +138,14 @@ class RunFolder:
                             f"{needed / 2**20:.0f} MiB; free some space, lower train.checkpoints.keep, or choose "
                             "another output_dir")
 
-    def write_config(self, config: Config, label_map: LabelMap) -> None:
+    def write_config(self, config: Config, label_map: LabelMap | None) -> None:
+        """config.yaml, and label_map.json for a classifier (pretraining has no labels)."""
         save_config(config, self.path / CONFIG_FILE)
-        label_map.save(self.path)
+        if label_map is not None:
+            label_map.save(self.path)
 
-    def resume_command(self, distributed: bool) -> str:
-        command = f"python tools/train.py --config {self.path / CONFIG_FILE} -o train.resume=auto"
+    def resume_command(self, distributed: bool, tool: str = "train") -> str:
+        command = f"python tools/{tool}.py --config {self.path / CONFIG_FILE} -o train.resume=auto"
         if distributed:
             return f"the same paddle.distributed.launch options with {command.removeprefix('python ')}"
         return command
@@ -145,10 +157,10 @@ class RunFolder:
         return EventLog(self.path, keep_until_step=resumed_at_step)
 
     def save_best(self, model) -> None:
-        save_bundle(self.best_dir, model, self.tokenizer, self.meta)
+        self.save_model(self.best_dir, model)
 
     def load_best_weights(self, model) -> None:
-        load_weights(model, self.best_dir)
+        self.load_model_weights(model, self.best_dir)
 
     def write_results(self, results: dict) -> None:
         (self.path / RESULTS_FILE).write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")

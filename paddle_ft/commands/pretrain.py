@@ -1,0 +1,72 @@
+"""`pretrain`: masked-language-model pretraining of an encoder on unlabeled text, continued from
+`model.backbone` or from a scratch shape; best/ is a PaddleNLP encoder folder that `model.backbone` loads."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from paddle_ft.backbone import PRETRAINING_HEAD
+from paddle_ft.build import build_encoder, build_tokenizer
+from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
+from paddle_ft.config import Config, load_config
+from paddle_ft.data.corpus import held_out, pretraining_features, read_corpus
+from paddle_ft.data.features import Features, Splits
+from paddle_ft.data.masking import Vocabulary
+from paddle_ft.engine.masked_lm import MaskedLanguageModelling
+from paddle_ft.errors import ConfigError
+from paddle_ft.log import log
+from paddle_ft.model import MaskedLanguageModel
+
+
+def run(config_path: str, overrides: list[str]) -> int:
+    config = load_config(config_path, overrides)
+    _check(config)
+    dist, folder, resume_from = open_run(config)
+    texts = read_corpus(config.pretrain.corpus, config.pretrain.text_column)
+    model_config = shared_backbone(config.model, dist)
+    tokenizer = build_tokenizer(model_config)
+    splits = _splits(texts, tokenizer, config)
+    encoder, report = build_encoder(model_config, tokenizer, config.data.max_length)
+    model = MaskedLanguageModel(encoder)
+    head = Path(model_config.backbone or "") / PRETRAINING_HEAD
+    if model_config.backbone and head.is_file():  # continued pretraining keeps the head it was pretrained with
+        from paddle_ft.backbone import load_pretraining_weights
+
+        load_pretraining_weights(model, Path(model_config.backbone))
+    if report is not None:
+        log(report.describe() + ("; the masked-LM head too" if head.is_file() else "; the masked-LM head is new"))
+    ready_to_train(model, config, folder, dist, resume_from, None)
+    objective = MaskedLanguageModelling(_vocabulary(tokenizer), tokenizer.pad_token_id, config.seed,
+                                        config.pretrain.mask_rate)
+    results = run_engine(model, splits, config, folder.with_encoder(tokenizer), dist, resume_from, "pretrain",
+                         objective)
+    if dist.is_main:
+        dev = results["dev"]
+        log(f"held-out masked accuracy {dev['masked_accuracy']:.4f}, perplexity {dev['perplexity']:.2f} (best "
+            f"model, step {results['best_step']}); fine-tune it with -o model.backbone={folder.best_dir}")
+    return 0
+
+
+def _check(config: Config) -> None:
+    if not config.pretrain.corpus:
+        raise ConfigError("pretrain.corpus", "pretraining needs unlabeled text; list its files in pretrain.corpus")
+    if config.train.evaluation.metric != "masked_accuracy":
+        raise ConfigError("train.evaluation.metric", f"is {config.train.evaluation.metric}, a classifier's metric; "
+                          "pretraining is scored by masked_accuracy: set train.evaluation.metric: masked_accuracy")
+
+
+def _splits(texts: list[str], tokenizer, config: Config) -> Splits:
+    features = pretraining_features(texts, tokenizer, config.data.max_length, config.pretrain.whole_word)
+    train, heldout = held_out(len(texts), config.pretrain.heldout, config.seed)
+    log(f"pretraining corpus: {len(texts)} texts, {len(heldout)} held out")
+    return Splits((), tokenizer.pad_token_id, _subset(features, train), _subset(features, heldout))
+
+
+def _subset(features: Features, indices) -> Features:
+    words = features.word_ids
+    return Features([features.input_ids[i] for i in indices], [features.token_type_ids[i] for i in indices], None,
+                    [words[i] for i in indices] if words is not None else None)
+
+
+def _vocabulary(tokenizer) -> Vocabulary:
+    special = {tokenizer.convert_tokens_to_ids(t) for t in tokenizer.all_special_tokens}
+    return Vocabulary(len(tokenizer), tokenizer.mask_token_id, frozenset(special))

@@ -1,0 +1,105 @@
+"""What every training command (`train`, `pretrain`) does around the engine: open the run folder, seed,
+apply the runtime settings, write the run's config, and turn the exits a user meets into one line that says
+how to go on."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import paddle
+
+from paddle_ft import runtime
+from paddle_ft.build import resolve_backbone
+from paddle_ft.config import Config, ModelConfig
+from paddle_ft.data.labels import LabelMap
+from paddle_ft.engine import distributed
+from paddle_ft.engine.amp import check_amp_supported
+from paddle_ft.engine.cpu_linear import use_fast_linear
+from paddle_ft.engine.evaluate import NonFiniteScores
+from paddle_ft.engine.interrupt import TrainingInterrupted
+from paddle_ft.engine.recompute import use_recompute
+from paddle_ft.engine.run_folder import RunFolder
+from paddle_ft.engine.trainer import TrainingDiverged, train
+from paddle_ft.errors import UserError
+from paddle_ft.io import describe_os_error
+from paddle_ft.log import log
+
+
+def open_run(config: Config):
+    """(the distributed context, the run folder, the checkpoint to resume or None), the folder created or
+    recovered, every RNG seeded."""
+    check_amp_supported(config.train.amp, paddle.device.get_device())
+    dist = distributed.from_environment()
+    folder = RunFolder(Path(config.output_dir))
+    resuming = config.train.resume is not None
+    if resuming and dist.is_main:
+        folder.recover()  # a run killed while saving: put best/ back, drop half-written folders
+    resume_from = folder.resume_checkpoint(config.train.resume)
+    if dist.is_main:
+        folder.prepare(resuming)
+    seed_everything(config.seed)
+    return dist, folder, resume_from
+
+
+def shared_backbone(model: ModelConfig, dist) -> ModelConfig:
+    """Rank 0 converts a Hugging Face folder (once); the other ranks then find it in the cache."""
+    if dist.is_main:
+        resolved = resolve_backbone(model)
+    dist.barrier()
+    return resolved if dist.is_main else resolve_backbone(model)
+
+
+def ready_to_train(model, config: Config, folder: RunFolder, dist, resume_from: Path | None,
+                   label_map: LabelMap | None) -> None:
+    """Runtime settings on the built model, the resume checked, space checked, the run's config written."""
+    apply_runtime(model, config, dist)
+    if dist.active:
+        seed_everything(config.seed + dist.rank)  # same initial weights, a different dropout stream per rank
+    if resume_from is not None:
+        folder.check_resume_fits(config, label_map)  # before anything of the run is rewritten
+    if dist.is_main:
+        folder.check_free_space(model, config.train.checkpoints.keep)
+        folder.write_config(config, label_map)
+    dist.barrier()  # if rank 0 refused the output_dir, the launcher stops the ranks waiting here
+
+
+def run_engine(model, splits, config: Config, folder: RunFolder, dist, resume_from: Path | None, tool: str,
+               objective=None) -> dict:
+    """The engine, with the exits a user meets turned into one line that says how to go on."""
+    resume_command = folder.resume_command(dist.active, tool)
+    try:
+        results = train(model, splits, config, folder, dist, resume_from, objective)
+    except TrainingInterrupted as exc:
+        dist.shutdown()  # every rank stopped after the same step
+        raise exc.with_resume_command(resume_command) from None
+    except (TrainingDiverged, NonFiniteScores):
+        dist.shutdown()
+        raise
+    except OSError as exc:  # a full disk: every write is atomic, so the last complete checkpoint is intact
+        problem = describe_os_error(exc, then=f"resume with: {resume_command} (the last complete checkpoint is "
+                                              "intact)")
+        if problem is None:
+            raise
+        raise UserError(problem) from None
+    dist.shutdown()
+    return results
+
+
+def apply_runtime(model, config: Config, dist) -> None:
+    """The train.runtime settings: CPU threads, matmul-only linear gradients, activation recomputation."""
+    settings = runtime.apply_cpu_settings(config.train.runtime.cpu_threads)
+    fast = paddle.device.get_device().startswith("cpu") and config.train.runtime.fast_cpu_linear
+    if fast:
+        use_fast_linear(model)
+    if config.train.runtime.recompute:
+        use_recompute(model)
+    if dist.is_main:
+        log(runtime.describe(settings) + (", matmul-only linear gradients" if fast else "")
+            + (", recomputed encoder layers" if config.train.runtime.recompute else ""))
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    paddle.seed(seed)

@@ -1,0 +1,155 @@
+"""Masked-language-model pretraining: the masks, the objective, the command, its resume and its output folder."""
+import json
+import signal
+
+import numpy as np
+import paddle
+import pytest
+
+from conftest import DEMO, overrides, synthetic_rows
+from paddle_ft.cli import main
+from paddle_ft.data.masking import Vocabulary, mask_example, word_ids_of
+
+VOCABULARY = Vocabulary(size=100, mask_id=4, special_ids=frozenset({0, 1, 2, 3, 4}))
+
+
+def example(length: int, rng) -> np.ndarray:
+    """[CLS] ordinary tokens [SEP], padded with two [PAD]s."""
+    return np.array([2, *rng.integers(5, 100, size=length), 3, 0, 0], dtype=np.int64)
+
+
+def test_the_masked_share_is_exact_and_the_80_10_10_split_holds():
+    rng = np.random.default_rng(0)
+    outcome, draws = {"mask": 0, "random": 0, "kept": 0}, 0
+    for _ in range(4000):
+        ids = example(int(rng.integers(1, 60)), rng)
+        seen, positions = mask_example(ids, VOCABULARY, rng)
+        candidates = len(ids) - 4  # not [CLS], [SEP] or the pads
+        assert len(positions) == max(1, round(0.15 * candidates))  # exactly the share, at least one
+        assert not np.isin(ids[positions], [0, 1, 2, 3, 4]).any()  # specials are never chosen
+        untouched = np.setdiff1d(np.arange(len(ids)), positions)
+        assert np.array_equal(seen[untouched], ids[untouched])  # nothing else changes
+        for p in positions:
+            draws += 1
+            if seen[p] == 4:
+                outcome["mask"] += 1
+            elif seen[p] == ids[p]:
+                outcome["kept"] += 1  # (a random draw of the same token is counted here: 1 in 95)
+            else:
+                outcome["random"] += 1
+                assert seen[p] >= 5  # a random replacement is never a special token
+    assert outcome["mask"] / draws == pytest.approx(0.8, abs=0.015)
+    assert outcome["random"] / draws == pytest.approx(0.1 * 94 / 95, abs=0.01)
+    assert outcome["kept"] / draws == pytest.approx(0.1 + 0.1 / 95, abs=0.01)
+
+
+def test_whole_words_are_masked_together():
+    rng = np.random.default_rng(1)
+    counts = [2, 1, 3, 2, 4, 1, 2, 3, 2, 2]  # tokens per word
+    words = word_ids_of(counts, 64)
+    ids = np.array([2, *range(10, 10 + sum(counts)), 3], dtype=np.int64)
+    assert list(words[:4]) == [-1, 0, 0, 1] and words[-1] == -1
+    for _ in range(500):
+        _, positions = mask_example(ids, VOCABULARY, rng, rate=0.25, word_ids=words)
+        chosen = set(words[positions])
+        for word in chosen:  # every token of a chosen word, and no other
+            assert set(np.flatnonzero(words == word)) <= set(positions)
+        assert len(positions) == sum(counts[w] for w in chosen)
+        assert len(positions) <= max(round(0.25 * 22), max(counts))
+
+
+def test_word_groups_follow_jieba_on_the_token_offsets(tokenizer):
+    from paddle_ft.data.corpus import pretraining_features
+    from paddle_ft.data.tokenizer import fastest
+
+    features = pretraining_features(["手机质量很好", "我买东西"], fastest(tokenizer), 16, whole_word=True)
+    import jieba
+
+    for text, words in zip(["手机质量很好", "我买东西"], features.word_ids):
+        expected = [-1, *[i for i, w in enumerate(jieba.lcut(text)) for _ in w], -1]
+        assert words.tolist() == expected
+
+
+def test_the_head_is_computed_on_masked_positions_only(tokenizer, make_model):
+    from paddle_ft.model import MaskedLanguageModel
+
+    model = MaskedLanguageModel(make_model(seed=2).encoder)
+    model.eval()
+    ids = paddle.to_tensor([[2, 6, 7, 8, 3], [2, 9, 10, 3, 0]])
+    flat = paddle.to_tensor([1, 3, 6])  # (row 0, 1), (row 0, 3), (row 1, 1)
+    logits = model(ids, paddle.zeros_like(ids), flat)
+    assert logits.shape == [3, model.encoder.config.vocab_size]
+    everything = model(ids, paddle.zeros_like(ids), paddle.arange(10))  # every position
+    np.testing.assert_allclose(logits.numpy(), everything.numpy()[[1, 3, 6]], atol=1e-5)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(text for text, _ in synthetic_rows(400, seed=5)) + "\n", encoding="utf-8")
+    return path
+
+
+def pretrain_args(tiny_config_args, corpus, out, *extra):
+    keep = [a for a in tiny_config_args if a.startswith(("model.scratch.", "data.max_length", "data.cache_dir"))]
+    return ["--config", DEMO, *overrides([*keep, f"output_dir={out}", f"pretrain.corpus=[{corpus}]",
+                                          "data.train=null", "data.dev=null", "data.test=null", "train.batch_size=16",
+                                          "train.max_steps=12",
+                                          "train.evaluation.every=4", "train.evaluation.metric=masked_accuracy",
+                                          "train.checkpoints.every=4", "train.runtime.log_every=1",
+                                          "train.optimizer.learning_rate=1e-3", *extra])]
+
+
+@pytest.mark.slow  # three short pretraining runs
+def test_a_stopped_pretraining_run_resumes_bit_identical_and_its_folder_is_a_backbone(tiny_config_args, corpus,
+                                                                                       tmp_path, monkeypatch, capsys):
+    from paddle_ft.backbone import load_encoder
+    from paddle_ft.engine import trainer
+
+    assert main(["pretrain", *pretrain_args(tiny_config_args, corpus, tmp_path / "whole")]) == 0
+    assert "held-out masked accuracy" in capsys.readouterr().out
+    real, calls = trainer._forward_backward, []
+
+    def signalled_at_step_6(*args):
+        calls.append(1)
+        if len(calls) == 6:
+            signal.raise_signal(signal.SIGTERM)
+        return real(*args)
+
+    monkeypatch.setattr(trainer, "_forward_backward", signalled_at_step_6)
+    broken = pretrain_args(tiny_config_args, corpus, tmp_path / "broken")
+    assert main(["pretrain", *broken]) == 128 + signal.SIGTERM
+    assert "Resume with: python tools/pretrain.py --config" in capsys.readouterr().err
+    monkeypatch.setattr(trainer, "_forward_backward", real)
+    assert main(["pretrain", *broken, "-o", "train.resume=auto"]) == 0
+
+    def logged(run):
+        lines = (tmp_path / run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        return [(e["event"], e["step"], e.get("loss"), e.get("masked_accuracy")) for e in map(json.loads, lines)]
+
+    assert logged("whole") == logged("broken")
+    for name in ("model_state.pdparams", "pretraining_head.pdparams"):
+        whole, resumed = (paddle.load(str(tmp_path / run / "best" / name)) for run in ("whole", "broken"))
+        assert all(np.array_equal(whole[k].numpy(), resumed[k].numpy()) for k in whole)
+    encoder, report = load_encoder(str(tmp_path / "whole" / "best"))
+    assert report.newly_initialised == () and report.loaded == len(encoder.state_dict())
+
+
+@pytest.mark.slow
+def test_pretraining_then_fine_tuning_through_the_commands(tiny_config_args, corpus, tmp_path, capsys):
+    args = pretrain_args(tiny_config_args, corpus, tmp_path / "pre", "pretrain.whole_word=true")
+    assert main(["pretrain", *args]) == 0
+    best = tmp_path / "pre" / "best"
+    assert json.loads((tmp_path / "pre" / "results.json").read_text())["dev"]["masked_tokens"] > 0
+    args = [a for a in tiny_config_args if not a.startswith(("output_dir=", "model.scratch"))]
+    assert main(["train", "--config", DEMO, *overrides([*args, f"output_dir={tmp_path / 'fine'}",
+                                                        f"model.backbone={best}", "model.scratch=null"])]) == 0
+    assert f"pretrained tensors from {best}; newly initialised: nothing" in capsys.readouterr().out
+
+
+def test_pretraining_without_a_corpus_or_with_a_classifier_metric_is_one_line(tiny_config_args, corpus, capsys):
+    assert main(["pretrain", "--config", DEMO]) == 2
+    assert "config key 'pretrain.corpus'" in capsys.readouterr().err
+    args = pretrain_args(tiny_config_args, corpus, "/tmp/unused", "train.evaluation.metric=accuracy")
+    assert main(["pretrain", *args]) == 2
+    assert "set train.evaluation.metric: masked_accuracy" in capsys.readouterr().err
