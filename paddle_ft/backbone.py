@@ -130,6 +130,8 @@ def load_pretraining_weights(model, directory: Path) -> None:
     import paddle
 
     model.encoder.set_state_dict(in_dtypes_of(model.encoder, paddle.load(str(Path(directory) / WEIGHT_FILES[0]))))
-    head = paddle.load(str(Path(directory) / PRETRAINING_HEAD))
+    own = model.state_dict()
+    head = {k: v for k, v in paddle.load(str(Path(directory) / PRETRAINING_HEAD)).items()
+            if k in own and list(v.shape) == list(own[k].shape)}  # an MLM head and an ELECTRA one share nothing
     model.set_state_dict(in_dtypes_of(model, {**{f"encoder.{k}": v for k, v in model.encoder.state_dict().items()},
                                               **head}))

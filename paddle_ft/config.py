@@ -20,7 +20,7 @@ import yaml
 from paddle_ft.errors import ConfigError, ConfigErrors, UserError
 
 ARCHITECTURES = ("bert", "ernie", "roberta")
-METRICS = ("accuracy", "macro_f1", "masked_accuracy")  # the last for pretraining
+METRICS = ("accuracy", "macro_f1", "masked_accuracy", "replaced_f1")  # the last two for pretraining
 POOLINGS = ("pooler", "cls", "mean")
 
 
@@ -238,6 +238,11 @@ class PretrainConfig:
     """Share of the tokens predicted: 80% of them shown as [MASK], 10% as a random token, 10% unchanged."""
     whole_word: bool = False
     """Mask whole words (jieba segments the text), as the Chinese wwm models are trained."""
+    objective: str = field(default="mlm", metadata=_one_of("mlm", "electra"))
+    """mlm: predict the masked tokens (metric masked_accuracy); electra: a small generator fills them in and
+    the encoder learns to tell, for every token, whether it was replaced (metric replaced_f1)."""
+    generator_layers: int = field(default=1, metadata=_positive())
+    """Layers of ELECTRA's generator (same width as the encoder, embeddings shared)."""
 
 
 @dataclass(frozen=True)

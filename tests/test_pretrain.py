@@ -95,19 +95,25 @@ def pretrain_args(tiny_config_args, corpus, out, *extra):
     return ["--config", DEMO, *overrides([*keep, f"output_dir={out}", f"pretrain.corpus=[{corpus}]",
                                           "data.train=null", "data.dev=null", "data.test=null", "train.batch_size=16",
                                           "train.max_steps=12",
-                                          "train.evaluation.every=4", "train.evaluation.metric=masked_accuracy",
+                                          "train.evaluation.every=4",
                                           "train.checkpoints.every=4", "train.runtime.log_every=1",
                                           "train.optimizer.learning_rate=1e-3", *extra])]
 
 
+OBJECTIVES = {"mlm": ["train.evaluation.metric=masked_accuracy"],
+              "electra": ["pretrain.objective=electra", "train.evaluation.metric=replaced_f1"]}
+
+
 @pytest.mark.slow  # three short pretraining runs
-def test_a_stopped_pretraining_run_resumes_bit_identical_and_its_folder_is_a_backbone(tiny_config_args, corpus,
-                                                                                       tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_a_stopped_pretraining_run_resumes_bit_identical_and_its_folder_is_a_backbone(objective, tiny_config_args,
+                                                                                       corpus, tmp_path, monkeypatch,
+                                                                                       capsys):
     from paddle_ft.backbone import load_encoder
     from paddle_ft.engine import trainer
 
-    assert main(["pretrain", *pretrain_args(tiny_config_args, corpus, tmp_path / "whole")]) == 0
-    assert "held-out masked accuracy" in capsys.readouterr().out
+    assert main(["pretrain", *pretrain_args(tiny_config_args, corpus, tmp_path / "whole", *OBJECTIVES[objective])]) == 0
+    assert "held-out masked_accuracy" in capsys.readouterr().out
     real, calls = trainer._forward_backward, []
 
     def signalled_at_step_6(*args):
@@ -117,7 +123,7 @@ def test_a_stopped_pretraining_run_resumes_bit_identical_and_its_folder_is_a_bac
         return real(*args)
 
     monkeypatch.setattr(trainer, "_forward_backward", signalled_at_step_6)
-    broken = pretrain_args(tiny_config_args, corpus, tmp_path / "broken")
+    broken = pretrain_args(tiny_config_args, corpus, tmp_path / "broken", *OBJECTIVES[objective])
     assert main(["pretrain", *broken]) == 128 + signal.SIGTERM
     assert "Resume with: python tools/pretrain.py --config" in capsys.readouterr().err
     monkeypatch.setattr(trainer, "_forward_backward", real)
@@ -125,7 +131,8 @@ def test_a_stopped_pretraining_run_resumes_bit_identical_and_its_folder_is_a_bac
 
     def logged(run):
         lines = (tmp_path / run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-        return [(e["event"], e["step"], e.get("loss"), e.get("masked_accuracy")) for e in map(json.loads, lines)]
+        return [(e["event"], e["step"], e.get("loss"), e.get("masked_accuracy"), e.get("replaced_f1"))
+                for e in map(json.loads, lines)]
 
     assert logged("whole") == logged("broken")
     for name in ("model_state.pdparams", "pretraining_head.pdparams"):
@@ -137,7 +144,8 @@ def test_a_stopped_pretraining_run_resumes_bit_identical_and_its_folder_is_a_bac
 
 @pytest.mark.slow
 def test_pretraining_then_fine_tuning_through_the_commands(tiny_config_args, corpus, tmp_path, capsys):
-    args = pretrain_args(tiny_config_args, corpus, tmp_path / "pre", "pretrain.whole_word=true")
+    args = pretrain_args(tiny_config_args, corpus, tmp_path / "pre", "pretrain.whole_word=true",
+                         *OBJECTIVES["mlm"])
     assert main(["pretrain", *args]) == 0
     best = tmp_path / "pre" / "best"
     assert json.loads((tmp_path / "pre" / "results.json").read_text())["dev"]["masked_tokens"] > 0
@@ -153,3 +161,24 @@ def test_pretraining_without_a_corpus_or_with_a_classifier_metric_is_one_line(ti
     args = pretrain_args(tiny_config_args, corpus, "/tmp/unused", "train.evaluation.metric=accuracy")
     assert main(["pretrain", *args]) == 2
     assert "set train.evaluation.metric: masked_accuracy" in capsys.readouterr().err
+    assert main(["pretrain", *args, "-o", "pretrain.objective=electra"]) == 2
+    assert "set train.evaluation.metric: replaced_f1" in capsys.readouterr().err
+
+
+def test_the_discriminator_is_told_exactly_which_tokens_were_replaced(make_model, tokenizer):
+    from paddle_ft.data.features import Features
+    from paddle_ft.engine.electra import ReplacedTokenDetecting
+    from paddle_ft.engine.masked_lm import MaskedLanguageModelling
+    from paddle_ft.model import ReplacedTokenDetection
+
+    model = ReplacedTokenDetection(make_model(seed=1).encoder, make_model(seed=2).encoder)
+    vocabulary = Vocabulary(len(tokenizer), tokenizer.mask_token_id, frozenset(range(5)))
+    objective = ReplacedTokenDetecting(MaskedLanguageModelling(vocabulary, 0, seed=3, rate=0.5))
+    ids = [np.array([2, *range(5, 25), 3]), np.array([2, 7, 8, 9, 3])]
+    features = Features(ids, [np.zeros_like(x) for x in ids], None)
+    import contextlib
+
+    _, _, logits, replaced, real, _, _ = objective._forward(model, features, [0, 1], 0, contextlib.nullcontext)
+    assert logits.shape == [2, 22] and real.sum() == 22 + 5  # every real token is judged, no pad
+    masked, positions = mask_example(ids[0], vocabulary, np.random.default_rng([3, 0, 0]), 0.5)
+    assert set(np.flatnonzero(replaced[0])) <= set(positions)  # only a masked token can have been replaced

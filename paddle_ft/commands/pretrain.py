@@ -14,7 +14,8 @@ from paddle_ft.data.masking import Vocabulary
 from paddle_ft.engine.masked_lm import MaskedLanguageModelling
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
-from paddle_ft.model import MaskedLanguageModel
+from paddle_ft.engine.electra import ReplacedTokenDetecting
+from paddle_ft.model import MaskedLanguageModel, ReplacedTokenDetection
 
 
 def run(config_path: str, overrides: list[str]) -> int:
@@ -26,7 +27,13 @@ def run(config_path: str, overrides: list[str]) -> int:
     tokenizer = build_tokenizer(model_config)
     splits = _splits(texts, tokenizer, config)
     encoder, report = build_encoder(model_config, tokenizer, config.data.max_length)
-    model = MaskedLanguageModel(encoder)
+    masking = MaskedLanguageModelling(_vocabulary(tokenizer), tokenizer.pad_token_id, config.seed,
+                                      config.pretrain.mask_rate)
+    if config.pretrain.objective == "electra":
+        model = ReplacedTokenDetection(encoder, _generator(encoder, config.pretrain.generator_layers))
+        objective = ReplacedTokenDetecting(masking)
+    else:
+        model, objective = MaskedLanguageModel(encoder), masking
     head = Path(model_config.backbone or "") / PRETRAINING_HEAD
     if model_config.backbone and head.is_file():  # continued pretraining keeps the head it was pretrained with
         from paddle_ft.backbone import load_pretraining_weights
@@ -35,23 +42,25 @@ def run(config_path: str, overrides: list[str]) -> int:
     if report is not None:
         log(report.describe() + ("; the masked-LM head too" if head.is_file() else "; the masked-LM head is new"))
     ready_to_train(model, config, folder, dist, resume_from, None)
-    objective = MaskedLanguageModelling(_vocabulary(tokenizer), tokenizer.pad_token_id, config.seed,
-                                        config.pretrain.mask_rate)
     results = run_engine(model, splits, config, folder.with_encoder(tokenizer), dist, resume_from, "pretrain",
                          objective)
     if dist.is_main:
         dev = results["dev"]
-        log(f"held-out masked accuracy {dev['masked_accuracy']:.4f}, perplexity {dev['perplexity']:.2f} (best "
-            f"model, step {results['best_step']}); fine-tune it with -o model.backbone={folder.best_dir}")
+        scores = ", ".join(f"{name} {dev[name]:.4f}" for name in ("masked_accuracy", "perplexity", "replaced_f1")
+                           if name in dev)
+        log(f"held-out {scores} (best model, step {results['best_step']}); fine-tune it with "
+            f"-o model.backbone={folder.best_dir}")
     return 0
 
 
 def _check(config: Config) -> None:
     if not config.pretrain.corpus:
         raise ConfigError("pretrain.corpus", "pretraining needs unlabeled text; list its files in pretrain.corpus")
-    if config.train.evaluation.metric != "masked_accuracy":
-        raise ConfigError("train.evaluation.metric", f"is {config.train.evaluation.metric}, a classifier's metric; "
-                          "pretraining is scored by masked_accuracy: set train.evaluation.metric: masked_accuracy")
+    metric = {"mlm": "masked_accuracy", "electra": "replaced_f1"}[config.pretrain.objective]
+    if config.train.evaluation.metric != metric:
+        raise ConfigError("train.evaluation.metric", f"is {config.train.evaluation.metric}, but "
+                          f"{config.pretrain.objective} pretraining is scored by {metric}: set "
+                          f"train.evaluation.metric: {metric}")
 
 
 def _splits(texts: list[str], tokenizer, config: Config) -> Splits:
@@ -65,6 +74,12 @@ def _subset(features: Features, indices) -> Features:
     words = features.word_ids
     return Features([features.input_ids[i] for i in indices], [features.token_type_ids[i] for i in indices], None,
                     [words[i] for i in indices] if words is not None else None)
+
+
+def _generator(encoder, layers: int):
+    """ELECTRA's generator: the encoder's kind and width with `layers` layers (its embeddings get shared)."""
+    config = type(encoder.config).from_dict({**encoder.config.to_dict(), "num_hidden_layers": layers})
+    return type(encoder)(config)
 
 
 def _vocabulary(tokenizer) -> Vocabulary:

@@ -1,0 +1,74 @@
+"""ELECTRA's pretraining objective (replaced-token detection), on the same masks as masked-LM pretraining.
+
+The generator is trained as a masked LM; its samples (Gumbel-max, from (seed, step), so a resumed run draws the
+same ones) replace the masked tokens, and the discriminator learns, for every real token, whether it was
+replaced. Loss: generator loss + `weight` x discriminator loss, each example counting once in both.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from paddle_ft.data.features import Features, eval_batches
+from paddle_ft.engine.evaluate import NonFiniteScores
+from paddle_ft.engine.masked_lm import EVALUATION_STEP, MaskedLanguageModelling
+
+
+@dataclass(frozen=True)
+class ReplacedTokenDetecting:
+    masking: MaskedLanguageModelling
+    weight: float = 50.0
+    """The discriminator's share of the loss (ELECTRA's lambda)."""
+    metrics: tuple[str, ...] = ("replaced_f1",)
+
+    def _forward(self, model, features: Features, indices, step: int, autocast):
+        """(generator token losses [n], weights [n], discriminator logits [b, s], replaced [b, s], real [b, s],
+        generator predictions [n], targets [n])."""
+        ids, types, flat, targets, weights = self.masking.batch(features, indices, step)
+        rng = np.random.default_rng([self.masking.seed, step, 1])
+        vocab = self.masking.vocabulary.size
+        noise = -np.log(-np.log(rng.uniform(1e-9, 1.0, size=(len(flat), vocab)))).astype(np.float32)
+        with autocast():
+            generator_logits, shown, logits = model(paddle.to_tensor(ids), paddle.to_tensor(types),
+                                                    paddle.to_tensor(flat), paddle.to_tensor(noise))
+        generator_logits = generator_logits.astype("float32")  # [n, vocab]
+        token_losses = F.cross_entropy(generator_logits, paddle.to_tensor(targets), reduction="none").reshape([-1])
+        original = ids.copy()
+        original.flat[flat] = targets
+        replaced = (shown.numpy() != original).astype(np.float32)  # a sample equal to the original is not replaced
+        real = (original != self.masking.pad_token_id).astype(np.float32)
+        return (token_losses, weights, logits.astype("float32"), replaced, real, generator_logits.argmax(axis=-1),
+                targets)
+
+    def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
+        token_losses, weights, logits, replaced, real, _, _ = self._forward(model, features, indices, step, autocast)
+        generator = (token_losses * paddle.to_tensor(weights)).sum()
+        real_t = paddle.to_tensor(real)
+        per_token = F.binary_cross_entropy_with_logits(logits, paddle.to_tensor(replaced), reduction="none") * real_t
+        return generator + self.weight * (per_token.sum(axis=1) / real_t.sum(axis=1)).sum()
+
+    @paddle.no_grad()
+    def score(self, model, features: Features, subset: np.ndarray, batch_size: int, autocast):
+        """This process's part: counts of the discriminator's calls and the generator's hits."""
+        model.eval()
+        subset = np.asarray(subset)
+        counts = np.zeros(5)  # true positives, predicted positives, replaced, generator correct, masked
+        for positions in eval_batches(features.lengths[subset], batch_size):
+            _, _, logits, replaced, real, guesses, targets = self._forward(model, features, subset[positions],
+                                                                           EVALUATION_STEP, autocast)
+            said = (logits.numpy() > 0) & (real > 0)
+            counts += [(said & (replaced > 0)).sum(), said.sum(), replaced.sum(),
+                       int((guesses.numpy() == targets).sum()), len(targets)]
+        return counts
+
+    def report(self, features: Features, parts: list) -> dict:
+        hits, said, replaced, correct, masked = np.sum(parts, axis=0)
+        if not np.isfinite([hits, said, replaced]).all():
+            raise NonFiniteScores("the ELECTRA scores are not finite: training diverged; lower the learning rate")
+        precision, recall = hits / max(said, 1), hits / max(replaced, 1)
+        f1 = 2 * precision * recall / max(precision + recall, 1e-12)
+        return {"replaced_f1": f1, "replaced_precision": precision, "replaced_recall": recall,
+                "masked_accuracy": correct / max(masked, 1), "examples": len(features)}
