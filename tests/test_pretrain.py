@@ -153,6 +153,10 @@ def test_pretraining_then_fine_tuning_through_the_commands(tiny_config_args, cor
     assert main(["train", "--config", DEMO, *overrides([*args, f"output_dir={tmp_path / 'fine'}",
                                                         f"model.backbone={best}", "model.scratch=null"])]) == 0
     assert f"pretrained tensors from {best}; newly initialised: nothing" in capsys.readouterr().out
+    continued = pretrain_args(tiny_config_args, corpus, tmp_path / "more", f"model.backbone={best}", "model.scratch=null",
+                              "train.max_steps=2", *OBJECTIVES["mlm"])
+    assert main(["pretrain", *continued]) == 0
+    assert f"from {best}; newly initialised: nothing; the pretraining head too" in capsys.readouterr().out
 
 
 def test_pretraining_without_a_corpus_or_with_a_classifier_metric_is_one_line(tiny_config_args, corpus, capsys):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paddle_ft.backbone import PRETRAINING_HEAD
+from paddle_ft.backbone import PRETRAINING_HEAD, load_pretraining_weights
 from paddle_ft.build import build_encoder, build_tokenizer
 from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import Config, load_config
@@ -34,13 +34,8 @@ def run(config_path: str, overrides: list[str]) -> int:
         objective = ReplacedTokenDetecting(masking)
     else:
         model, objective = MaskedLanguageModel(encoder), masking
-    head = Path(model_config.backbone or "") / PRETRAINING_HEAD
-    if model_config.backbone and head.is_file():  # continued pretraining keeps the head it was pretrained with
-        from paddle_ft.backbone import load_pretraining_weights
-
-        load_pretraining_weights(model, Path(model_config.backbone))
-    if report is not None:
-        log(report.describe() + ("; the masked-LM head too" if head.is_file() else "; the masked-LM head is new"))
+    if model_config.backbone is not None:
+        _continue_from(model, Path(model_config.backbone), report)
     ready_to_train(model, config, folder, dist, resume_from, None)
     results = run_engine(model, splits, config, folder.with_encoder(tokenizer), dist, resume_from, "pretrain",
                          objective)
@@ -51,6 +46,14 @@ def run(config_path: str, overrides: list[str]) -> int:
         log(f"held-out {scores} (best model, step {results['best_step']}); fine-tune it with "
             f"-o model.backbone={folder.best_dir}")
     return 0
+
+
+def _continue_from(model, backbone: Path, report) -> None:
+    """Continued pretraining keeps the pretraining head the backbone was saved with, where it has one."""
+    continued = (backbone / PRETRAINING_HEAD).is_file()
+    if continued:
+        load_pretraining_weights(model, backbone)
+    log(report.describe() + ("; the pretraining head too" if continued else "; the pretraining head is new"))
 
 
 def _check(config: Config) -> None:
