@@ -153,7 +153,8 @@ def test_pretraining_then_fine_tuning_through_the_commands(tiny_config_args, cor
     assert main(["train", "--config", DEMO, *overrides([*args, f"output_dir={tmp_path / 'fine'}",
                                                         f"model.backbone={best}", "model.scratch=null"])]) == 0
     assert f"pretrained tensors from {best}; newly initialised: nothing" in capsys.readouterr().out
-    continued = pretrain_args(tiny_config_args, corpus, tmp_path / "more", f"model.backbone={best}", "model.scratch=null",
+    continued = pretrain_args(tiny_config_args, corpus, tmp_path / "more", f"model.backbone={best}",
+                              "model.scratch=null",
                               "train.max_steps=2", *OBJECTIVES["mlm"])
     assert main(["pretrain", *continued]) == 0
     assert f"from {best}; newly initialised: nothing; the pretraining head too" in capsys.readouterr().out
