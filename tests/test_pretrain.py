@@ -154,8 +154,7 @@ def test_pretraining_then_fine_tuning_through_the_commands(tiny_config_args, cor
                                                         f"model.backbone={best}", "model.scratch=null"])]) == 0
     assert f"pretrained tensors from {best}; newly initialised: nothing" in capsys.readouterr().out
     continued = pretrain_args(tiny_config_args, corpus, tmp_path / "more", f"model.backbone={best}",
-                              "model.scratch=null",
-                              "train.max_steps=2", *OBJECTIVES["mlm"])
+                              "model.scratch=null", "train.max_steps=2", *OBJECTIVES["mlm"])
     assert main(["pretrain", *continued]) == 0
     assert f"from {best}; newly initialised: nothing; the pretraining head too" in capsys.readouterr().out
 
