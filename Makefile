@@ -1,5 +1,6 @@
 # make demo   build the demo data, train, evaluate, export and predict (creates .venv on first use)
 # make test   run the test suite
+# make pretrain-demo   pretrain the demo's encoder on unlabeled text (configs/pretrain-demo.yaml)
 # make test-fast   the suite without the tests that start processes, servers or launchers (the inner loop)
 # make gpu-check   on a GPU machine: train fp32/fp16/bf16, resume, export, GPU predictors, 2 GPUs (tools/gpu_check.py)
 # make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
@@ -8,7 +9,7 @@ PEERS ?= .venv-peers
 PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
 
-.PHONY: demo test test-fast gpu-check bench bench-peers install clean
+.PHONY: demo pretrain-demo test test-fast gpu-check bench bench-peers install clean
 
 install: $(VENV)/.installed
 
@@ -18,8 +19,16 @@ $(VENV)/.installed: setup.py
 	$(PYTHON) -m pip install --quiet -e ".[cpu,demo,bench,test]"
 	touch $@
 
-data/demo/train.tsv: $(VENV)/.installed
+data/demo/train.tsv data/demo/unlabeled.txt &: $(VENV)/.installed
 	$(PYTHON) tools/prepare_demo_data.py --output data/demo
+
+# the demo's encoder pretrained on the unlabeled demo text, once per corpus and recipe (make reuses it)
+PRETRAINED := out/pretrain-demo/best
+pretrain-demo: $(PRETRAINED)/config.json
+
+$(PRETRAINED)/config.json: data/demo/unlabeled.txt configs/pretrain-demo.yaml
+	rm -rf out/pretrain-demo
+	$(PYTHON) tools/pretrain.py --config configs/pretrain-demo.yaml
 
 demo: $(VENV)/.installed data/demo/train.tsv
 	rm -rf $(OUT)
