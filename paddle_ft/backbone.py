@@ -111,8 +111,9 @@ PRETRAINING_HEAD = "pretraining_head.pdparams"
 
 
 def save_backbone(directory: Path, model, tokenizer) -> None:
-    """A pretrained `MaskedLanguageModel` as a PaddleNLP folder that `model.backbone` loads: the encoder's
-    config and weights and the tokenizer; the masked-LM head beside them, for a later continued pretraining."""
+    """A pretrained model (`MaskedLanguageModel` or `ReplacedTokenDetection`) as a PaddleNLP folder that
+    `model.backbone` loads: the encoder's config and weights and the tokenizer; the rest (the masked-LM head, or
+    ELECTRA's generator and discriminator head) beside them, for a later continued pretraining."""
     import paddle
 
     with atomic_directory(directory) as tmp:
@@ -126,7 +127,7 @@ def save_backbone(directory: Path, model, tokenizer) -> None:
 
 
 def load_pretraining_weights(model, directory: Path) -> None:
-    """What `save_backbone` wrote, back into a `MaskedLanguageModel` (the encoder and its head)."""
+    """What `save_backbone` wrote, back into a pretraining model: the encoder, and the head weights it has."""
     import paddle
 
     model.encoder.set_state_dict(in_dtypes_of(model.encoder, paddle.load(str(Path(directory) / WEIGHT_FILES[0]))))
