@@ -206,3 +206,13 @@ def test_evaluation_settings_without_a_dev_file_are_refused(setting, tiny_config
     assert main(["train", "--config", DEMO, *overrides(tiny_config_args + ["data.dev=null", setting])]) == 2
     key, value = setting.split("=")
     one_line_error(capsys, f"config key '{key}' (from -o): is {value} but data.dev is not set")
+
+
+@pytest.mark.parametrize("content", ["{broken", '["负面", "正面"]', '{"负面": 0, "正面": 5}',
+                                     '{"负面": 0, "正面": "1"}'])
+def test_a_damaged_label_map_is_one_line(content, tmp_path):
+    from paddle_ft.data.labels import LabelMap
+
+    (tmp_path / "label_map.json").write_text(content, encoding="utf-8")
+    with pytest.raises(UserError, match=r"label_map.json is damaged .*; re-run training or export$"):
+        LabelMap.load(tmp_path)

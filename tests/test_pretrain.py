@@ -186,3 +186,17 @@ def test_the_discriminator_is_told_exactly_which_tokens_were_replaced(make_model
     assert logits.shape == [2, 22] and real.sum() == 22 + 5  # every real token is judged, no pad
     masked, positions = mask_example(ids[0], vocabulary, np.random.default_rng([3, 0, 0]), 0.5)
     assert set(np.flatnonzero(replaced[0])) <= set(positions)  # only a masked token can have been replaced
+
+
+def test_a_corpus_too_small_to_train_on_is_one_line(tiny_config_args, tmp_path, capsys):
+    lonely = tmp_path / "one.txt"
+    lonely.write_text("只有一句\n", encoding="utf-8")
+    assert main(["pretrain", *pretrain_args(tiny_config_args, lonely, tmp_path / "out", *OBJECTIVES["mlm"])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "config key 'pretrain.corpus'" in err and "all held out" in err
+
+
+@pytest.mark.parametrize("metric", ["masked_accuracy", "replaced_f1"])
+def test_a_classifier_with_a_pretraining_metric_is_refused(metric, tiny_config_args, capsys):
+    assert main(["train", "--config", DEMO, *overrides([*tiny_config_args, f"train.evaluation.metric={metric}"])]) == 2
+    assert f"'train.evaluation.metric': {metric} is pretraining's" in capsys.readouterr().err

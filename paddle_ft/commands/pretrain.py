@@ -69,6 +69,9 @@ def _check(config: Config) -> None:
 def _splits(texts: list[str], tokenizer, config: Config) -> Splits:
     features = pretraining_features(texts, tokenizer, config.data.max_length, config.pretrain.whole_word)
     train, heldout = held_out(len(texts), config.pretrain.heldout, config.seed)
+    if len(train) == 0:
+        raise ConfigError("pretrain.corpus", f"holds {len(texts)} text(s), all held out for evaluation; give more "
+                          "unlabeled text")
     log(f"pretraining corpus: {len(texts)} texts, {len(heldout)} held out")
     return Splits((), tokenizer.pad_token_id, _subset(features, train), _subset(features, heldout))
 

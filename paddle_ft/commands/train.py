@@ -4,6 +4,7 @@ from __future__ import annotations
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
 from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import load_config
+from paddle_ft.engine.evaluate import Classification
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 
@@ -12,9 +13,10 @@ def run(config_path: str, overrides: list[str]) -> int:
     config = load_config(config_path, overrides)
     if config.data.train is None:
         raise ConfigError("data.train", "training needs a training file; set data.train")
-    if config.train.evaluation.metric == "masked_accuracy":
-        raise ConfigError("train.evaluation.metric", "masked_accuracy is pretraining's; a classifier is picked by "
-                          "accuracy or macro_f1")
+    metric, classifier_metrics = config.train.evaluation.metric, Classification.metrics
+    if metric not in classifier_metrics:  # masked_accuracy and replaced_f1 score pretraining
+        raise ConfigError("train.evaluation.metric", f"{metric} is pretraining's; a classifier is picked by "
+                          f"{' or '.join(classifier_metrics)}")
     dist, folder, resume_from = open_run(config)
     dataset = read_dataset(config.data)
     model_config = shared_backbone(config.model, dist)

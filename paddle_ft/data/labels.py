@@ -42,7 +42,12 @@ class LabelMap:
         path = Path(directory) / LABEL_MAP_FILE
         if not path.is_file():
             raise UserError(f"{path} not found: the model folder is incomplete, re-run training or export")
-        ids = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            ids = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise UserError(f"{path} is damaged (not JSON); re-run training or export") from None
+        if not isinstance(ids, dict) or sorted(v for v in ids.values() if isinstance(v, int)) != list(range(len(ids))):
+            raise UserError(f"{path} is damaged (not label names numbered 0..n-1); re-run training or export")
         return cls(sorted(ids, key=ids.get))
 
 
