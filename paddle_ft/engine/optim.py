@@ -61,6 +61,8 @@ class Optimization:
     optimizer: paddle.optimizer.Optimizer
     scheduler: object
     runner: StepRunner
+    trainable: list
+    """The parameters clipping looks at, listed once (not on every step)."""
 
     @classmethod
     def build(cls, model, config: TrainConfig, plan: RunPlan) -> Optimization:
@@ -69,7 +71,7 @@ class Optimization:
                                                plan.warmup_steps, o.layer_lr_decay, o.head_learning_rate)
         runner = StepRunner(config.amp, config.optimizer.max_grad_norm)
         model, optimizer = runner.prepare(model, optimizer)
-        return cls(model, optimizer, scheduler, runner)
+        return cls(model, optimizer, scheduler, runner, [p for p in model.parameters() if not p.stop_gradient])
 
     @property
     def learning_rate(self) -> float:
@@ -79,15 +81,12 @@ class Optimization:
         """One optimizer step from the accumulated gradients (dropped when the loss was not finite), then
         the schedule. Returns (pre-clip gradient norm or None, whether the update was skipped)."""
         if finite:
-            grad_norm, skipped = self.runner.step(self.optimizer, self.trainable())
+            grad_norm, skipped = self.runner.step(self.optimizer, self.trainable)
         else:
             self.optimizer.clear_grad()
             grad_norm, skipped = None, True
         self.scheduler.step()
         return grad_norm, skipped
-
-    def trainable(self) -> list:
-        return [p for p in self.model.parameters() if not p.stop_gradient]
 
     def save(self, checkpoints_dir: Path, state: TrainState, rng_states: list[dict]) -> Path:
         return save_checkpoint(checkpoints_dir, self.model, self.optimizer, self.scheduler, self.runner.scaler, state,
