@@ -45,8 +45,10 @@ class MaskedLanguageModel(nn.Layer):
         super().__init__()
         self.encoder = encoder
         hidden, config = encoder.config.hidden_size, encoder.config
-        self.head = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(),
-                                  nn.LayerNorm(hidden, epsilon=getattr(config, "layer_norm_eps", 1e-12)))
+        # named, not numbered: "layer_norm" keeps the normalisation weight out of weight decay
+        self.head = nn.Sequential(
+            ("transform", nn.Linear(hidden, hidden)), ("activation", nn.GELU()),
+            ("layer_norm", nn.LayerNorm(hidden, epsilon=getattr(config, "layer_norm_eps", 1e-12))))
         self.decoder_bias = self.create_parameter([config.vocab_size], is_bias=True,
                                                   default_initializer=nn.initializer.Constant(0.0))
 

@@ -56,6 +56,14 @@ def test_decay_grouping_selects_exactly_the_weight_matrices(make_model):
     assert sorted(by_internal[p] for p in by_internal if optimizer._apply_decay_param_fun(p)) == expected
 
 
+def test_the_masked_lm_heads_bias_and_layer_norm_are_not_decayed(make_model):
+    from paddle_ft.model import MaskedLanguageModel
+
+    names = [name for name, _ in MaskedLanguageModel(make_model().encoder).named_parameters()]
+    assert "decoder_bias" in names and not uses_weight_decay("decoder_bias")
+    assert sorted(n for n in names if n.startswith("head.") and uses_weight_decay(n)) == ["head.transform.weight"]
+
+
 def test_classification_report_values():
     gold = np.array([0, 0, 0, 1, 1, 2])
     pred = np.array([0, 0, 1, 1, 0, 0])
