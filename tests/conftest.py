@@ -20,7 +20,7 @@ NEGATIVE_CHARS = "差坏烂慢糟退失望贵破"
 NEUTRAL_CHARS = "的了是我这个书手机买东西服务质量"
 LABELS = ("负面", "正面")
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = str(ROOT / "configs" / "demo.yaml")
+DEMO = str(ROOT / "configs" / "demo-scratch.yaml")
 
 
 def overrides(args: list[str]) -> list[str]:
@@ -106,7 +106,7 @@ def data_dir(tmp_path) -> Path:
 
 @pytest.fixture
 def tiny_config_args(data_dir, vocab_file, tmp_path) -> list[str]:
-    """`-o` overrides that make configs/demo.yaml train the tiny model on the synthetic corpus."""
+    """`-o` overrides that make configs/demo-scratch.yaml train the tiny model on the synthetic corpus."""
     return [f"output_dir={tmp_path / 'out'}", f"data.train={data_dir / 'train.tsv'}",
             f"data.dev={data_dir / 'dev.tsv'}", f"data.test={data_dir / 'test.tsv'}", "data.max_length=64",
             f"model.scratch.vocab_file={vocab_file}", "model.scratch.hidden_size=32", "model.scratch.num_layers=2",

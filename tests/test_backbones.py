@@ -52,6 +52,15 @@ def test_a_checkpoint_without_a_pooler_needs_cls_or_mean_pooling(tmp_path, token
     assert all(p.stop_gradient for p in model.encoder.pooler.parameters())  # unused: no gradient, no state
 
 
+@pytest.mark.parametrize("missing", ["out/pretrain-demo/best", "./encoder", "~/no-such-encoder"])
+def test_a_backbone_path_that_does_not_exist_is_one_line_not_a_download_attempt(missing):
+    from paddle_ft.backbone import resolve
+
+    with pytest.raises(ConfigError, match=f"'model.backbone': there is no model folder at '{missing}'"):
+        resolve(missing, "unused", print)
+    assert resolve("ernie-3.0-mini-zh", "unused", print) == "ernie-3.0-mini-zh"  # a name goes to PaddleNLP
+
+
 @pytest.mark.parametrize("architecture, positions, usable", [("bert", 64, 64), ("roberta", 64, 63)])
 def test_max_length_is_checked_against_the_positions_the_encoder_takes(architecture, positions, usable, tmp_path,
                                                                        tokenizer):

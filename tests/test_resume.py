@@ -15,7 +15,7 @@ from paddle_ft.engine import checkpoint as ckpt
 from paddle_ft.io import atomic_directory
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = str(ROOT / "configs" / "demo.yaml")
+DEMO = str(ROOT / "configs" / "demo-scratch.yaml")
 
 
 def args_for(tiny_config_args, out, *extra):

@@ -17,6 +17,8 @@ def read(path: Path):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="data/demo", help="folder with train.tsv, dev.tsv and test.tsv")
+    parser.add_argument("--split", choices=("dev", "test"), action="append",
+                        help="the split(s) to score (repeatable; default dev and test)")
     args = parser.parse_args()
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
@@ -27,10 +29,10 @@ def main() -> int:
     vectorizer = TfidfVectorizer(analyzer="char", ngram_range=(1, 3), sublinear_tf=True, min_df=2)
     classifier = LogisticRegression(C=4.0, max_iter=2000)
     classifier.fit(vectorizer.fit_transform(train_texts), train_labels)
-    for split in ("dev", "test"):
+    for split in args.split or ("dev", "test"):
         texts, labels = read(folder / f"{split}.tsv")
         predicted = classifier.predict(vectorizer.transform(texts))
-        print(f"{split}: accuracy {accuracy_score(labels, predicted):.4f}  "
+        print(f"{split} accuracy {accuracy_score(labels, predicted):.4f}, "
               f"macro-F1 {f1_score(labels, predicted, average='macro'):.4f}")
     return 0
 

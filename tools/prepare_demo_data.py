@@ -25,15 +25,15 @@ def main() -> int:
     splits = demo.split(examples, args.seed, args.dev_fraction, args.test_fraction)
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
-    for name, rows in splits.items():
-        demo.write_tsv(output / f"{name}.tsv", rows)
-        print(f"{output / (name + '.tsv')}: {len(rows)} rows")
     unlabeled = demo.unlabeled_corpus(splits, demo.people_daily_sentences())
-    (output / "unlabeled.txt").write_text("\n".join(unlabeled) + "\n", encoding="utf-8")
-    print(f"{output / 'unlabeled.txt'}: {len(unlabeled)} texts for pretraining (train + People's Daily, 1998-01)")
     vocab = demo.character_vocab([text for text, _ in splits["train"]])
-    (output / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    print(f"{output / 'vocab.txt'}: {len(vocab)} tokens")
+    files = {f"{name}.tsv": (demo.tsv_text(rows), f"{len(rows)} rows") for name, rows in splits.items()}
+    files["unlabeled.txt"] = ("\n".join(unlabeled) + "\n",
+                              f"{len(unlabeled)} texts for pretraining (train + People's Daily, 1998-01)")
+    files["vocab.txt"] = ("\n".join(vocab) + "\n", f"{len(vocab)} tokens")
+    for name, (text, summary) in files.items():
+        changed = demo.write_if_changed(output / name, text)
+        print(f"{output / name}: {summary}{'' if changed else ' (unchanged)'}")
     return 0
 
 

@@ -71,11 +71,18 @@ def split(examples: list[tuple[str, str]], seed: int, dev_fraction: float, test_
     return {"train": shuffled[n_dev + n_test:], "dev": shuffled[:n_dev], "test": shuffled[n_dev:n_dev + n_test]}
 
 
-def write_tsv(path: Path, rows: list[tuple[str, str]]) -> None:
-    with path.open("w", encoding="utf-8") as out:
-        out.write("text\tlabel\n")
-        for text, label in rows:
-            out.write(f"{text}\t{label}\n")  # normalise() removed every tab and newline from text
+def tsv_text(rows: list[tuple[str, str]]) -> str:
+    # normalise() removed every tab and newline from the texts
+    return "text\tlabel\n" + "".join(f"{text}\t{label}\n" for text, label in rows)
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write `text` unless the file already holds it: an unchanged file keeps its modification time, so `make`
+    does not redo what depends on it (the demo's pretrained encoder) after the data is rebuilt identically."""
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.write_text(text, encoding="utf-8")
+    return True
 
 
 def people_daily_sentences() -> list[str]:
