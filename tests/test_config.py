@@ -23,6 +23,14 @@ def test_demo_config_loads_with_its_values():
     assert config.train.amp.enabled is False
 
 
+def test_the_demo_fine_tunes_what_the_demo_pretraining_writes_and_scratch_is_the_same_model():
+    """The three demo rows compare like with like: one encoder shape, one data split, one fine-tuning recipe."""
+    pretrain, demo = load_config(ROOT / "configs" / "pretrain-demo.yaml"), load_config(ROOT / "configs" / "demo.yaml")
+    assert demo.model.backbone == f"{pretrain.output_dir}/best" and demo.model.scratch is None
+    assert pretrain.model.scratch == load_config(DEMO).model.scratch
+    assert demo.data == load_config(DEMO).data and demo.train == load_config(DEMO).train
+
+
 def test_overrides_are_read_as_yaml():
     config = load_config(DEMO, ["train.optimizer.learning_rate=3e-5", "data.test=null", "train.amp.enabled=true",
                                 "data.labels=[a, b, c]", "train.max_steps=7"])
