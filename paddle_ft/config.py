@@ -22,6 +22,7 @@ from paddle_ft.errors import ConfigError, ConfigErrors, UserError
 ARCHITECTURES = ("bert", "ernie", "roberta")
 METRICS = ("accuracy", "macro_f1", "masked_accuracy", "replaced_f1")  # the last two for pretraining
 POOLINGS = ("pooler", "cls", "mean")
+LOSSES = ("cross_entropy", "focal")
 
 
 def _check(test: Callable[[Any], bool], expected: str) -> dict:
@@ -199,6 +200,17 @@ class TrainConfig:
     """Stop when the loss is NaN/inf this many steps in a row (such steps never update the weights)."""
     resume: str | None = None
     """`auto` = the newest complete checkpoint in output_dir; or a checkpoints/step-N path; null = new run."""
+    loss: str = field(default="cross_entropy", metadata=_one_of(*LOSSES))
+    """cross_entropy, or focal: cross-entropy x (1 - p of the gold label)^focal_gamma, which turns the loss of
+    examples the model already gets right down (for a rare class among many easy ones)."""
+    focal_gamma: float = field(default=2.0, metadata=_check(lambda v: v >= 0, "a number >= 0"))
+    """The focusing exponent of the focal loss (0 = cross-entropy; 2 is the usual)."""
+    class_weights: str | tuple[float, ...] | None = field(default=None, metadata=_check(
+        lambda v: v == "auto" if isinstance(v, str) else len(v) > 0 and all(w > 0 for w in v),
+        "auto or a list of positive numbers, one per label"))
+    """Per-class weights of each example's loss: `auto` = inverse class frequency in the training data,
+    normalised so the average training example weighs 1; or one positive weight per label, in data.labels
+    order; null = all 1."""
     optimizer: OptimizerConfig = OptimizerConfig()
     """AdamW, clipping and the learning-rate schedule."""
     amp: AmpConfig = AmpConfig()
@@ -446,6 +458,11 @@ def _coerce(hint, value, key: str, where, problems: list[ConfigError]):
             if isinstance(value, dict):
                 return _build(option, value, key + ".", where, problems)
             expected.append("a mapping")
+        elif typing.get_origin(option) is tuple and typing.get_args(option)[0] is float:
+            numbers = [_float_or_none(v) for v in value] if isinstance(value, list) else [None]
+            if all(number is not None and math.isfinite(number) for number in numbers):
+                return tuple(numbers)
+            expected.append("a list of numbers")
         elif typing.get_origin(option) is tuple:
             if isinstance(value, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool)
                                                for v in value):
@@ -517,6 +534,11 @@ def _cross_field_problems(config: Config, where) -> list[ConfigError]:
     if scratch is not None and config.data.max_length > scratch.max_position_embeddings:
         problems.append(ConfigError("data.max_length", "is longer than model.scratch.max_position_embeddings "
                                     f"({scratch.max_position_embeddings})", where("data.max_length")))
+    weights, labels = train.class_weights, config.data.labels
+    if isinstance(weights, tuple) and labels and len(weights) != len(labels):
+        problems.append(ConfigError("train.class_weights", f"has {len(weights)} weights for {len(labels)} labels "
+                                    f"({', '.join(labels)}): give one per label, in that order",
+                                    where("train.class_weights")))
     for key, value in (("train.evaluation.every", train.evaluation.every),
                        ("train.evaluation.early_stopping_patience", train.evaluation.early_stopping_patience)):
         if value and config.data.dev is None and not config.pretrain.corpus:  # pretraining holds its own out

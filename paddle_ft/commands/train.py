@@ -5,6 +5,7 @@ from paddle_ft.build import build_model, build_splits, build_tokenizer, model_me
 from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import load_config
 from paddle_ft.engine.evaluate import Classification
+from paddle_ft.engine.losses import class_weights
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 
@@ -25,7 +26,7 @@ def run(config_path: str, overrides: list[str]) -> int:
     model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
     ready_to_train(model, config, folder, dist, resume_from, dataset.label_map)
     folder = folder.with_classifier(tokenizer, model_meta(config, dataset.label_map))
-    results = run_engine(model, splits, config, folder, dist, resume_from, "train")
+    results = run_engine(model, splits, config, folder, dist, resume_from, "train", objective(config, splits, dist))
     if dist.is_main:
         for split in ("dev", "test"):
             if split in results:
@@ -33,3 +34,13 @@ def run(config_path: str, overrides: list[str]) -> int:
                     f"(best model, step {results['best_step']})")
         log(f"wrote {folder.best_dir} and {folder.path / 'results.json'}")
     return 0
+
+
+def objective(config, splits, dist) -> Classification:
+    """The classifier's loss as the config sets it, the class weights made concrete (and logged)."""
+    tc = config.train
+    weights = class_weights(tc.class_weights, splits.train.labels, splits.label_names)
+    if weights is not None and dist.is_main:
+        how = "auto: inverse class frequency" if tc.class_weights == "auto" else "train.class_weights"
+        log(f"class weights ({how}): " + ", ".join(f"{n} {w:.4g}" for n, w in zip(splits.label_names, weights)))
+    return Classification(splits.label_names, splits.pad_token_id, tc.loss, weights, tc.focal_gamma)

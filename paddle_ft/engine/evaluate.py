@@ -14,6 +14,7 @@ import paddle
 import paddle.nn.functional as F
 
 from paddle_ft.data.features import Features, eval_batches, pad_batch
+from paddle_ft.engine.losses import classification_loss
 from paddle_ft.engine.metrics import classification_report
 from paddle_ft.errors import UserError
 
@@ -50,10 +51,15 @@ def evaluate(model, features: Features, batch_size: int, pad_token_id: int,
 
 @dataclass(frozen=True)
 class Classification:
-    """The fine-tuning objective: cross-entropy over the labels; scored by accuracy and macro-F1."""
+    """The fine-tuning objective: cross-entropy (or focal loss, optionally class-weighted) over the labels;
+    scored by accuracy and macro-F1."""
 
     label_names: tuple[str, ...]
     pad_token_id: int
+    loss_kind: str = "cross_entropy"
+    class_weights: tuple[float, ...] | None = None
+    """One weight per label (None = all 1)."""
+    focal_gamma: float = 2.0
     metrics: tuple[str, ...] = ("accuracy", "macro_f1")
 
     def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
@@ -61,7 +67,8 @@ class Classification:
         batch = pad_batch(features, indices, self.pad_token_id)
         with autocast():
             logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
-        return F.cross_entropy(logits.astype("float32"), paddle.to_tensor(batch["labels"]), reduction="sum")
+        return classification_loss(logits.astype("float32"), paddle.to_tensor(batch["labels"]), self.loss_kind,
+                                   self.class_weights, self.focal_gamma)
 
     def score(self, model, features: Features, subset: np.ndarray, batch_size: int, autocast):
         """This process's part of an evaluation: (example indices, their probabilities)."""

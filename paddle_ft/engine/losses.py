@@ -1,0 +1,47 @@
+"""The classifier's loss: cross-entropy or focal loss, each with optional per-class weights (for a rare class
+that matters, such as fraud or an adverse event)."""
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from paddle_ft.errors import ConfigError
+
+
+def balanced_class_weights(labels: np.ndarray, label_names: tuple[str, ...]) -> tuple[float, ...]:
+    """Inverse class frequency, normalised so the average training example weighs 1: w_c = N / (C x n_c)
+    (scikit-learn's "balanced"), so the loss keeps its scale and the learning rate its meaning."""
+    counts = np.bincount(labels, minlength=len(label_names))
+    missing = [name for name, count in zip(label_names, counts) if count == 0]
+    if missing:
+        raise ConfigError("train.class_weights", f"auto weighs each label by its training examples, but "
+                          f"{', '.join(missing)} has none: give the weights as a list, or add examples")
+    return tuple(float(len(labels) / (len(label_names) * count)) for count in counts)
+
+
+def class_weights(setting: str | tuple[float, ...] | None, labels: np.ndarray,
+                  label_names: tuple[str, ...]) -> tuple[float, ...] | None:
+    """`train.class_weights` made concrete for this training data (None = every class weighs 1)."""
+    if setting is None:
+        return None
+    if setting == "auto":
+        return balanced_class_weights(labels, label_names)
+    if len(setting) != len(label_names):  # data.labels unset: the labels were only known from the data
+        raise ConfigError("train.class_weights", f"has {len(setting)} weights for {len(label_names)} labels "
+                          f"({', '.join(label_names)}): give one per label, in that order")
+    return tuple(setting)
+
+
+def classification_loss(logits: paddle.Tensor, labels: paddle.Tensor, kind: str = "cross_entropy",
+                        weights: tuple[float, ...] | None = None, gamma: float = 2.0) -> paddle.Tensor:
+    """The summed loss of a batch: logits [n, classes] (float32), labels [n] (int64)."""
+    if kind == "cross_entropy" and weights is None:
+        return F.cross_entropy(logits, labels, reduction="sum")
+    log_p = paddle.take_along_axis(F.log_softmax(logits, axis=-1), labels.unsqueeze(-1), axis=-1).squeeze(-1)
+    per_example = -log_p  # [n]
+    if kind == "focal":
+        per_example = per_example * (1.0 - paddle.exp(log_p)) ** gamma
+    if weights is not None:
+        per_example = per_example * paddle.gather(paddle.to_tensor(weights, dtype="float32"), labels)
+    return per_example.sum()
