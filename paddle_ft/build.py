@@ -8,7 +8,7 @@ from pathlib import Path
 from paddle_ft import backbone
 from paddle_ft.config import Config, DataConfig, ModelConfig
 from paddle_ft.data.cache import cached_tokenize
-from paddle_ft.data.features import Features, Splits
+from paddle_ft.data.features import Features, Splits, Truncation
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, read_examples
 from paddle_ft.data.tokenizer import fastest
@@ -47,12 +47,13 @@ def read_dataset(data: DataConfig) -> Dataset:
     return Dataset(label_map, examples)
 
 
-def build_splits(dataset: Dataset, tokenizer, max_length: int, cache_dir: str | None = None) -> Splits:
+def build_splits(dataset: Dataset, tokenizer, max_length: int, cache_dir: str | None = None,
+                 truncation: Truncation = Truncation()) -> Splits:
     """Token ids of every split, from the feature cache when the same texts were tokenised before."""
     features: dict[str, Features] = {}
     hits = []
     for name, rows in dataset.examples.items():
-        features[name], hit = cached_tokenize(rows, tokenizer, max_length, dataset.label_map, cache_dir)
+        features[name], hit = cached_tokenize(rows, tokenizer, max_length, dataset.label_map, cache_dir, truncation)
         if hit:
             hits.append(name)
     if hits:
@@ -165,4 +166,5 @@ def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
     data = config.data
     return ModelMeta(labels=label_map.names, max_length=data.max_length, text_column=data.text_column,
                      text_pair_column=data.text_pair_column, label_column=data.label_column, format=data.format,
-                     dropout=config.model.dropout, pooling=config.model.pooling)
+                     dropout=config.model.dropout, pooling=config.model.pooling, truncation=data.long_text,
+                     head_tokens=data.head_tokens)

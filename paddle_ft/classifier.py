@@ -6,8 +6,9 @@
     >>> classify(["质量很好", "太差了"], top_k=2)
     [[{'label': '正面', ...}, {'label': '负面', ...}], [...]]
 
-A text longer than the model's max_length is truncated (`truncation="head"` keeps its beginning,
-`"tail"` its end) and each of its labels then carries `"truncated": True`. A model trained on text pairs
+A text longer than the model's max_length is cut as training cut it (its `data.long_text`), or as
+`truncation` says (`"head"` keeps its beginning, `"tail"` its end, `"head_tail"` both), and each of its
+labels then carries `"truncated": True`. A model trained on text pairs
 takes a `(text, second_text)` tuple, a list of them, or `classify(texts, text_pairs=second_texts)`.
 """
 from __future__ import annotations
@@ -20,10 +21,10 @@ from paddle_ft.meta import TRUNCATIONS
 
 
 class Classifier:
-    def __init__(self, model_dir: str | Path, top_k: int = 1, batch_size: int = 32, truncation: str = "head",
+    def __init__(self, model_dir: str | Path, top_k: int = 1, batch_size: int = 32, truncation: str | None = None,
                  **predictor_options):
         """`predictor_options` go to `Predictor` (device, cpu_threads, precision, use_tensorrt, ...)."""
-        if truncation not in TRUNCATIONS:
+        if truncation not in (None, *TRUNCATIONS):
             raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
         self.predictor = Predictor(model_dir, **predictor_options)
         self.labels = tuple(self.predictor.labels)

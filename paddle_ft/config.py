@@ -23,6 +23,7 @@ ARCHITECTURES = ("bert", "ernie", "roberta")
 METRICS = ("accuracy", "macro_f1", "masked_accuracy", "replaced_f1")  # the last two for pretraining
 POOLINGS = ("pooler", "cls", "mean")
 LOSSES = ("cross_entropy", "focal")
+LONG_TEXTS = ("head", "tail", "head_tail")  # which tokens of a text longer than max_length are kept
 
 
 def _check(test: Callable[[Any], bool], expected: str) -> dict:
@@ -60,6 +61,11 @@ class DataConfig:
     """Label names as a list, a file with one name per line, or null to take them from train."""
     max_length: int = field(default=128, metadata=_check(lambda v: v >= 8, "an integer >= 8"))
     """Tokens per example after truncation, [CLS] and [SEP] included."""
+    long_text: str = field(default="head", metadata=_one_of(*LONG_TEXTS))
+    """Which tokens of a text longer than max_length are kept, in training and by the exported model alike:
+    its first (head), its last (tail), or its first head_tokens and the rest from its end (head_tail)."""
+    head_tokens: int = field(default=64, metadata=_positive())
+    """With long_text head_tail: how many of the kept tokens come from the text's beginning."""
     on_bad_row: str = field(default="error", metadata=_one_of("error", "skip"))
     """`error` stops at the first bad row; `skip` drops bad rows and reports how many."""
     group_by_length: bool = True
@@ -534,6 +540,13 @@ def _cross_field_problems(config: Config, where) -> list[ConfigError]:
     if scratch is not None and config.data.max_length > scratch.max_position_embeddings:
         problems.append(ConfigError("data.max_length", "is longer than model.scratch.max_position_embeddings "
                                     f"({scratch.max_position_embeddings})", where("data.max_length")))
+    data = config.data
+    if data.long_text != "head" and data.text_pair_column is not None:
+        problems.append(ConfigError("data.long_text", f"is {data.long_text}, but text pairs are cut longest-first: "
+                                    "leave it at head for a text-pair task", where("data.long_text")))
+    if data.long_text == "head_tail" and data.head_tokens > data.max_length - 3:
+        problems.append(ConfigError("data.head_tokens", f"leaves no room for the tail: keep it below max_length "
+                                    f"- 2 ({data.max_length - 2})", where("data.head_tokens")))
     weights, labels = train.class_weights, config.data.labels
     if isinstance(weights, tuple) and labels and len(weights) != len(labels):
         problems.append(ConfigError("train.class_weights", f"has {len(weights)} weights for {len(labels)} labels "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.data.features import pad_ids
+from paddle_ft.data.features import Truncation, pad_ids
 from paddle_ft.data.tokenizer import FastBertTokenizer, fastest
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.meta import REEXPORT, TRUNCATIONS, read_export_info
@@ -102,17 +102,19 @@ class Predictor:
         self._predictor.run()
         return self._output.copy_to_cpu()
 
-    def predict(self, texts: list[str], batch_size: int = 32, truncation: str = "head",
+    def predict(self, texts: list[str], batch_size: int = 32, truncation: str | None = None,
                 pairs: list[str] | None = None) -> list[Prediction]:
         """One `Prediction` per text, in order; `pairs` holds the second text of each, for a model trained on
-        text pairs. A text longer than max_length keeps its first tokens (`head`) or its last ones (`tail`,
-        where reviews often say what they conclude); a pair is cut longest-first, as in training."""
+        text pairs. A text longer than max_length keeps the tokens training kept (`truncation` None), or its
+        first tokens (`head`), its last ones (`tail`, where reviews often say what they conclude) or both ends
+        (`head_tail`); a pair is cut longest-first, as in training."""
         check_texts(texts)
         if pairs is not None:
             check_texts(pairs, "second text {}")
-        if truncation not in TRUNCATIONS:
+        if truncation not in (None, *TRUNCATIONS):
             raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
         self.check_pairs(texts, pairs, truncation)
+        truncation = truncation or self.meta.truncation
         if not texts:
             return []
         ids, types, truncated = self._encode_pairs(texts, pairs) if pairs is not None else \
@@ -126,7 +128,7 @@ class Predictor:
             probs[chosen] = softmax(self.run(input_ids, token_type_ids))
         return [Prediction(dict(zip(self.labels, map(float, row))), cut) for row, cut in zip(probs, truncated)]
 
-    def check_pairs(self, texts: list[str], pairs: list[str] | None, truncation: str = "head") -> None:
+    def check_pairs(self, texts: list[str], pairs: list[str] | None, truncation: str | None = None) -> None:
         """Second texts where, and only where, the model was trained on pairs; one per text."""
         if self.text_pairs and pairs is None:
             raise UserError("this model classifies text pairs: give a second text for each text (--text-pair, "
@@ -135,24 +137,19 @@ class Predictor:
             raise UserError("this model classifies single texts: send no second texts")
         if pairs is not None and len(pairs) != len(texts):
             raise UserError(f"{len(texts)} texts but {len(pairs)} second texts: give one second text per text")
-        if pairs is not None and truncation != "head":
+        if pairs is not None and truncation not in (None, "head"):
             raise UserError("a text pair is cut longest-first, as in training: truncation applies to single texts")
 
     def _encode(self, texts: list[str], truncation: str) -> tuple[list[list[int]], list[list[int]], list[bool]]:
         """(input_ids, token_type_ids, truncated) per text: [CLS] body [SEP], the body cut at one end."""
         if truncation == "head" and isinstance(self.tokenizer, FastBertTokenizer):
             return self.tokenizer.encode(texts, max_length=self.max_length)
-        encoded = self.tokenizer(list(texts), max_length=None, truncation=False)
-        ids, types, truncated, body = [], [], [], self.max_length - 2
-        for x, t in zip(encoded["input_ids"], encoded["token_type_ids"]):
-            cut = len(x) > self.max_length  # keep the specials, cut the body
-            if cut:
-                x = [x[0], *(x[1:body + 1] if truncation == "head" else x[-body - 1:-1]), x[-1]]
-                t = t[:self.max_length]
-            ids.append(x)
-            types.append(t)
-            truncated.append(cut)
-        return ids, types, truncated
+        # the head_tail split training used; asked for on a model trained otherwise, half the text from each end
+        head_tokens = self.meta.head_tokens if self.meta.truncation == "head_tail" else (self.max_length - 2) // 2
+        rule = Truncation(truncation, head_tokens)
+        whole = self.tokenizer(list(texts), max_length=None, truncation=False)["input_ids"]
+        ids = [rule.cut(x, self.max_length) for x in whole]
+        return ids, [[0] * len(x) for x in ids], [len(x) > self.max_length for x in whole]
 
     def _encode_pairs(self, texts: list[str], pairs: list[str]):
         if isinstance(self.tokenizer, FastBertTokenizer):

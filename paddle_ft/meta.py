@@ -13,13 +13,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paddle_ft.config import POOLINGS
+from paddle_ft.config import LONG_TEXTS, POOLINGS
+from paddle_ft.data.features import Truncation
 from paddle_ft.errors import UserError
 
 FORMAT_VERSION = 2
 """1: paddle_ft 0.1 (untyped paddle_ft.json, labels only in label_map.json); 2: `ModelMeta`."""
 TASKS = ("single_label",)
-TRUNCATIONS = ("head", "tail")
+TRUNCATIONS = LONG_TEXTS
 MODEL_META = "paddle_ft.json"
 EXPORT_INFO = "export.json"
 REEXPORT = "re-create it with tools/export.py --model OUT/best --output DIR"
@@ -47,7 +48,10 @@ class ModelMeta:
     pooling: str = "pooler"
     """How the head takes the text's vector: pooler, cls or mean (config model.pooling)."""
     truncation: str = "head"
-    """Which end of a long single text training kept: head (a text pair is cut longest-first)."""
+    """Which tokens of a long single text training kept (config data.long_text: head, tail or head_tail); the
+    exported model and the Predictor keep the same ones (a text pair is cut longest-first)."""
+    head_tokens: int = 64
+    """With head_tail truncation: the kept tokens that come from the text's beginning."""
     task: str = "single_label"
     """One label per text (softmax); the only task so far."""
     format_version: int = FORMAT_VERSION
@@ -56,6 +60,10 @@ class ModelMeta:
     @property
     def num_classes(self) -> int:
         return len(self.labels)
+
+    @property
+    def truncation_rule(self) -> Truncation:
+        return Truncation(self.truncation, self.head_tokens)
 
     @property
     def takes_pairs(self) -> bool:
@@ -77,6 +85,8 @@ class ModelMeta:
              and len(set(meta.labels)) == len(meta.labels)),
             ("max_length", isinstance(meta.max_length, int) and meta.max_length >= 2),
             ("task", meta.task in TASKS), ("truncation", meta.truncation in TRUNCATIONS),
+            ("head_tokens", isinstance(meta.head_tokens, int)
+             and (meta.truncation != "head_tail" or 0 < meta.head_tokens < meta.max_length - 2)),
             ("pooling", meta.pooling in POOLINGS),
             ("format_version", meta.format_version == FORMAT_VERSION)) if not ok]
         if problems:

@@ -19,7 +19,7 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     meta, label_map, tokenizer = bundle.meta, bundle.label_map, fastest(bundle.tokenizer)
     columns = Columns(meta.text_column, meta.text_pair_column, meta.label_column)
     examples, _ = read_examples(data_path, format_of(data_path, meta.format), columns, frozenset(label_map.names))
-    features = tokenize(examples, tokenizer, meta.max_length, label_map)
+    features = tokenize(examples, tokenizer, meta.max_length, label_map, meta.truncation_rule)
     report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names)
 
     predicted = probs.argmax(axis=1)

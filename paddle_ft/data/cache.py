@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from paddle_ft.data.features import Features, label_ids, tokenize
+from paddle_ft.data.features import Features, Truncation, label_ids, tokenize
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import Example
 
@@ -26,12 +26,14 @@ FORMAT_VERSION = 1
 _ARRAYS = ("input_ids", "token_type_ids", "offsets")
 
 
-def cache_key(examples: Sequence[Example], tokenizer, max_length: int) -> str:
+def cache_key(examples: Sequence[Example], tokenizer, max_length: int, truncation: Truncation = Truncation()) -> str:
     slow = getattr(tokenizer, "slow", tokenizer)  # the fast tokenizer gives the same ids: same key
     basic = getattr(slow, "basic_tokenizer", None)
     rules = {"version": FORMAT_VERSION, "class": type(slow).__name__, "max_length": max_length,
              "lower": getattr(basic, "do_lower_case", None), "chinese": getattr(basic, "tokenize_chinese_chars", None),
              "accents": getattr(basic, "strip_accents", None), "special": list(slow.all_special_tokens)}
+    if truncation.mode != "head":  # absent for head, so the caches written before the choice existed stay valid
+        rules["truncation"] = [truncation.mode, truncation.head_tokens]
     digest = hashlib.sha256(json.dumps(rules, sort_keys=True).encode())
     digest.update(json.dumps(sorted(slow.get_vocab().items()), ensure_ascii=False).encode())
     for example in examples:
@@ -42,16 +44,16 @@ def cache_key(examples: Sequence[Example], tokenizer, max_length: int) -> str:
 
 
 def cached_tokenize(examples: Sequence[Example], tokenizer, max_length: int, label_map: LabelMap | None,
-                    cache_dir: str | Path | None) -> tuple[Features, bool]:
+                    cache_dir: str | Path | None, truncation: Truncation = Truncation()) -> tuple[Features, bool]:
     """`tokenize()` through the cache; returns (features, True when they came from the cache)."""
     if cache_dir is None:
-        return tokenize(examples, tokenizer, max_length, label_map), False
-    entry = Path(cache_dir).expanduser() / cache_key(examples, tokenizer, max_length)
+        return tokenize(examples, tokenizer, max_length, label_map, truncation), False
+    entry = Path(cache_dir).expanduser() / cache_key(examples, tokenizer, max_length, truncation)
     labels = label_ids(examples, label_map)
     arrays = _read(entry, len(examples))
     if arrays is not None:
         return _split(arrays, labels), True
-    features = tokenize(examples, tokenizer, max_length, label_map)
+    features = tokenize(examples, tokenizer, max_length, label_map, truncation)
     _write(entry, features)
     return features, False
 

@@ -10,6 +10,28 @@ from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import Example
 
 
+@dataclass(frozen=True)
+class Truncation:
+    """Which tokens of a single text longer than `max_length` are kept ([CLS] and [SEP] always are): the
+    first (head), the last (tail), or the first `head_tokens` and the last of the rest (head_tail, which
+    Sun et al. 2019 found best for long documents). Text pairs are always cut longest-first."""
+
+    mode: str = "head"
+    head_tokens: int = 64
+
+    def cut(self, ids: list[int], max_length: int) -> list[int]:
+        if len(ids) <= max_length:
+            return ids
+        body, inner = max_length - 2, ids[1:-1]
+        if self.mode == "head":
+            kept = inner[:body]
+        elif self.mode == "tail":
+            kept = inner[len(inner) - body:]
+        else:
+            kept = inner[:self.head_tokens] + inner[len(inner) - (body - self.head_tokens):]
+        return [ids[0], *kept, ids[-1]]
+
+
 @dataclass
 class Features:
     """Token ids of each example (unpadded, variable length) and its class id."""
@@ -40,12 +62,17 @@ class Splits:
 
 
 def tokenize(examples: Sequence[Example], tokenizer, max_length: int,
-             label_map: LabelMap | None = None) -> Features:
+             label_map: LabelMap | None = None, truncation: Truncation = Truncation()) -> Features:
     texts = [e.text for e in examples]
     pairs = [e.text_pair for e in examples] if examples and examples[0].text_pair is not None else None
-    encoded = tokenizer(texts, text_pair=pairs, max_length=max_length, truncation=True)
-    return Features([np.asarray(ids, dtype=np.int64) for ids in encoded["input_ids"]],
-                    [np.asarray(t, dtype=np.int64) for t in encoded["token_type_ids"]], label_ids(examples, label_map))
+    if truncation.mode == "head" or pairs is not None:
+        encoded = tokenizer(texts, text_pair=pairs, max_length=max_length, truncation=True)
+        ids, types = encoded["input_ids"], encoded["token_type_ids"]
+    else:  # whole, then cut where the rule says; a single text's token types are all 0
+        ids = [truncation.cut(x, max_length) for x in tokenizer(texts, max_length=None, truncation=False)["input_ids"]]
+        types = [[0] * len(x) for x in ids]
+    return Features([np.asarray(x, dtype=np.int64) for x in ids], [np.asarray(t, dtype=np.int64) for t in types],
+                    label_ids(examples, label_map))
 
 
 def label_ids(examples: Sequence[Example], label_map: LabelMap | None) -> np.ndarray | None:

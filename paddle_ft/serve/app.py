@@ -157,7 +157,8 @@ class ModelSlot:
         return "loading" if self.load_error is None else f"failed to load: {self.load_error}"
 
 
-def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(), truncation: str = "head") -> FastAPI:
+def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
+               truncation: str | None = None) -> FastAPI:
     """`load_predictor()` returns a warmed-up `Predictor`; it runs on a worker thread, so that /healthz
     answers while the model loads and /readyz says when it is ready."""
     metrics = Metrics()
@@ -230,7 +231,7 @@ def _add_probes(app: FastAPI, slot: ModelSlot, metrics: Metrics, retry: dict) ->
         return PlainTextResponse(metrics.render(), media_type=metrics.content_type)
 
 
-def _request_problem(body: ClassifyRequest, predictor, limits: Limits, truncation: str) -> str | None:
+def _request_problem(body: ClassifyRequest, predictor, limits: Limits, truncation: str | None) -> str | None:
     """What is wrong with a request that pydantic let through, as the 422 message; None when it is fine."""
     if not body.texts:
         return "texts is empty; send at least one text"

@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes, help="request body size (more: 413)")
     parser.add_argument("--max-queue", type=positive_int, default=d.max_queue_texts,
                         help="texts waiting for a batch (more: 503 with Retry-After)")
-    parser.add_argument("--truncation", choices=TRUNCATIONS, default="head",
-                        help="which end of an over-long text to keep")
+    parser.add_argument("--truncation", choices=TRUNCATIONS,
+                        help="which tokens of an over-long text to keep (default: those training kept)")
     parser.add_argument("--threads", type=positive_int, help="CPU threads of the predictor (default: all usable cores)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
