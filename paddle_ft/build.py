@@ -47,6 +47,11 @@ def read_dataset(data: DataConfig) -> Dataset:
     return Dataset(label_map, examples)
 
 
+def truncation_of(data: DataConfig) -> Truncation:
+    """What `data.long_text` and its settings do to a text longer than max_length."""
+    return Truncation(data.long_text, data.head_tokens, data.stride, data.window_pooling)
+
+
 def build_splits(dataset: Dataset, tokenizer, max_length: int, cache_dir: str | None = None,
                  truncation: Truncation = Truncation()) -> Splits:
     """Token ids of every split, from the feature cache when the same texts were tokenised before."""
@@ -167,4 +172,4 @@ def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
     return ModelMeta(labels=label_map.names, max_length=data.max_length, text_column=data.text_column,
                      text_pair_column=data.text_pair_column, label_column=data.label_column, format=data.format,
                      dropout=config.model.dropout, pooling=config.model.pooling, truncation=data.long_text,
-                     head_tokens=data.head_tokens)
+                     head_tokens=data.head_tokens, stride=data.stride, window_pooling=data.window_pooling)

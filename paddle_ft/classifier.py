@@ -8,7 +8,7 @@
 
 A text longer than the model's max_length is cut as training cut it (its `data.long_text`), or as
 `truncation` says (`"head"` keeps its beginning, `"tail"` its end, `"head_tail"` both), and each of its
-labels then carries `"truncated": True`. A model trained on text pairs
+labels then carries `"truncated": True` (and, read in sliding windows, `"windows": N`). A model trained on text pairs
 takes a `(text, second_text)` tuple, a list of them, or `classify(texts, text_pairs=second_texts)`.
 """
 from __future__ import annotations
@@ -46,7 +46,8 @@ class Classifier:
             return []
         predictions = self.predictor.predict(batch, _positive(self.batch_size if batch_size is None else batch_size),
                                              self.truncation, list(text_pairs) if text_pairs is not None else None)
-        results = [[{"label": label, "score": score, **({"truncated": True} if p.truncated else {})}
+        results = [[{"label": label, "score": score, **({"truncated": True} if p.truncated else {}),
+                     **({"windows": p.windows} if p.windows > 1 else {})}
                     for label, score in p.top(k)] for p in predictions]
         return results[0] if single else results
 

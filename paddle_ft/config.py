@@ -23,7 +23,7 @@ ARCHITECTURES = ("bert", "ernie", "roberta")
 METRICS = ("accuracy", "macro_f1", "masked_accuracy", "replaced_f1")  # the last two for pretraining
 POOLINGS = ("pooler", "cls", "mean")
 LOSSES = ("cross_entropy", "focal")
-LONG_TEXTS = ("head", "tail", "head_tail")  # which tokens of a text longer than max_length are kept
+LONG_TEXTS = ("head", "tail", "head_tail", "sliding_window")  # what becomes of a text longer than max_length
 
 
 def _check(test: Callable[[Any], bool], expected: str) -> dict:
@@ -62,10 +62,16 @@ class DataConfig:
     max_length: int = field(default=128, metadata=_check(lambda v: v >= 8, "an integer >= 8"))
     """Tokens per example after truncation, [CLS] and [SEP] included."""
     long_text: str = field(default="head", metadata=_one_of(*LONG_TEXTS))
-    """Which tokens of a text longer than max_length are kept, in training and by the exported model alike:
-    its first (head), its last (tail), or its first head_tokens and the rest from its end (head_tail)."""
+    """What becomes of a text longer than max_length, in training and in the exported model alike: its first
+    tokens are kept (head), its last (tail), its first head_tokens and the rest from its end (head_tail), or
+    all of it, in overlapping windows whose answers are pooled (sliding_window)."""
     head_tokens: int = field(default=64, metadata=_positive())
     """With long_text head_tail: how many of the kept tokens come from the text's beginning."""
+    stride: int = field(default=64, metadata=_positive())
+    """With long_text sliding_window: tokens between the starts of a long text's windows of max_length (each
+    window carries the text's label in training)."""
+    window_pooling: str = field(default="mean", metadata=_one_of("mean", "max"))
+    """With long_text sliding_window: how the windows' logits make the text's one answer."""
     on_bad_row: str = field(default="error", metadata=_one_of("error", "skip"))
     """`error` stops at the first bad row; `skip` drops bad rows and reports how many."""
     group_by_length: bool = True
@@ -547,6 +553,9 @@ def _cross_field_problems(config: Config, where) -> list[ConfigError]:
     if data.long_text == "head_tail" and data.head_tokens > data.max_length - 3:
         problems.append(ConfigError("data.head_tokens", f"leaves no room for the tail: keep it below max_length "
                                     f"- 2 ({data.max_length - 2})", where("data.head_tokens")))
+    if data.long_text == "sliding_window" and data.stride > data.max_length - 2:
+        problems.append(ConfigError("data.stride", f"would skip tokens between windows: keep it at most max_length "
+                                    f"- 2 ({data.max_length - 2})", where("data.stride")))
     weights, labels = train.class_weights, config.data.labels
     if isinstance(weights, tuple) and labels and len(weights) != len(labels):
         problems.append(ConfigError("train.class_weights", f"has {len(weights)} weights for {len(labels)} labels "

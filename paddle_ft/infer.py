@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.data.features import Truncation, pad_ids
+from paddle_ft.data.features import Truncation, pad_ids, pool_windows, softmax
 from paddle_ft.data.tokenizer import FastBertTokenizer, fastest
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.meta import REEXPORT, TRUNCATIONS, read_export_info
@@ -117,16 +117,22 @@ class Predictor:
         truncation = truncation or self.meta.truncation
         if not texts:
             return []
-        ids, types, truncated = self._encode_pairs(texts, pairs) if pairs is not None else \
+        ids, types, truncated, documents = (*self._encode_pairs(texts, pairs), None) if pairs is not None else \
             self._encode(texts, truncation)
         order = np.argsort([-len(x) for x in ids], kind="stable")  # similar lengths share a batch
-        probs = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
+        logits = np.zeros((len(ids), len(self.labels)), dtype=np.float32)  # a row per text, or per window
         for start in range(0, len(order), batch_size):
             chosen = order[start:start + batch_size]
             input_ids, token_type_ids = pad_ids([ids[i] for i in chosen], [types[i] for i in chosen],
                                                 self.tokenizer.pad_token_id)
-            probs[chosen] = softmax(self.run(input_ids, token_type_ids))
-        return [Prediction(dict(zip(self.labels, map(float, row))), cut) for row, cut in zip(probs, truncated)]
+            logits[chosen] = self.run(input_ids, token_type_ids)
+        if documents is None:
+            probs, windows = softmax(logits), np.ones(len(texts), dtype=np.int64)
+        else:
+            probs = softmax(pool_windows(logits, documents, self.meta.window_pooling))
+            windows = np.bincount(documents, minlength=len(texts))
+        return [Prediction(dict(zip(self.labels, map(float, row))), cut, int(count))
+                for row, cut, count in zip(probs, truncated, windows)]
 
     def check_pairs(self, texts: list[str], pairs: list[str] | None, truncation: str | None = None) -> None:
         """Second texts where, and only where, the model was trained on pairs; one per text."""
@@ -140,16 +146,20 @@ class Predictor:
         if pairs is not None and truncation not in (None, "head"):
             raise UserError("a text pair is cut longest-first, as in training: truncation applies to single texts")
 
-    def _encode(self, texts: list[str], truncation: str) -> tuple[list[list[int]], list[list[int]], list[bool]]:
-        """(input_ids, token_type_ids, truncated) per text: [CLS] body [SEP], the body cut at one end."""
+    def _encode(self, texts: list[str], truncation: str):
+        """(input_ids, token_type_ids, truncated, documents): a row per text ([CLS] body [SEP], the body cut as
+        `truncation` says; documents None), or with sliding_window a row per window, `documents` [rows] giving
+        the text of each."""
         if truncation == "head" and isinstance(self.tokenizer, FastBertTokenizer):
-            return self.tokenizer.encode(texts, max_length=self.max_length)
+            return (*self.tokenizer.encode(texts, max_length=self.max_length), None)
         # the head_tail split training used; asked for on a model trained otherwise, half the text from each end
         head_tokens = self.meta.head_tokens if self.meta.truncation == "head_tail" else (self.max_length - 2) // 2
-        rule = Truncation(truncation, head_tokens)
+        rule = Truncation(truncation, head_tokens, self.meta.stride, self.meta.window_pooling)
         whole = self.tokenizer(list(texts), max_length=None, truncation=False)["input_ids"]
-        ids = [rule.cut(x, self.max_length) for x in whole]
-        return ids, [[0] * len(x) for x in ids], [len(x) > self.max_length for x in whole]
+        rows = [rule.windows(x, self.max_length) for x in whole]
+        ids = [window for windows in rows for window in windows]
+        documents = np.repeat(np.arange(len(rows)), [len(w) for w in rows]) if truncation == "sliding_window" else None
+        return ids, [[0] * len(x) for x in ids], [len(x) > self.max_length for x in whole], documents
 
     def _encode_pairs(self, texts: list[str], pairs: list[str]):
         if isinstance(self.tokenizer, FastBertTokenizer):
@@ -167,7 +177,9 @@ class Prediction:
     probabilities: dict[str, float]
     """Every label's probability, in class-id order."""
     truncated: bool
-    """The text was longer than the model's max_length and was cut."""
+    """The text was longer than the model's max_length and was cut (or cut into windows)."""
+    windows: int = 1
+    """The windows of max_length the text was read in (more than 1 only with sliding_window)."""
 
     def top(self, k: int) -> list[tuple[str, float]]:
         """The `k` most probable (label, probability), best first; ties keep class-id order."""
@@ -183,7 +195,7 @@ class Prediction:
 
     def as_dict(self) -> dict:
         return {"label": self.label, "score": self.score, "probabilities": self.probabilities,
-                "truncated": self.truncated}
+                "truncated": self.truncated, "windows": self.windows}
 
 
 def stack_probabilities(predictions: list[Prediction]) -> np.ndarray:
@@ -234,11 +246,6 @@ def check_texts(texts: list[str], item: str = "text {}") -> None:
         except UnicodeEncodeError as exc:
             raise UserError(f"{item.format(i)} holds a lone surrogate ({text[exc.start]!r}), which is not text; "
                             "send valid Unicode") from None
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
 def _configure_gpu(config, inference, gpu_id: int, precision: str, use_tensorrt: bool, program: Path,

@@ -48,10 +48,14 @@ class ModelMeta:
     pooling: str = "pooler"
     """How the head takes the text's vector: pooler, cls or mean (config model.pooling)."""
     truncation: str = "head"
-    """Which tokens of a long single text training kept (config data.long_text: head, tail or head_tail); the
-    exported model and the Predictor keep the same ones (a text pair is cut longest-first)."""
+    """What training did with a long single text (config data.long_text: head, tail, head_tail or
+    sliding_window); the exported model and the Predictor do the same (a text pair is cut longest-first)."""
     head_tokens: int = 64
     """With head_tail truncation: the kept tokens that come from the text's beginning."""
+    stride: int = 64
+    """With sliding_window truncation: tokens between the starts of a long text's windows."""
+    window_pooling: str = "mean"
+    """With sliding_window truncation: how the windows' logits are pooled (mean or max)."""
     task: str = "single_label"
     """One label per text (softmax); the only task so far."""
     format_version: int = FORMAT_VERSION
@@ -63,7 +67,7 @@ class ModelMeta:
 
     @property
     def truncation_rule(self) -> Truncation:
-        return Truncation(self.truncation, self.head_tokens)
+        return Truncation(self.truncation, self.head_tokens, self.stride, self.window_pooling)
 
     @property
     def takes_pairs(self) -> bool:
@@ -87,6 +91,8 @@ class ModelMeta:
             ("task", meta.task in TASKS), ("truncation", meta.truncation in TRUNCATIONS),
             ("head_tokens", isinstance(meta.head_tokens, int)
              and (meta.truncation != "head_tail" or 0 < meta.head_tokens < meta.max_length - 2)),
+            ("stride", isinstance(meta.stride, int) and 0 < meta.stride),
+            ("window_pooling", meta.window_pooling in ("mean", "max")),
             ("pooling", meta.pooling in POOLINGS),
             ("format_version", meta.format_version == FORMAT_VERSION)) if not ok]
         if problems:

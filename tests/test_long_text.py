@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from paddle_ft.config import load_config
-from paddle_ft.data.features import Truncation
+from paddle_ft.data.features import Truncation, pool_windows
 from paddle_ft.errors import ConfigError
 from conftest import DEMO, NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, overrides, write_tsv
 
@@ -25,12 +25,30 @@ def test_each_rule_keeps_its_tokens_and_the_specials(rule, kept):
     assert rule.cut(IDS, 12) == IDS and rule.cut(IDS, 20) == IDS  # a text that fits is never cut
 
 
+@pytest.mark.parametrize("stride, starts", [(3, [1, 4, 7]), (4, [1, 5, 9]), (2, [1, 3, 5, 7])])
+def test_sliding_windows_cover_every_token_and_start_stride_apart(stride, starts):
+    windows = Truncation("sliding_window", stride=stride).windows(IDS, 6)  # 4 body tokens per window
+    assert [w[1] for w in windows] == starts
+    assert all(w[0] == 101 and w[-1] == 102 and len(w) <= 6 for w in windows)
+    assert windows[-1][-2] == 10 and set().union(*windows) == set(IDS)  # the last token is in the last window
+    assert Truncation("sliding_window").windows(IDS, 12) == [IDS]  # a text that fits is one window
+
+
+def test_windows_pool_into_one_answer_per_text_by_mean_or_max():
+    logits = np.array([[1.0, 0.0], [3.0, -2.0], [0.0, 5.0], [2.0, 2.0], [-1.0, 4.0]], dtype=np.float32)
+    documents = np.array([0, 0, 1, 2, 2])
+    np.testing.assert_array_equal(pool_windows(logits, documents, "mean"), [[2.0, -1.0], [0.0, 5.0], [0.5, 3.0]])
+    np.testing.assert_array_equal(pool_windows(logits, documents, "max"), [[3.0, 0.0], [0.0, 5.0], [2.0, 4.0]])
+
+
 @pytest.mark.parametrize("override, message", [
     (["data.long_text=tail", "data.text_pair_column=second"], "'data.long_text' .*: is tail, but text pairs are cut "
                                                               "longest-first"),
     (["data.long_text=head_tail", "data.head_tokens=126"], r"'data.head_tokens' .*: leaves no room for the tail: "
                                                            r"keep it below max_length - 2 \(126\)"),
-    (["data.long_text=middle"], "expected one of head, tail, head_tail, got 'middle'"),
+    (["data.long_text=sliding_window", "data.stride=127"], r"'data.stride' .*: would skip tokens between windows: "
+                                                            r"keep it at most max_length - 2 \(126\)"),
+    (["data.long_text=middle"], "expected one of head, tail, head_tail, sliding_window, got 'middle'"),
 ])
 def test_long_text_keys_are_validated_in_one_line(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -58,17 +76,23 @@ def test_only_the_rules_that_keep_the_end_learn_a_label_told_at_the_end(tiny_con
     for split, n, seed in (("train", 240, 1), ("dev", 60, 2), ("test", 100, 3)):
         write_tsv(data / f"{split}.tsv", ending_rows(n, seed))
     test_rows = ending_rows(100, 3)
-    accuracy, exported = {}, {}
-    for rule in ("head", "tail", "head_tail"):
+    accuracy, exported, windows = {}, {}, {}
+    for rule in ("head", "tail", "head_tail", "sliding_window"):
         out = tmp_path / rule
         args = tiny_config_args + [f"output_dir={out}", f"data.train={data / 'train.tsv'}",
                                    f"data.dev={data / 'dev.tsv'}", f"data.test={data / 'test.tsv'}",
-                                   f"data.long_text={rule}", "data.head_tokens=20", "train.epochs=4"]
+                                   f"data.long_text={rule}", "data.head_tokens=20", "data.stride=31",
+                                   "data.window_pooling=max",
+                                   "train.epochs=4"]
         assert main(["train", "--config", DEMO, *overrides(args)]) == 0
         accuracy[rule] = json.loads((out / "results.json").read_text(encoding="utf-8"))["test"]["accuracy"]
         assert main(["export", "--model", str(out / "best"), "--output", str(out / "export")]) == 0
         predictions = Predictor(out / "export").predict([text for text, _ in test_rows])  # as trained: no option
         exported[rule] = np.mean([p.label == label for p, (_, label) in zip(predictions, test_rows)])
         assert all(p.truncated for p in predictions)
-    assert accuracy["head"] < 0.65 and accuracy["tail"] > 0.95 and accuracy["head_tail"] > 0.95, accuracy
+        windows[rule] = {p.windows for p in predictions}
+    assert accuracy["head"] < 0.65 and min(accuracy[r] for r in ("tail", "head_tail", "sliding_window")) > 0.95, \
+        accuracy
+    # 104-164 characters make 104-164 tokens: windows of 62 starting 31 apart
+    assert windows["sliding_window"] == {3, 4, 5} and windows["head_tail"] == {1}
     assert exported == pytest.approx(accuracy, abs=1e-9)  # the exported model cuts as training did

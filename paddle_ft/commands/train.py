@@ -1,10 +1,9 @@
 """`train`: config -> data -> model -> engine, writing everything under `output_dir`."""
 from __future__ import annotations
 
-from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
+from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import load_config
-from paddle_ft.data.features import Truncation
 from paddle_ft.engine.evaluate import Classification
 from paddle_ft.engine.losses import class_weights
 from paddle_ft.errors import ConfigError
@@ -24,7 +23,7 @@ def run(config_path: str, overrides: list[str]) -> int:
     model_config = shared_backbone(config.model, dist)
     tokenizer = build_tokenizer(model_config)
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
-                          Truncation(config.data.long_text, config.data.head_tokens))
+                          truncation_of(config.data))
     model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
     ready_to_train(model, config, folder, dist, resume_from, dataset.label_map)
     folder = folder.with_classifier(tokenizer, model_meta(config, dataset.label_map))

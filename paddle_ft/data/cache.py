@@ -46,7 +46,7 @@ def cache_key(examples: Sequence[Example], tokenizer, max_length: int, truncatio
 def cached_tokenize(examples: Sequence[Example], tokenizer, max_length: int, label_map: LabelMap | None,
                     cache_dir: str | Path | None, truncation: Truncation = Truncation()) -> tuple[Features, bool]:
     """`tokenize()` through the cache; returns (features, True when they came from the cache)."""
-    if cache_dir is None:
+    if cache_dir is None or truncation.mode == "sliding_window":  # the cache keeps one row per text
         return tokenize(examples, tokenizer, max_length, label_map, truncation), False
     entry = Path(cache_dir).expanduser() / cache_key(examples, tokenizer, max_length, truncation)
     labels = label_ids(examples, label_map)

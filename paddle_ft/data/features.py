@@ -14,10 +14,22 @@ from paddle_ft.data.readers import Example
 class Truncation:
     """Which tokens of a single text longer than `max_length` are kept ([CLS] and [SEP] always are): the
     first (head), the last (tail), or the first `head_tokens` and the last of the rest (head_tail, which
-    Sun et al. 2019 found best for long documents). Text pairs are always cut longest-first."""
+    Sun et al. 2019 found best for long documents); or every token, in windows of `max_length` that start
+    `stride` tokens apart and whose logits are pooled (`window_pooling` mean or max) into one answer
+    (sliding_window). Text pairs are always cut longest-first."""
 
     mode: str = "head"
     head_tokens: int = 64
+    stride: int = 64
+    window_pooling: str = "mean"
+
+    def windows(self, ids: list[int], max_length: int) -> list[list[int]]:
+        """The rows the model sees for one text: one, unless sliding_window cuts a long text into several."""
+        if self.mode != "sliding_window" or len(ids) <= max_length:
+            return [self.cut(ids, max_length)]
+        body, inner = max_length - 2, ids[1:-1]
+        starts = range(0, max(len(inner) - body, 0) + self.stride, self.stride)
+        return [[ids[0], *inner[start:start + body], ids[-1]] for start in starts if start < len(inner)]
 
     def cut(self, ids: list[int], max_length: int) -> list[int]:
         if len(ids) <= max_length:
@@ -40,6 +52,19 @@ class Features:
     token_type_ids: list[np.ndarray]  # each [seq] int64
     labels: np.ndarray | None         # [n] int64, None for unlabelled input
     word_ids: list[np.ndarray] | None = None  # each [seq]: the word of each token, for whole-word masking
+    documents: np.ndarray | None = None  # [n]: the text each row is a window of (sliding_window); None = row i
+    window_pooling: str = "mean"  # how the windows' logits become their text's
+
+    @property
+    def document_labels(self) -> np.ndarray | None:
+        """The class id of each text (of each row when there are no windows)."""
+        if self.labels is None or self.documents is None:
+            return self.labels
+        return self.labels[np.unique(self.documents, return_index=True)[1]]
+
+    def pool(self, logits: np.ndarray) -> np.ndarray:
+        """[rows, classes] -> [texts, classes]: each text's windows pooled."""
+        return logits if self.documents is None else pool_windows(logits, self.documents, self.window_pooling)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -65,14 +90,39 @@ def tokenize(examples: Sequence[Example], tokenizer, max_length: int,
              label_map: LabelMap | None = None, truncation: Truncation = Truncation()) -> Features:
     texts = [e.text for e in examples]
     pairs = [e.text_pair for e in examples] if examples and examples[0].text_pair is not None else None
+    labels = label_ids(examples, label_map)
     if truncation.mode == "head" or pairs is not None:
         encoded = tokenizer(texts, text_pair=pairs, max_length=max_length, truncation=True)
         ids, types = encoded["input_ids"], encoded["token_type_ids"]
-    else:  # whole, then cut where the rule says; a single text's token types are all 0
-        ids = [truncation.cut(x, max_length) for x in tokenizer(texts, max_length=None, truncation=False)["input_ids"]]
-        types = [[0] * len(x) for x in ids]
-    return Features([np.asarray(x, dtype=np.int64) for x in ids], [np.asarray(t, dtype=np.int64) for t in types],
-                    label_ids(examples, label_map))
+        return Features([np.asarray(x, dtype=np.int64) for x in ids], [np.asarray(t, dtype=np.int64) for t in types],
+                        labels)
+    # whole, then cut (or cut into windows) where the rule says; a single text's token types are all 0
+    rows = [truncation.windows(x, max_length) for x in tokenizer(texts, max_length=None, truncation=False)["input_ids"]]
+    ids = [np.asarray(window, dtype=np.int64) for windows in rows for window in windows]
+    features = Features(ids, [np.zeros_like(x) for x in ids], labels)
+    if truncation.mode == "sliding_window":  # every window of a text is a row carrying the text's label
+        features.documents = np.repeat(np.arange(len(rows)), [len(windows) for windows in rows])
+        features.labels = None if labels is None else labels[features.documents]
+        features.window_pooling = truncation.window_pooling
+    return features
+
+
+def pool_windows(logits: np.ndarray, documents: np.ndarray, how: str) -> np.ndarray:
+    """[rows, classes] logits of windows -> [texts, classes]: the mean (or max) over each text's windows;
+    `documents` [rows] says which text each row is a window of (0, 0, 1, 2, 2, 2, ...)."""
+    count = int(documents.max()) + 1
+    if how == "max":
+        pooled = np.full((count, logits.shape[1]), -np.inf, dtype=logits.dtype)
+        np.maximum.at(pooled, documents, logits)
+        return pooled
+    pooled = np.zeros((count, logits.shape[1]), dtype=logits.dtype)
+    np.add.at(pooled, documents, logits)
+    return pooled / np.bincount(documents, minlength=count)[:, None].astype(logits.dtype)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
 def label_ids(examples: Sequence[Example], label_map: LabelMap | None) -> np.ndarray | None:

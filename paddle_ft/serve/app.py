@@ -69,6 +69,8 @@ class Classification(BaseModel):
     score: float
     probabilities: dict[str, float]
     truncated: bool = Field(description="the text was longer than the model's max_length and was cut")
+    windows: int = Field(1, description="the windows of max_length the text was read in (more than 1 only for a "
+                                        "model trained with data.long_text sliding_window)")
     top_k: list[LabelScore] | None = Field(None, description="the top_k labels, when top_k > 1")
 
 
