@@ -105,9 +105,9 @@ class Predictor:
     def predict(self, texts: list[str], batch_size: int = 32, truncation: str | None = None,
                 pairs: list[str] | None = None) -> list[Prediction]:
         """One `Prediction` per text, in order; `pairs` holds the second text of each, for a model trained on
-        text pairs. A text longer than max_length keeps the tokens training kept (`truncation` None), or its
-        first tokens (`head`), its last ones (`tail`, where reviews often say what they conclude) or both ends
-        (`head_tail`); a pair is cut longest-first, as in training."""
+        text pairs. A text longer than max_length is read as training read it (`truncation` None), or by its
+        first tokens (`head`), its last ones (`tail`, where reviews often say what they conclude), both ends
+        (`head_tail`) or in pooled windows (`sliding_window`); a pair is cut longest-first, as in training."""
         check_texts(texts)
         if pairs is not None:
             check_texts(pairs, "second text {}")

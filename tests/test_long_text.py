@@ -67,7 +67,7 @@ def ending_rows(n: int, seed: int) -> list[tuple[str, str]]:
     return rows
 
 
-def test_only_the_rules_that_keep_the_end_learn_a_label_told_at_the_end(tiny_config_args, tmp_path):
+def test_only_the_rules_that_keep_the_end_learn_a_label_told_at_the_end(tiny_config_args, tmp_path, capsys):
     from paddle_ft.cli import main
     from paddle_ft.infer import Predictor
 
@@ -95,4 +95,10 @@ def test_only_the_rules_that_keep_the_end_learn_a_label_told_at_the_end(tiny_con
         accuracy
     # 104-164 characters make 104-164 tokens: windows of 62 starting 31 apart
     assert windows["sliding_window"] == {3, 4, 5} and windows["head_tail"] == {1}
+    capsys.readouterr()
+    text, label = test_rows[0]
+    assert main(["predict", "--model-dir", str(tmp_path / "sliding_window" / "export"), "--text", text]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["label"] == label and record["windows"] == len(Truncation("sliding_window", stride=31).windows(
+        [0] * (len(text) + 2), 64))
     assert exported == pytest.approx(accuracy, abs=1e-9)  # the exported model cuts as training did

@@ -29,7 +29,7 @@ def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_
     try:
         for i, (text, result) in enumerate(zip(texts, results)):
             record = {"text": text, **({"text_pair": pairs[i]} if pairs else {}), "label": result.label,
-                      "score": round(result.score, 6)}
+                      "score": round(result.score, 6), **({"windows": result.windows} if result.windows > 1 else {})}
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     finally:
         if output_path:
