@@ -156,9 +156,7 @@ class Predictor:
         head_tokens = self.meta.head_tokens if self.meta.truncation == "head_tail" else (self.max_length - 2) // 2
         rule = Truncation(truncation, head_tokens, self.meta.stride, self.meta.window_pooling)
         whole = self.tokenizer(list(texts), max_length=None, truncation=False)["input_ids"]
-        rows = [rule.windows(x, self.max_length) for x in whole]
-        ids = [window for windows in rows for window in windows]
-        documents = np.repeat(np.arange(len(rows)), [len(w) for w in rows]) if truncation == "sliding_window" else None
+        ids, documents = rule.apply(whole, self.max_length)
         return ids, [[0] * len(x) for x in ids], [len(x) > self.max_length for x in whole], documents
 
     def _encode_pairs(self, texts: list[str], pairs: list[str]):

@@ -23,13 +23,22 @@ class Truncation:
     stride: int = 64
     window_pooling: str = "mean"
 
+    def apply(self, texts_ids: list[list[int]], max_length: int) -> tuple[list[list[int]], np.ndarray | None]:
+        """(the rows the model sees, the text each row belongs to): a row per text, documents None; with
+        sliding_window a row per window, documents [rows] (0, 0, 1, 2, 2, 2, ...)."""
+        rows = [self.windows(ids, max_length) for ids in texts_ids]
+        flat = [window for windows in rows for window in windows]
+        if self.mode != "sliding_window":
+            return flat, None
+        return flat, np.repeat(np.arange(len(rows)), [len(windows) for windows in rows])
+
     def windows(self, ids: list[int], max_length: int) -> list[list[int]]:
         """The rows the model sees for one text: one, unless sliding_window cuts a long text into several."""
         if self.mode != "sliding_window" or len(ids) <= max_length:
             return [self.cut(ids, max_length)]
         body, inner = max_length - 2, ids[1:-1]
-        starts = range(0, max(len(inner) - body, 0) + self.stride, self.stride)
-        return [[ids[0], *inner[start:start + body], ids[-1]] for start in starts if start < len(inner)]
+        step = min(self.stride, body)  # a wider step would skip the tokens between two windows
+        return [[ids[0], *inner[start:start + body], ids[-1]] for start in range(0, len(inner) - body + step, step)]
 
     def cut(self, ids: list[int], max_length: int) -> list[int]:
         if len(ids) <= max_length:
@@ -97,14 +106,12 @@ def tokenize(examples: Sequence[Example], tokenizer, max_length: int,
         return Features([np.asarray(x, dtype=np.int64) for x in ids], [np.asarray(t, dtype=np.int64) for t in types],
                         labels)
     # whole, then cut (or cut into windows) where the rule says; a single text's token types are all 0
-    rows = [truncation.windows(x, max_length) for x in tokenizer(texts, max_length=None, truncation=False)["input_ids"]]
-    ids = [np.asarray(window, dtype=np.int64) for windows in rows for window in windows]
-    features = Features(ids, [np.zeros_like(x) for x in ids], labels)
-    if truncation.mode == "sliding_window":  # every window of a text is a row carrying the text's label
-        features.documents = np.repeat(np.arange(len(rows)), [len(windows) for windows in rows])
-        features.labels = None if labels is None else labels[features.documents]
-        features.window_pooling = truncation.window_pooling
-    return features
+    rows, documents = truncation.apply(tokenizer(texts, max_length=None, truncation=False)["input_ids"], max_length)
+    ids = [np.asarray(row, dtype=np.int64) for row in rows]
+    if documents is not None and labels is not None:
+        labels = labels[documents]  # every window of a text is a row carrying the text's label
+    return Features(ids, [np.zeros_like(x) for x in ids], labels, documents=documents,
+                    window_pooling=truncation.window_pooling)
 
 
 def pool_windows(logits: np.ndarray, documents: np.ndarray, how: str) -> np.ndarray:
