@@ -112,10 +112,9 @@ def resolve_backbone(model: ModelConfig) -> ModelConfig:
 
 
 def build_encoder(model: ModelConfig, tokenizer, max_length: int):
-    """(the encoder of a resolved model config, what its checkpoint gave it (None for scratch): the caller logs
-    it with what it adds on top), checked
-    against the tokenizer and max_length before any training: what Paddle would otherwise report as an index
-    error in the middle of the first epoch."""
+    """(the encoder of a resolved model config, the `LoadReport` of its checkpoint or None for scratch, which
+    the caller logs with what it adds on top), checked against the tokenizer and max_length before any
+    training: what Paddle would otherwise report as an index error in the middle of the first epoch."""
     report = None
     if model.backbone is None:
         s = model.scratch

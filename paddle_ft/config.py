@@ -24,6 +24,7 @@ METRICS = ("accuracy", "macro_f1", "masked_accuracy", "replaced_f1")  # the last
 POOLINGS = ("pooler", "cls", "mean")
 LOSSES = ("cross_entropy", "focal")
 LONG_TEXTS = ("head", "tail", "head_tail", "sliding_window")  # what becomes of a text longer than max_length
+WINDOW_POOLINGS = ("mean", "max")
 
 
 def _check(test: Callable[[Any], bool], expected: str) -> dict:
@@ -70,7 +71,7 @@ class DataConfig:
     stride: int = field(default=64, metadata=_positive())
     """With long_text sliding_window: tokens between the starts of a long text's windows of max_length (each
     window carries the text's label in training)."""
-    window_pooling: str = field(default="mean", metadata=_one_of("mean", "max"))
+    window_pooling: str = field(default="mean", metadata=_one_of(*WINDOW_POOLINGS))
     """With long_text sliding_window: how the windows' logits make the text's one answer."""
     on_bad_row: str = field(default="error", metadata=_one_of("error", "skip"))
     """`error` stops at the first bad row; `skip` drops bad rows and reports how many."""
@@ -220,9 +221,9 @@ class TrainConfig:
     class_weights: str | tuple[float, ...] | None = field(default=None, metadata=_check(
         lambda v: v == "auto" if isinstance(v, str) else len(v) > 0 and all(w > 0 for w in v),
         "auto or a list of positive numbers, one per label"))
-    """Per-class weights of each example's loss: `auto` = inverse class frequency in the training data,
-    normalised so the average training example weighs 1; or one positive weight per label, in data.labels
-    order; null = all 1."""
+    """Per-class weights of each example's loss: `auto` = inverse class frequency in the training data (in its
+    windows, with data.long_text sliding_window), normalised so the average training example weighs 1; or one
+    positive weight per label, in data.labels order; null = all 1."""
     optimizer: OptimizerConfig = OptimizerConfig()
     """AdamW, clipping and the learning-rate schedule."""
     amp: AmpConfig = AmpConfig()

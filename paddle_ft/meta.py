@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paddle_ft.config import LONG_TEXTS, POOLINGS
+from paddle_ft.config import LONG_TEXTS, POOLINGS, WINDOW_POOLINGS
 from paddle_ft.data.features import Truncation
 from paddle_ft.errors import UserError
 
@@ -92,7 +92,7 @@ class ModelMeta:
             ("head_tokens", isinstance(meta.head_tokens, int)
              and (meta.truncation != "head_tail" or 0 < meta.head_tokens < meta.max_length - 2)),
             ("stride", isinstance(meta.stride, int) and 0 < meta.stride),
-            ("window_pooling", meta.window_pooling in ("mean", "max")),
+            ("window_pooling", meta.window_pooling in WINDOW_POOLINGS),
             ("pooling", meta.pooling in POOLINGS),
             ("format_version", meta.format_version == FORMAT_VERSION)) if not ok]
         if problems:
