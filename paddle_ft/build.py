@@ -25,19 +25,21 @@ class Dataset:
     """Split name ("train", "dev", "test") -> rows, for the splits the config names."""
 
 
-def columns_of(data: DataConfig) -> Columns:
-    return Columns(data.text_column, data.text_pair_column, data.label_column)
+def columns_of(data: DataConfig, task: str = "single_label") -> Columns:
+    delimiter = data.label_delimiter if task == "multi_label" else None
+    return Columns(data.text_column, data.text_pair_column, data.label_column, delimiter, data.allow_no_label)
 
 
-def read_dataset(data: DataConfig) -> Dataset:
+def read_dataset(data: DataConfig, task: str = "single_label") -> Dataset:
     """Read every configured split; labels come from `data.labels` or from train."""
-    columns = columns_of(data)
+    columns = columns_of(data, task)
     examples, given = {}, None if data.labels is None else resolve_labels(data.labels, None)
     if data.train is not None:
         examples["train"], report = read_examples(
             data.train, data.format, columns, frozenset(given.names) if given else None, data.on_bad_row)
         log(report.summary())
-    label_map = given or resolve_labels(None, [e.label for e in examples.get("train", [])] or None)
+    label_map = given or resolve_labels(None, [name for e in examples.get("train", []) for name in names_of(e)]
+                                        or None)
     for split in ("dev", "test"):
         path = getattr(data, split)
         if path is not None:
@@ -45,6 +47,11 @@ def read_dataset(data: DataConfig) -> Dataset:
                                                     data.on_bad_row)
             log(report.summary())
     return Dataset(label_map, examples)
+
+
+def names_of(example: Example) -> tuple[str, ...]:
+    """The label names of a row, single- or multi-label."""
+    return example.label if isinstance(example.label, tuple) else (example.label,)
 
 
 def truncation_of(data: DataConfig) -> Truncation:
@@ -171,4 +178,5 @@ def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
     return ModelMeta(labels=label_map.names, max_length=data.max_length, text_column=data.text_column,
                      text_pair_column=data.text_pair_column, label_column=data.label_column, format=data.format,
                      dropout=config.model.dropout, pooling=config.model.pooling, truncation=data.long_text,
-                     head_tokens=data.head_tokens, stride=data.stride, window_pooling=data.window_pooling)
+                     head_tokens=data.head_tokens, stride=data.stride, window_pooling=data.window_pooling,
+                     task=config.task, label_delimiter=data.label_delimiter, allow_no_label=data.allow_no_label)

@@ -6,6 +6,12 @@
     >>> classify(["质量很好", "太差了"], top_k=2)
     [[{'label': '正面', ...}, {'label': '负面', ...}], [...]]
 
+A multi-label model answers with the labels whose probability reaches their threshold (tuned on dev at
+training), most probable first, maybe none:
+
+    >>> paddle_ft.Classifier("out/topics/export")("央行降息后股市大涨")
+    [{'label': '财经', 'score': 0.97}, {'label': '股票', 'score': 0.81}]
+
 A text longer than the model's max_length is cut as training cut it (its `data.long_text`), or as
 `truncation` says (`"head"` keeps its beginning, `"tail"` its end, `"head_tail"` both), and each of its
 labels then carries `"truncated": True` (and, read in sliding windows, `"windows": N`). A model trained on text pairs
@@ -21,18 +27,21 @@ from paddle_ft.meta import TRUNCATIONS
 
 
 class Classifier:
-    def __init__(self, model_dir: str | Path, top_k: int = 1, batch_size: int = 32, truncation: str | None = None,
-                 **predictor_options):
-        """`predictor_options` go to `Predictor` (device, cpu_threads, precision, use_tensorrt, ...)."""
+    def __init__(self, model_dir: str | Path, top_k: int | None = None, batch_size: int = 32,
+                 truncation: str | None = None, **predictor_options):
+        """`top_k` (default 1): labels per text of a single-label model. `predictor_options` go to `Predictor`
+        (device, cpu_threads, precision, use_tensorrt, ...)."""
         if truncation not in (None, *TRUNCATIONS):
             raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
         self.predictor = Predictor(model_dir, **predictor_options)
         self.labels = tuple(self.predictor.labels)
+        self.multi_label = self.predictor.meta.multi_label
         self.top_k, self.batch_size, self.truncation = self._check_top_k(top_k), _positive(batch_size), truncation
 
     def __call__(self, texts, top_k: int | None = None, batch_size: int | None = None,
                  text_pairs: list[str] | None = None):
-        """One text (or pair) -> its `top_k` labels, best first; a list of them -> a list of those, in order."""
+        """One text (or pair) -> its `top_k` labels (a multi-label model: its label set), best first; a list of
+        them -> a list of those, in order."""
         single = isinstance(texts, (str, tuple))
         batch = [texts] if single else list(texts)
         if batch and all(isinstance(t, tuple) and len(t) == 2 for t in batch):
@@ -41,17 +50,31 @@ class Classifier:
             batch, text_pairs = [t for t, _ in batch], [pair for _, pair in batch]
         if not all(isinstance(t, str) for t in batch + list(text_pairs or [])):
             raise UserError("Classifier takes a text, a (text, second_text) tuple, or a list of either (str)")
-        k = self._check_top_k(self.top_k if top_k is None else top_k)
+        k = self.top_k if top_k is None else self._check_top_k(top_k)
         if not batch:
             return []
         predictions = self.predictor.predict(batch, _positive(self.batch_size if batch_size is None else batch_size),
                                              self.truncation, list(text_pairs) if text_pairs is not None else None)
         results = [[{"label": label, "score": score, **({"truncated": True} if p.truncated else {}),
                      **({"windows": p.windows} if p.windows > 1 else {})}
-                    for label, score in p.top(k)] for p in predictions]
+                    for label, score in self._answer(p, k)] for p in predictions]
         return results[0] if single else results
 
-    def _check_top_k(self, top_k) -> int:
+    @staticmethod
+    def _answer(prediction, k: int | None) -> list[tuple[str, float]]:
+        if prediction.labels is None:
+            return prediction.top(k)
+        return [(label, prediction.probabilities[label]) for label in prediction.labels]
+
+    def _check_top_k(self, top_k) -> int | None:
+        """The single-label model's top_k (default 1); a multi-label model's answer is its label set."""
+        if self.multi_label:
+            if top_k is not None:
+                raise UserError("top_k: this multi-label model answers with every label that reaches its threshold; "
+                                "leave top_k out")
+            return None
+        if top_k is None:
+            return 1
         if not isinstance(top_k, int) or not 1 <= top_k <= len(self.labels):
             raise UserError(f"top_k={top_k!r}: give an integer from 1 to {len(self.labels)} (the number of labels)")
         return top_k

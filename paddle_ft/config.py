@@ -20,7 +20,11 @@ import yaml
 from paddle_ft.errors import ConfigError, ConfigErrors, UserError
 
 ARCHITECTURES = ("bert", "ernie", "roberta")
-METRICS = ("accuracy", "macro_f1", "masked_accuracy", "replaced_f1")  # the last two for pretraining
+TASKS = ("single_label", "multi_label")
+# the dev metrics that can pick a model, per kind of run (all: higher is better)
+TASK_METRICS = {"single_label": ("accuracy", "macro_f1"), "multi_label": ("micro_f1", "macro_f1", "subset_accuracy"),
+                "pretraining": ("masked_accuracy", "replaced_f1")}
+METRICS = tuple(dict.fromkeys(m for metrics in TASK_METRICS.values() for m in metrics))
 POOLINGS = ("pooler", "cls", "mean")
 LOSSES = ("cross_entropy", "focal")
 LONG_TEXTS = ("head", "tail", "head_tail", "sliding_window")  # what becomes of a text longer than max_length
@@ -57,7 +61,14 @@ class DataConfig:
     text_pair_column: str | None = None
     """Second text for sentence-pair tasks; null for single-text classification."""
     label_column: str = "label"
-    """Column (or JSONL key) holding the label name."""
+    """Column (or JSONL key) holding the label name (task multi_label: the label names)."""
+    label_delimiter: str = field(default=",", metadata=_check(lambda v: bool(v) and not v.isspace() and "\t" not in v,
+                                                              "a non-blank string without a tab"))
+    """Task multi_label: what separates a row's label names in its label column ("体育,财经"); a JSONL row may
+    give a list instead (["体育", "财经"])."""
+    allow_no_label: bool = False
+    """Task multi_label: a row with an empty label set is a text that has none of the labels (when false it is
+    a bad row, as an empty label usually means a row someone forgot to label)."""
     labels: tuple[str, ...] | str | None = None
     """Label names as a list, a file with one name per line, or null to take them from train."""
     max_length: int = field(default=128, metadata=_check(lambda v: v >= 8, "an integer >= 8"))
@@ -274,6 +285,9 @@ class PretrainConfig:
 class Config:
     output_dir: str = field(default="out/run", metadata=_check(lambda v: bool(v.strip()), "a folder path"))
     """Folder of the run: config, metrics, checkpoints, best/ and results."""
+    task: str = field(default="single_label", metadata=_one_of(*TASKS))
+    """single_label: one label per text (softmax); multi_label: any set of the labels per text (a sigmoid per
+    label, each with its own threshold tuned on dev)."""
     seed: int = field(default=42, metadata=_check(lambda v: 0 <= v < 2**32, "an integer from 0 to 2**32 - 1"))
     """Seeds python, numpy and paddle: the same seed gives the same run."""
     data: DataConfig = DataConfig()
@@ -557,6 +571,7 @@ def _cross_field_problems(config: Config, where) -> list[ConfigError]:
     if data.long_text == "sliding_window" and data.stride > data.max_length - 2:
         problems.append(ConfigError("data.stride", f"would skip tokens between windows: keep it at most max_length "
                                     f"- 2 ({data.max_length - 2})", where("data.stride")))
+    problems += _task_problems(config, where)
     weights, labels = train.class_weights, config.data.labels
     if isinstance(weights, tuple) and labels and len(weights) != len(labels):
         problems.append(ConfigError("train.class_weights", f"has {len(weights)} weights for {len(labels)} labels "
@@ -567,4 +582,24 @@ def _cross_field_problems(config: Config, where) -> list[ConfigError]:
         if value and config.data.dev is None and not config.pretrain.corpus:  # pretraining holds its own out
             problems.append(ConfigError(key, f"is {value} but data.dev is not set, so nothing would be evaluated; "
                                         f"set data.dev or {key}=0", where(key)))
+    return problems
+
+
+def _task_problems(config: Config, where) -> list[ConfigError]:
+    """The metric, loss and class weights that make sense for `task`."""
+    train, problems = config.train, []
+    metric, multi = train.evaluation.metric, TASK_METRICS["multi_label"]
+    if config.task == "multi_label" and metric not in multi:
+        problems.append(ConfigError("train.evaluation.metric", f"is {metric}, but a multi_label model is picked by "
+                                    f"{', '.join(multi)}: set train.evaluation.metric: micro_f1",
+                                    where("train.evaluation.metric")))
+    if config.task == "single_label" and metric in set(multi) - set(TASK_METRICS["single_label"]):
+        problems.append(ConfigError("train.evaluation.metric", f"{metric} scores a multi_label model; set task: "
+                                    "multi_label, or pick by accuracy or macro_f1", where("train.evaluation.metric")))
+    if config.task == "multi_label":
+        for key, value, default in (("train.loss", train.loss, "cross_entropy"),
+                                    ("train.class_weights", train.class_weights, None)):
+            if value != default:
+                problems.append(ConfigError(key, f"is {value!r}, but a multi_label model learns each label by binary "
+                                            f"cross-entropy, which {key} does not change yet: remove it", where(key)))
     return problems

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.data.features import Truncation, pad_ids, pool_windows, softmax
+from paddle_ft.data.features import Truncation, pad_ids, pool_windows, sigmoid, softmax
 from paddle_ft.data.tokenizer import FastBertTokenizer, fastest
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.meta import REEXPORT, TRUNCATIONS, read_export_info
@@ -31,7 +31,8 @@ def program_file(model_dir: Path) -> Path:
 
 
 class Predictor:
-    """preprocess (tokenise, pad) -> run (Paddle Inference) -> postprocess (softmax, labels)."""
+    """preprocess (tokenise, pad) -> run (Paddle Inference) -> postprocess (softmax and the top label; for a
+    multi-label model a sigmoid per label and the labels at or above their thresholds)."""
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", cpu_threads: int | None = None,
                  enable_onednn: bool = True, gpu_id: int = 0, precision: str = "fp32",
@@ -127,12 +128,19 @@ class Predictor:
                                                 self.tokenizer.pad_token_id)
             logits[chosen] = self.run(input_ids, token_type_ids)
         if documents is None:
-            probs, windows = softmax(logits), np.ones(len(texts), dtype=np.int64)
+            windows = np.ones(len(texts), dtype=np.int64)
         else:
-            probs = softmax(pool_windows(logits, documents, self.meta.window_pooling))
+            logits = pool_windows(logits, documents, self.meta.window_pooling)
             windows = np.bincount(documents, minlength=len(texts))
-        return [Prediction(dict(zip(self.labels, map(float, row))), cut, int(count))
-                for row, cut, count in zip(probs, truncated, windows)]
+        return [self._prediction(row, cut, int(count)) for row, cut, count in zip(logits, truncated, windows)]
+
+    def _prediction(self, logits: np.ndarray, truncated: bool, windows: int) -> Prediction:
+        """One text's `Prediction` from its (pooled) logits [labels]."""
+        if not self.meta.multi_label:
+            return Prediction(dict(zip(self.labels, map(float, softmax(logits)))), truncated, windows)
+        probs = dict(zip(self.labels, map(float, sigmoid(logits))))
+        chosen = [name for name, threshold in zip(self.labels, self.meta.label_thresholds) if probs[name] >= threshold]
+        return Prediction(probs, truncated, windows, tuple(sorted(chosen, key=lambda name: -probs[name])))
 
     def check_pairs(self, texts: list[str], pairs: list[str] | None, truncation: str | None = None) -> None:
         """Second texts where, and only where, the model was trained on pairs; one per text."""
@@ -173,11 +181,14 @@ class Prediction:
     """What the model says about one text; `predict`, `Classifier` and the HTTP service only format it."""
 
     probabilities: dict[str, float]
-    """Every label's probability, in class-id order."""
+    """Every label's probability, in class-id order (multi-label: each label's own, not summing to 1)."""
     truncated: bool
     """The text was longer than the model's max_length and was cut (or cut into windows)."""
     windows: int = 1
     """The windows of max_length the text was read in (more than 1 only with sliding_window)."""
+    labels: tuple[str, ...] | None = None
+    """A multi-label model's answer: the labels at or above their thresholds, most probable first (maybe
+    none); None from a single-label model."""
 
     def top(self, k: int) -> list[tuple[str, float]]:
         """The `k` most probable (label, probability), best first; ties keep class-id order."""
@@ -192,8 +203,8 @@ class Prediction:
         return self.top(1)[0][1]
 
     def as_dict(self) -> dict:
-        return {"label": self.label, "score": self.score, "probabilities": self.probabilities,
-                "truncated": self.truncated, "windows": self.windows}
+        answer = {"label": self.label, "score": self.score} if self.labels is None else {"labels": list(self.labels)}
+        return {**answer, "probabilities": self.probabilities, "truncated": self.truncated, "windows": self.windows}
 
 
 def stack_probabilities(predictions: list[Prediction]) -> np.ndarray:

@@ -13,13 +13,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paddle_ft.config import LONG_TEXTS, POOLINGS, WINDOW_POOLINGS
+from paddle_ft.config import LONG_TEXTS, POOLINGS, TASKS, WINDOW_POOLINGS
 from paddle_ft.data.features import Truncation
 from paddle_ft.errors import UserError
 
 FORMAT_VERSION = 2
 """1: paddle_ft 0.1 (untyped paddle_ft.json, labels only in label_map.json); 2: `ModelMeta`."""
-TASKS = ("single_label",)
 TRUNCATIONS = LONG_TEXTS
 MODEL_META = "paddle_ft.json"
 EXPORT_INFO = "export.json"
@@ -57,7 +56,13 @@ class ModelMeta:
     window_pooling: str = "mean"
     """With sliding_window truncation: how the windows' logits are pooled (mean or max)."""
     task: str = "single_label"
-    """One label per text (softmax); the only task so far."""
+    """single_label: one label per text (softmax); multi_label: a set of labels (a sigmoid per label)."""
+    thresholds: tuple[float, ...] | None = None
+    """multi_label: each label's probability threshold, in label order (tuned on dev); None = 0.5 for all."""
+    label_delimiter: str = ","
+    """multi_label: what separates the label names in the label column of the files training read."""
+    allow_no_label: bool = False
+    """multi_label: a labelled row may have no label at all."""
     format_version: int = FORMAT_VERSION
     """Layout of the metadata; older ones are read by `_upgrade`."""
 
@@ -73,15 +78,27 @@ class ModelMeta:
     def takes_pairs(self) -> bool:
         return self.text_pair_column is not None
 
+    @property
+    def multi_label(self) -> bool:
+        return self.task == "multi_label"
+
+    @property
+    def label_thresholds(self) -> tuple[float, ...]:
+        """multi_label: the threshold of each label, in label order."""
+        return self.thresholds if self.thresholds is not None else (0.5,) * len(self.labels)
+
     def as_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "labels": list(self.labels)}
+        thresholds = None if self.thresholds is None else list(self.thresholds)
+        return {**dataclasses.asdict(self), "labels": list(self.labels), "thresholds": thresholds}
 
     @classmethod
     def from_dict(cls, data: dict, source: Path, fix: str) -> ModelMeta:
         """Checked fields of `data` (read from `source`); one line naming the file and `fix` when they are
         wrong."""
         try:
-            meta = cls(**{**data, "labels": tuple(data["labels"])})
+            thresholds = data.get("thresholds")
+            meta = cls(**{**data, "labels": tuple(data["labels"]),
+                          "thresholds": tuple(thresholds) if isinstance(thresholds, list) else thresholds})
         except (TypeError, KeyError):
             raise UserError(f"{source} is damaged (its fields are not a paddle_ft model's); {fix}") from None
         problems = [name for name, ok in (
@@ -89,6 +106,10 @@ class ModelMeta:
              and len(set(meta.labels)) == len(meta.labels)),
             ("max_length", isinstance(meta.max_length, int) and meta.max_length >= 2),
             ("task", meta.task in TASKS), ("truncation", meta.truncation in TRUNCATIONS),
+            ("thresholds", meta.thresholds is None or (
+                len(meta.thresholds) == len(meta.labels) and meta.multi_label
+                and all(isinstance(t, (int, float)) and 0 <= t <= 1 for t in meta.thresholds))),
+            ("label_delimiter", isinstance(meta.label_delimiter, str) and meta.label_delimiter.strip() != ""),
             ("head_tokens", isinstance(meta.head_tokens, int)
              and (meta.truncation != "head_tail" or 0 < meta.head_tokens < meta.max_length - 2)),
             ("stride", isinstance(meta.stride, int) and 0 < meta.stride),

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from paddle_ft.bundle import load_bundle
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import Columns, format_of, read_examples
@@ -17,17 +19,30 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     bundle = load_bundle(model_dir)
     check_output_file(errors, "--errors")  # before minutes of scoring, not after
     meta, label_map, tokenizer = bundle.meta, bundle.label_map, fastest(bundle.tokenizer)
-    columns = Columns(meta.text_column, meta.text_pair_column, meta.label_column)
+    columns = Columns(meta.text_column, meta.text_pair_column, meta.label_column,
+                      meta.label_delimiter if meta.multi_label else None, meta.allow_no_label)
     examples, _ = read_examples(data_path, format_of(data_path, meta.format), columns, frozenset(label_map.names))
     features = tokenize(examples, tokenizer, meta.max_length, label_map, meta.truncation_rule)
-    report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names)
-
-    predicted = probs.argmax(axis=1)
+    report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names,
+                             thresholds=meta.label_thresholds if meta.multi_label else None)
+    answers = _label_sets(probs, meta.label_thresholds, label_map.names) if meta.multi_label else \
+        [((label_map.name(i),), row[i]) for i, row in zip(probs.argmax(axis=1), probs)]
     with errors.open("w", encoding="utf-8") as out:
         out.write("line\ttext\tgold\tpredicted\tscore\n")
-        for example, guess, row in zip(examples, predicted, probs):
-            if label_map.name(guess) != example.label:
+        for example, (predicted, score) in zip(examples, answers):
+            gold = example.label if meta.multi_label else (example.label,)
+            if set(predicted) != set(gold):
                 text = example.text if example.text_pair is None else f"{example.text} ||| {example.text_pair}"
                 text = " ".join(text.split())  # a tab or newline inside a CSV/JSONL text would break the TSV
-                out.write(f"{example.line}\t{text}\t{example.label}\t{label_map.name(guess)}\t{row[guess]:.4f}\n")
+                out.write(f"{example.line}\t{text}\t{meta.label_delimiter.join(gold)}\t"
+                          f"{meta.label_delimiter.join(predicted)}\t{score:.4f}\n")
     return {"data": str(data_path), **report, "misclassified_file": str(errors)}
+
+
+def _label_sets(probs: np.ndarray, thresholds: tuple[float, ...], names: tuple[str, ...]):
+    """(the labels at or above their thresholds, the lowest probability among them, or the highest of all when
+    none is) per text: how sure the model was of the set it gave."""
+    chosen = probs >= np.asarray(thresholds)
+    return [(tuple(n for n, c in zip(names, row_chosen) if c),
+             float(row[row_chosen].min()) if row_chosen.any() else float(row.max()))
+            for row, row_chosen in zip(probs, chosen)]

@@ -28,10 +28,18 @@ def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_
     out = Path(output_path).open("w", encoding="utf-8") if output_path else sys.stdout
     try:
         for i, (text, result) in enumerate(zip(texts, results)):
-            record = {"text": text, **({"text_pair": pairs[i]} if pairs else {}), "label": result.label,
-                      "score": round(result.score, 6), **({"windows": result.windows} if result.windows > 1 else {})}
+            record = {"text": text, **({"text_pair": pairs[i]} if pairs else {}), **_answer(result),
+                      **({"windows": result.windows} if result.windows > 1 else {})}
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     finally:
         if output_path:
             out.close()
     return 0
+
+
+def _answer(result) -> dict:
+    """The top label and its probability; a multi-label model's label set and every label's probability."""
+    if result.labels is None:
+        return {"label": result.label, "score": round(result.score, 6)}
+    return {"labels": list(result.labels),
+            "probabilities": {name: round(p, 6) for name, p in result.probabilities.items()}}

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
-from paddle_ft.config import load_config
-from paddle_ft.engine.evaluate import Classification
+from paddle_ft.config import TASK_METRICS, load_config
+from paddle_ft.engine.evaluate import Classification, MultiLabelClassification
 from paddle_ft.engine.losses import class_weights
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
@@ -14,12 +14,12 @@ def run(config_path: str, overrides: list[str]) -> int:
     config = load_config(config_path, overrides)
     if config.data.train is None:
         raise ConfigError("data.train", "training needs a training file; set data.train")
-    metric, classifier_metrics = config.train.evaluation.metric, Classification.metrics
-    if metric not in classifier_metrics:  # masked_accuracy and replaced_f1 score pretraining
+    metric = config.train.evaluation.metric
+    if metric in TASK_METRICS["pretraining"]:  # the config checked the rest against the task
         raise ConfigError("train.evaluation.metric", f"{metric} is pretraining's; a classifier is picked by "
-                          f"{' or '.join(classifier_metrics)}")
+                          f"{' or '.join(TASK_METRICS[config.task])}")
     dist, folder, resume_from = open_run(config)
-    dataset = read_dataset(config.data)
+    dataset = read_dataset(config.data, config.task)
     model_config = shared_backbone(config.model, dist)
     tokenizer = build_tokenizer(model_config)
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
@@ -31,15 +31,17 @@ def run(config_path: str, overrides: list[str]) -> int:
     if dist.is_main:
         for split in ("dev", "test"):
             if split in results:
-                log(f"{split} accuracy {results[split]['accuracy']:.4f}  macro-F1 {results[split]['macro_f1']:.4f} "
-                    f"(best model, step {results['best_step']})")
+                scores = "  ".join(f"{m} {results[split][m]:.4f}" for m in TASK_METRICS[config.task])
+                log(f"{split} {scores} (best model, step {results['best_step']})")
         log(f"wrote {folder.best_dir} and {folder.path / 'results.json'}")
     return 0
 
 
-def objective(config, splits, dist) -> Classification:
+def objective(config, splits, dist) -> Classification | MultiLabelClassification:
     """The classifier's loss as the config sets it, the class weights made concrete (and logged)."""
     tc = config.train
+    if config.task == "multi_label":
+        return MultiLabelClassification(splits.label_names, splits.pad_token_id)
     weights = class_weights(tc.class_weights, splits.train.labels, splits.label_names)
     if weights is not None and dist.is_main:
         how = "auto: inverse class frequency" if tc.class_weights == "auto" else "train.class_weights"

@@ -59,14 +59,14 @@ class Features:
 
     input_ids: list[np.ndarray]       # each [seq] int64
     token_type_ids: list[np.ndarray]  # each [seq] int64
-    labels: np.ndarray | None         # [n] int64, None for unlabelled input
+    labels: np.ndarray | None         # [n] int64 (multi-label: [n, labels] float32 0/1), None for unlabelled input
     word_ids: list[np.ndarray] | None = None  # each [seq]: the word of each token, for whole-word masking
     documents: np.ndarray | None = None  # [n]: the text each row is a window of (sliding_window); None = row i
     window_pooling: str = "mean"  # how the windows' logits become their text's
 
     @property
     def document_labels(self) -> np.ndarray | None:
-        """The class id of each text (of each row when there are no windows)."""
+        """The class id (multi-label: the 0/1 row) of each text (of each row when there are no windows)."""
         if self.labels is None or self.documents is None:
             return self.labels
         return self.labels[np.unique(self.documents, return_index=True)[1]]
@@ -132,10 +132,21 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """Each label's own probability (multi-label), without overflow for large negative logits."""
+    return np.exp(-np.logaddexp(0.0, -logits)).astype(logits.dtype)
+
+
 def label_ids(examples: Sequence[Example], label_map: LabelMap | None) -> np.ndarray | None:
-    """Class id of each example; None for unlabelled input."""
+    """Class id of each example [n] int64, or for multi-label rows a 0/1 row per example [n, labels] float32;
+    None for unlabelled input."""
     if label_map is None:
         return None
+    if examples and isinstance(examples[0].label, tuple):
+        multi_hot = np.zeros((len(examples), len(label_map)), dtype=np.float32)
+        for row, example in enumerate(examples):
+            multi_hot[row, [label_map.id(name) for name in example.label]] = 1.0
+        return multi_hot
     return np.array([label_map.id(e.label) for e in examples], dtype=np.int64)
 
 

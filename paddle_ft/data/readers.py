@@ -27,13 +27,19 @@ class Columns:
     text_pair: str | None = None
     label: str | None = "label"
     """None when reading unlabelled input for prediction."""
+    label_delimiter: str | None = None
+    """Set for multi-label rows: what separates the label names in the label column (a JSONL row may give a
+    list instead); None = one label name per row."""
+    allow_no_label: bool = False
+    """Multi-label rows: an empty label set is allowed (a text with none of the labels)."""
 
 
 @dataclass(frozen=True)
 class Example:
     text: str
     text_pair: str | None
-    label: str | None
+    label: str | tuple[str, ...] | None
+    """The label name; a multi-label row's set of names (in the order the row gives them); None unlabelled."""
     line: int
     """1-based line in the source file, for error messages and error reports."""
 
@@ -246,11 +252,38 @@ def _to_example(line: int, record, columns: Columns, labels: frozenset[str] | No
     text = _field(record, columns.text, line)
     pair = _field(record, columns.text_pair, line) if columns.text_pair else None
     label = None
-    if columns.label is not None:
+    if columns.label is not None and columns.label_delimiter is not None:
+        label = _label_set(record, columns, line, labels)
+    elif columns.label is not None:
         label = _field(record, columns.label, line).strip()  # a name: surrounding blanks are not part of it
         if labels is not None and label not in labels:
             raise _BadRow(line, f"label '{label}' is not one of {', '.join(sorted(labels))}")
     return Example(text, pair, label, line)
+
+
+def _label_set(record: dict, columns: Columns, line: int, labels: frozenset[str] | None) -> tuple[str, ...]:
+    """The label names of a multi-label row: a JSON list, or one string of names split at the delimiter."""
+    name, delimiter = columns.label, columns.label_delimiter
+    if name not in record:
+        raise _BadRow(line, f"missing column '{name}'")
+    value = record[name]
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        names = [item.strip() for item in value]
+    elif isinstance(value, str):
+        names = [item.strip() for item in value.split(delimiter)] if value.strip() else []
+    else:
+        raise _BadRow(line, f"column '{name}' is not a string of label names or a list of them")
+    if any(not item for item in names):
+        raise _BadRow(line, f"an empty label name in {value!r}: remove the stray '{delimiter}' (data.label_delimiter)")
+    twice = sorted({item for item in names if names.count(item) > 1})
+    if twice:
+        raise _BadRow(line, f"label '{twice[0]}' is given twice; list each label once")
+    if not names and not columns.allow_no_label:
+        raise _BadRow(line, "no label; give at least one, or set data.allow_no_label: true if a text may have none")
+    unknown = [item for item in names if labels is not None and item not in labels]
+    if unknown:
+        raise _BadRow(line, f"label '{unknown[0]}' is not one of {', '.join(sorted(labels))}")
+    return tuple(names)
 
 
 def _field(record: dict, name: str, line: int) -> str:

@@ -13,12 +13,12 @@ import paddle
 import paddle.nn.functional as F
 
 from paddle_ft.data.features import Features, eval_batches
-from paddle_ft.engine.evaluate import NonFiniteScores
+from paddle_ft.engine.evaluate import NonFiniteScores, Objective
 from paddle_ft.engine.masked_lm import EVALUATION_STEP, MaskedLanguageModelling
 
 
 @dataclass(frozen=True)
-class ReplacedTokenDetecting:
+class ReplacedTokenDetecting(Objective):
     masking: MaskedLanguageModelling
     weight: float = 50.0
     """The discriminator's share of the loss (ELECTRA's lambda)."""

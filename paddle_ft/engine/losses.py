@@ -45,3 +45,9 @@ def classification_loss(logits: paddle.Tensor, labels: paddle.Tensor, kind: str 
     if weights is not None:
         per_example = per_example * paddle.gather(paddle.to_tensor(weights, dtype="float32"), labels)
     return per_example.sum()
+
+
+def multi_label_loss(logits: paddle.Tensor, targets: paddle.Tensor) -> paddle.Tensor:
+    """The summed loss of a batch of multi-label texts: each text's binary cross-entropy averaged over the
+    labels (a sigmoid per label). logits and targets (0/1) [n, labels], float32."""
+    return F.binary_cross_entropy_with_logits(logits, targets, reduction="none").mean(axis=-1).sum()

@@ -14,13 +14,13 @@ import paddle.nn.functional as F
 
 from paddle_ft.data.features import Features, eval_batches, pad_ids
 from paddle_ft.data.masking import Vocabulary, mask_example
-from paddle_ft.engine.evaluate import NonFiniteScores
+from paddle_ft.engine.evaluate import NonFiniteScores, Objective
 
 EVALUATION_STEP = 2**32  # the masking "step" of every evaluation, beyond any training step
 
 
 @dataclass(frozen=True)
-class MaskedLanguageModelling:
+class MaskedLanguageModelling(Objective):
     vocabulary: Vocabulary
     pad_token_id: int
     seed: int

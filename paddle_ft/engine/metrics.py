@@ -27,3 +27,54 @@ def classification_report(gold: np.ndarray, predicted: np.ndarray, names: tuple[
             "macro_f1": float(np.mean(f1s)),
             "examples": int(len(gold)),
             "per_class": per_class}
+
+
+def multi_label_report(gold: np.ndarray, predicted: np.ndarray, names: tuple[str, ...]) -> dict:
+    """Micro- and macro-F1, subset accuracy, Hamming loss and per-label precision / recall / F1 / support of
+    0/1 label sets: gold and predicted [texts, labels]. A label never predicted has precision 0, one absent
+    from `gold` recall 0, as in `classification_report`."""
+    gold, predicted = np.asarray(gold) > 0.5, np.asarray(predicted).astype(bool)
+    true_positive = (gold & predicted).sum(axis=0)
+    predicted_count, support = predicted.sum(axis=0), gold.sum(axis=0)
+    per_label = {}
+    for i, name in enumerate(names):
+        precision, recall = _ratio(true_positive[i], predicted_count[i]), _ratio(true_positive[i], support[i])
+        per_label[name] = {"precision": precision, "recall": recall, "f1": _f1(precision, recall),
+                           "support": int(support[i])}
+    micro_precision = _ratio(true_positive.sum(), predicted_count.sum())
+    micro_recall = _ratio(true_positive.sum(), support.sum())
+    return {"micro_f1": _f1(micro_precision, micro_recall), "micro_precision": micro_precision,
+            "micro_recall": micro_recall, "macro_f1": float(np.mean([s["f1"] for s in per_label.values()])),
+            "subset_accuracy": float(np.mean((gold == predicted).all(axis=1))) if len(gold) else 0.0,
+            "hamming_loss": float(np.mean(gold != predicted)) if len(gold) else 0.0,
+            "examples": int(len(gold)), "per_label": per_label}
+
+
+def tune_thresholds(gold: np.ndarray, probabilities: np.ndarray, default: float = 0.5) -> np.ndarray:
+    """Per label, the probability threshold (predict the label when p >= it) that maximises its F1 on these
+    texts: halfway between two neighbouring probabilities, so a small shift of the scores does not flip the
+    decision at the edge; on a tie, the one nearest `default`. A label without a positive text keeps `default`."""
+    gold = np.asarray(gold) > 0.5
+    thresholds = np.full(gold.shape[1], default, dtype=np.float64)
+    for label in range(gold.shape[1]):
+        positives = int(gold[:, label].sum())
+        if positives == 0:
+            continue
+        order = np.argsort(-probabilities[:, label], kind="stable")
+        scores, hits = probabilities[order, label].astype(np.float64), gold[order, label]
+        cut = np.flatnonzero(np.diff(scores) < 0)  # predicting the first cut+1 texts: only between distinct scores
+        cut = np.append(cut, len(scores) - 1)
+        true_positive = np.cumsum(hits)[cut]
+        f1 = 2 * true_positive / (cut + 1 + positives)
+        edges = np.append((scores[cut[:-1]] + scores[cut[:-1] + 1]) / 2, scores[-1] / 2)
+        best = np.flatnonzero(np.isclose(f1, f1.max(), rtol=0, atol=1e-12))
+        thresholds[label] = edges[best[np.argmin(np.abs(edges[best] - default))]]
+    return thresholds
+
+
+def _ratio(part, whole) -> float:
+    return float(part / whole) if whole else 0.0
+
+
+def _f1(precision: float, recall: float) -> float:
+    return 2 * precision * recall / (precision + recall) if precision + recall else 0.0

@@ -40,18 +40,23 @@ RESUME_FIXED = ("seed", "model", "train.batch_size", "train.accumulate_steps", "
 class RunFolder:
     path: Path
     save_model: Callable | None = None
-    """(directory, model) -> None: how best/ is written; set by `with_classifier` or `with_encoder`."""
+    """(directory, model, dev report or None) -> None: how best/ is written; set by `with_classifier` or
+    `with_encoder`."""
     load_model_weights: Callable | None = None
     """(model, directory) -> None: how best/'s weights are read back for the final scores."""
 
     def with_classifier(self, tokenizer, meta: ModelMeta) -> RunFolder:
         """best/ is a classifier bundle (`bundle`): what eval, export and predict read."""
-        return replace(self, save_model=lambda directory, model: save_bundle(directory, model, tokenizer, meta),
-                       load_model_weights=load_weights)
+        def save(directory: Path, model, dev_report: dict | None) -> None:
+            thresholds = (dev_report or {}).get("thresholds")  # a multi-label model's, tuned on dev
+            tuned = meta if thresholds is None else replace(meta, thresholds=tuple(thresholds[n] for n in meta.labels))
+            save_bundle(directory, model, tokenizer, tuned)
+
+        return replace(self, save_model=save, load_model_weights=load_weights)
 
     def with_encoder(self, tokenizer) -> RunFolder:
         """best/ is a pretrained encoder folder (`backbone`): what model.backbone loads."""
-        return replace(self, save_model=lambda directory, model: save_backbone(directory, model, tokenizer),
+        return replace(self, save_model=lambda directory, model, _: save_backbone(directory, model, tokenizer),
                        load_model_weights=load_pretraining_weights)
 
     @property
@@ -156,8 +161,9 @@ class RunFolder:
         """metrics.jsonl and vdl/; on a resume the events after the checkpoint's step are dropped."""
         return EventLog(self.path, keep_until_step=resumed_at_step)
 
-    def save_best(self, model) -> None:
-        self.save_model(self.best_dir, model)
+    def save_best(self, model, dev_report: dict | None) -> None:
+        """best/ from `model`, with what the dev evaluation `dev_report` decided (a multi-label model's thresholds)."""
+        self.save_model(self.best_dir, model, dev_report)
 
     def load_best_weights(self, model) -> None:
         self.load_model_weights(model, self.best_dir)

@@ -167,7 +167,7 @@ def _evaluate_and_keep_best(opt: Optimization, objective, dev: Features, evaluat
     say(dist, f"eval step {state.global_step}: " + " ".join(f"{m} {report[m]:.4f}" for m in objective.metrics))
     if state.record_eval(report[evaluation.metric]):
         if dist.is_main:
-            run.save_best(opt.model)
+            run.save_best(opt.model, report)
         return False
     patience = evaluation.early_stopping_patience
     if patience and state.evals_since_best >= patience:
@@ -205,7 +205,8 @@ def _finish(opt: Optimization, objective, splits: Splits, run: RunFolder, state:
         return {}
     if splits.dev is None:
         state.best_step = state.global_step
-        run.save_best(opt.model)
+        run.save_best(opt.model, None)
+        objective = objective.calibrated(None)
     run.load_best_weights(opt.model)
     results = {"best_step": state.best_step, "metric": evaluation.metric, "skipped_steps": state.skipped_steps}
     for name in ("dev", "test"):
@@ -214,6 +215,8 @@ def _finish(opt: Optimization, objective, splits: Splits, run: RunFolder, state:
             every = np.arange(len(features))
             results[name] = objective.report(features, [objective.score(opt.model, features, every,
                                                                         evaluation.batch_size, opt.runner.autocast)])
+        if name == "dev" and features is not None:  # test is scored as the saved model will be (dev's thresholds)
+            objective = objective.calibrated(results["dev"])
     events.write("results", state.global_step, **results)
     run.write_results(results)
     dist.barrier()

@@ -65,9 +65,12 @@ class LabelScore(BaseModel):
 
 
 class Classification(BaseModel):
-    label: str
-    score: float
-    probabilities: dict[str, float]
+    label: str | None = Field(None, description="the most probable label (a single-label model)")
+    score: float | None = Field(None, description="its probability (a single-label model)")
+    labels: list[str] | None = Field(None, description="a multi-label model's answer: the labels whose probability "
+                                                       "reaches their threshold, most probable first (maybe none)")
+    probabilities: dict[str, float] = Field(description="every label's probability (a multi-label model: each "
+                                                        "label's own, not summing to 1)")
     truncated: bool = Field(description="the text was longer than the model's max_length and was cut")
     windows: int = Field(1, description="the windows of max_length the text was read in (more than 1 only for a "
                                         "model trained with data.long_text sliding_window)")
@@ -306,6 +309,11 @@ def _openapi(app: FastAPI, limits: Limits, predictor) -> dict:
     if predictor is None:
         return schema
     component["properties"]["top_k"]["maximum"] = len(predictor.labels)
+    answer = ("labels",) if predictor.meta.multi_label else ("label", "score")  # what this model's results hold
+    result = schema["components"]["schemas"]["Classification"]
+    for name in {"label", "score", "labels"} - set(answer):
+        result["properties"].pop(name)
+    result["required"] = sorted({*result.get("required", []), *answer})
     if predictor.text_pairs:  # a pair model needs them (one per text: checked by the handler)
         component["required"] = sorted({*component.get("required", []), "text_pairs"})
     else:  # a single-text model takes none: the field is not part of its API
