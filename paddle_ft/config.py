@@ -27,6 +27,7 @@ TASK_METRICS = {"single_label": ("accuracy", "macro_f1"), "multi_label": ("micro
 METRICS = tuple(dict.fromkeys(m for metrics in TASK_METRICS.values() for m in metrics))
 POOLINGS = ("pooler", "cls", "mean")
 LOSSES = ("cross_entropy", "focal")
+CALIBRATIONS = ("none", "temperature")
 LONG_TEXTS = ("head", "tail", "head_tail", "sliding_window")  # what becomes of a text longer than max_length
 WINDOW_POOLINGS = ("mean", "max")
 
@@ -235,6 +236,10 @@ class TrainConfig:
     """Per-class weights of each example's loss: `auto` = inverse class frequency in the training data (in its
     windows, with data.long_text sliding_window), normalised so the average training example weighs 1; or one
     positive weight per label, in data.labels order; null = all 1."""
+    calibration: str = field(default="none", metadata=_one_of(*CALIBRATIONS))
+    """single_label: temperature = fit one temperature on dev that makes the probabilities as sure as the model
+    is right (the predicted labels do not change), saved with the model and applied by eval, export and predict;
+    none = the softmax as trained."""
     optimizer: OptimizerConfig = OptimizerConfig()
     """AdamW, clipping and the learning-rate schedule."""
     amp: AmpConfig = AmpConfig()
@@ -598,7 +603,8 @@ def _task_problems(config: Config, where) -> list[ConfigError]:
                                     "multi_label, or pick by accuracy or macro_f1", where("train.evaluation.metric")))
     if config.task == "multi_label":
         for key, value, default in (("train.loss", train.loss, "cross_entropy"),
-                                    ("train.class_weights", train.class_weights, None)):
+                                    ("train.class_weights", train.class_weights, None),
+                                    ("train.calibration", train.calibration, "none")):
             if value != default:
                 problems.append(ConfigError(key, f"is {value!r}, but a multi_label model learns each label by binary "
                                             f"cross-entropy, which {key} does not change yet: remove it", where(key)))

@@ -137,7 +137,8 @@ class Predictor:
     def _prediction(self, logits: np.ndarray, truncated: bool, windows: int) -> Prediction:
         """One text's `Prediction` from its (pooled) logits [labels]."""
         if not self.meta.multi_label:
-            return Prediction(dict(zip(self.labels, map(float, softmax(logits)))), truncated, windows)
+            probs = softmax(logits / self.meta.temperature)  # 1 unless calibrated at training
+            return Prediction(dict(zip(self.labels, map(float, probs))), truncated, windows)
         probs = dict(zip(self.labels, map(float, sigmoid(logits))))
         chosen = [name for name, threshold in zip(self.labels, self.meta.label_thresholds) if probs[name] >= threshold]
         return Prediction(probs, truncated, windows, tuple(sorted(chosen, key=lambda name: -probs[name])))

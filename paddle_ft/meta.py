@@ -63,6 +63,9 @@ class ModelMeta:
     """multi_label: what separates the label names in the label column of the files training read."""
     allow_no_label: bool = False
     """multi_label: a labelled row may have no label at all."""
+    temperature: float = 1.0
+    """single_label: the logits are divided by it before the softmax (train.calibration temperature, fitted on
+    dev); 1 = the probabilities as trained."""
     format_version: int = FORMAT_VERSION
     """Layout of the metadata; older ones are read by `_upgrade`."""
 
@@ -110,6 +113,7 @@ class ModelMeta:
                 len(meta.thresholds) == len(meta.labels) and meta.multi_label
                 and all(isinstance(t, (int, float)) and 0 <= t <= 1 for t in meta.thresholds))),
             ("label_delimiter", isinstance(meta.label_delimiter, str) and meta.label_delimiter.strip() != ""),
+            ("temperature", isinstance(meta.temperature, (int, float)) and meta.temperature > 0),
             ("head_tokens", isinstance(meta.head_tokens, int)
              and (meta.truncation != "head_tail" or 0 < meta.head_tokens < meta.max_length - 2)),
             ("stride", isinstance(meta.stride, int) and 0 < meta.stride),

@@ -24,7 +24,8 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     examples, _ = read_examples(data_path, format_of(data_path, meta.format), columns, frozenset(label_map.names))
     features = tokenize(examples, tokenizer, meta.max_length, label_map, meta.truncation_rule)
     report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names,
-                             thresholds=meta.label_thresholds if meta.multi_label else None)
+                             thresholds=meta.label_thresholds if meta.multi_label else None,
+                             temperature=meta.temperature)
     answers = _label_sets(probs, meta.label_thresholds, label_map.names) if meta.multi_label else \
         [((label_map.name(i),), row[i]) for i, row in zip(probs.argmax(axis=1), probs)]
     with errors.open("w", encoding="utf-8") as out:

@@ -15,7 +15,8 @@ import paddle
 from paddle_ft.config import TASK_METRICS
 from paddle_ft.data.features import Features, eval_batches, pad_batch, sigmoid, softmax
 from paddle_ft.engine.losses import classification_loss, multi_label_loss
-from paddle_ft.engine.metrics import classification_report, multi_label_report, tune_thresholds
+from paddle_ft.engine.metrics import (classification_report, expected_calibration_error, fit_temperature,
+                                     multi_label_report, tune_thresholds)
 from paddle_ft.errors import UserError
 
 
@@ -54,13 +55,16 @@ def predict_probabilities(model, features: Features, batch_size: int, pad_token_
 
 
 def evaluate(model, features: Features, batch_size: int, pad_token_id: int, label_names: tuple[str, ...],
-             autocast=contextlib.nullcontext, thresholds: tuple[float, ...] | None = None) -> tuple[dict, np.ndarray]:
-    """(classification report, probabilities) of `model` on labelled `features`, one row per text; with
-    `thresholds`, of a multi-label model (a sigmoid per label, predicted at or above its threshold)."""
+             autocast=contextlib.nullcontext, thresholds: tuple[float, ...] | None = None,
+             temperature: float = 1.0) -> tuple[dict, np.ndarray]:
+    """(classification report, probabilities) of `model` on labelled `features`, one row per text: the softmax
+    of the logits / `temperature`; with `thresholds`, of a multi-label model (a sigmoid per label, predicted
+    at or above its threshold)."""
     logits = features.pool(predict_logits(model, features, batch_size, pad_token_id, autocast=autocast))
     if thresholds is None:
-        probs = softmax(logits)
-        return classification_report(features.document_labels, probs.argmax(axis=1), label_names), probs
+        probs, gold = softmax(logits / temperature), features.document_labels
+        report = classification_report(gold, probs.argmax(axis=1), label_names)
+        return {**report, "ece": expected_calibration_error(probs, gold)}, probs
     probs = sigmoid(logits)
     report = multi_label_report(features.document_labels, probs >= np.asarray(thresholds), label_names)
     return {**report, "thresholds": dict(zip(label_names, thresholds))}, probs
@@ -115,6 +119,9 @@ class Classification(_Classifier):
     class_weights: tuple[float, ...] | None = None
     """One weight per label (None = all 1)."""
     focal_gamma: float = 2.0
+    calibration: str = "none"
+    """temperature: a report fits the temperature on the texts it scores, unless `temperature` fixes it."""
+    temperature: float | None = None
     metrics: tuple[str, ...] = TASK_METRICS["single_label"]
 
     def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
@@ -124,9 +131,22 @@ class Classification(_Classifier):
                                    self.focal_gamma)
 
     def report(self, features: Features, parts: list) -> dict:
-        """The metrics of the parts together."""
-        predicted = self._text_logits(features, parts).argmax(axis=1)  # softmax keeps the order
-        return classification_report(features.document_labels, predicted, self.label_names)
+        """The metrics of the parts together, with the expected calibration error of the probabilities (at the
+        fitted temperature, with calibration)."""
+        logits, gold = self._text_logits(features, parts), features.document_labels
+        report = classification_report(gold, logits.argmax(axis=1), self.label_names)  # softmax keeps the order
+        report["ece"] = expected_calibration_error(softmax(logits), gold)
+        if self.calibration == "temperature":
+            temperature = self.temperature or fit_temperature(logits, gold)
+            report.update(ece_at_temperature_1=report["ece"], temperature=temperature,
+                          ece=expected_calibration_error(softmax(logits / temperature), gold))
+        return report
+
+    def calibrated(self, dev_report: dict | None) -> Classification:
+        """With calibration, the temperature fitted on dev (1 without dev) fixed."""
+        if self.calibration != "temperature":
+            return self
+        return replace(self, temperature=dev_report["temperature"] if dev_report else 1.0)
 
 
 @dataclass(frozen=True)

@@ -78,3 +78,41 @@ def _ratio(part, whole) -> float:
 
 def _f1(precision: float, recall: float) -> float:
     return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+
+
+def expected_calibration_error(probabilities: np.ndarray, gold: np.ndarray, bins: int = 15) -> float:
+    """How far the top probability is from being right that often: the texts grouped into `bins` equal-width
+    bins of their top probability, |accuracy - mean top probability| per bin, weighted by its share of texts
+    (Guo et al., 2017)."""
+    confidence, predicted = probabilities.max(axis=1), probabilities.argmax(axis=1)
+    right = predicted == np.asarray(gold)
+    which = np.minimum((confidence * bins).astype(np.int64), bins - 1)
+    error = 0.0
+    for b in range(bins):
+        members = which == b
+        if members.any():
+            error += members.mean() * abs(right[members].mean() - confidence[members].mean())
+    return float(error)
+
+
+def fit_temperature(logits: np.ndarray, gold: np.ndarray) -> float:
+    """The temperature T minimising the negative log-likelihood of softmax(logits / T) on these texts
+    (temperature scaling, Guo et al., 2017): it changes no prediction, only how sure they say they are. The NLL
+    is convex in 1/T, so a golden-section search over 1/T in [1/100, 100] finds it."""
+    logits, gold = logits.astype(np.float64), np.asarray(gold)
+
+    def nll(inverse: float) -> float:
+        scaled = logits * inverse
+        top = scaled.max(axis=1, keepdims=True)
+        log_normaliser = top[:, 0] + np.log(np.exp(scaled - top).sum(axis=1))
+        return float(np.mean(log_normaliser - scaled[np.arange(len(gold)), gold]))
+
+    low, high = np.log(1e-2), np.log(1e2)  # searched in log(1/T): the NLL stays unimodal there
+    ratio = (np.sqrt(5) - 1) / 2
+    for _ in range(80):
+        a, b = high - ratio * (high - low), low + ratio * (high - low)
+        if nll(np.exp(a)) <= nll(np.exp(b)):
+            high = b
+        else:
+            low = a
+    return float(1.0 / np.exp((low + high) / 2))

@@ -48,9 +48,7 @@ class RunFolder:
     def with_classifier(self, tokenizer, meta: ModelMeta) -> RunFolder:
         """best/ is a classifier bundle (`bundle`): what eval, export and predict read."""
         def save(directory: Path, model, dev_report: dict | None) -> None:
-            thresholds = (dev_report or {}).get("thresholds")  # a multi-label model's, tuned on dev
-            tuned = meta if thresholds is None else replace(meta, thresholds=tuple(thresholds[n] for n in meta.labels))
-            save_bundle(directory, model, tokenizer, tuned)
+            save_bundle(directory, model, tokenizer, _decided_on_dev(meta, dev_report or {}))
 
         return replace(self, save_model=save, load_model_weights=load_weights)
 
@@ -170,6 +168,15 @@ class RunFolder:
 
     def write_results(self, results: dict) -> None:
         (self.path / RESULTS_FILE).write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
+
+
+def _decided_on_dev(meta: ModelMeta, dev_report: dict) -> ModelMeta:
+    """`meta` with what the dev evaluation fitted: a multi-label model's thresholds, a calibrated temperature."""
+    if "thresholds" in dev_report:
+        meta = replace(meta, thresholds=tuple(dev_report["thresholds"][name] for name in meta.labels))
+    if "temperature" in dev_report:
+        meta = replace(meta, temperature=dev_report["temperature"])
+    return meta
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:
