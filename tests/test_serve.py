@@ -277,32 +277,6 @@ def test_a_bad_text_never_fails_the_requests_batched_with_it(server, predictor):
             _assert_same(response.json()["results"], [expected[texts[0]]])
 
 
-def test_a_failing_batch_is_retried_per_request_so_only_the_guilty_one_fails():
-    import asyncio
-
-    from paddle_ft.serve.batcher import DynamicBatcher
-
-    calls = []
-
-    def run_batch(texts):
-        calls.append(list(texts))
-        if "poison" in texts:
-            raise ValueError("the model cannot take this")
-        return [t.upper() for t in texts]
-
-    async def scenario():
-        batcher = DynamicBatcher(run_batch, max_batch_size=16, max_wait_ms=50, max_queue_texts=100)
-        batcher.start()
-        results = await asyncio.gather(batcher.submit(["a", "b"]), batcher.submit(["poison"]), batcher.submit(["c"]),
-                                       return_exceptions=True)
-        await batcher.stop()
-        return results
-
-    first, guilty, last = asyncio.run(scenario())
-    assert first == ["A", "B"] and last == ["C"] and isinstance(guilty, ValueError)
-    assert calls[0] == ["a", "b", "poison", "c"] and len(calls) == 4  # one batch, then one call per request
-
-
 def test_slow_clients_are_disconnected(export_dir, tmp_path):
     import socket
 

@@ -1,8 +1,11 @@
 """Dynamic batching: requests that arrive together are classified in one predictor call.
 
-A batch closes when it holds `max_batch_size` texts or `max_wait_ms` has passed since its first
-request arrived, whichever comes first. The predictor runs on one worker thread (a Paddle predictor
-is not thread-safe), so the event loop keeps accepting requests meanwhile. A batch that fails fails
+The predictor runs on one worker thread (a Paddle predictor is not thread-safe), so the event loop keeps
+accepting requests meanwhile, and the next batch is formed only when the predictor is free: it takes what
+queued up while the last batch ran, up to `max_batch_size` texts. So a lone request runs at once, and batches
+form only under load, as large as the load makes them (the adaptive rule). With `max_wait_ms` > 0 a batch
+also waits up to that long after its first request for more to arrive: larger batches at low load, for the
+price of that latency on every lone request. A batch that fails fails
 only the requests in it: it is run again one request at a time, so that only a request that fails on
 its own gets the error.
 """

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 class Limits:
     max_batch_size: int = 32
     """Texts per predictor call; 1 turns dynamic batching off."""
-    max_wait_ms: float = 5.0
-    """How long the first request of a batch waits for others."""
+    max_wait_ms: float = 0.0
+    """How long the first request of a batch waits for others; 0 = never: a batch is what is queued when the
+    predictor is free (a lone request runs at once, batches form only under load)."""
     max_texts: int = 64
     """Texts per request."""
     max_body_bytes: int = 1 << 20
@@ -32,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-size", type=positive_int, default=d.max_batch_size,
                         help="texts per predictor call; 1 turns dynamic batching off")
     parser.add_argument("--max-wait-ms", type=non_negative_float, default=d.max_wait_ms,
-                        help="how long a batch waits for more requests")
+                        help="how long a batch waits for more requests; 0 (default): never, a batch is what "
+                             "queued while the predictor was busy")
     parser.add_argument("--max-texts", type=positive_int, default=d.max_texts, help="texts per request (more: 413)")
     parser.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes, help="request body size (more: 413)")
     parser.add_argument("--max-queue", type=positive_int, default=d.max_queue_texts,
