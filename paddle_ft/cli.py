@@ -11,6 +11,7 @@ from pathlib import Path
 
 from paddle_ft import runtime
 from paddle_ft.arguments import ArgumentParser, non_negative_int, positive_int
+from paddle_ft.backends import BACKENDS
 from paddle_ft.errors import UserError
 from paddle_ft.io import describe_os_error
 
@@ -77,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
     export.add_argument("--output", required=True, help="the inference folder to create (new or empty)")
     export.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
+    export.add_argument("--no-onnx", action="store_true", help="write no ONNX graph (the onnxruntime backend then "
+                                                               "cannot serve the export)")
     export.set_defaults(run=_export)
 
     _add_predict(commands)
@@ -112,6 +115,9 @@ def _add_predict(commands) -> None:
     predict.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
                          help="bf16: oneDNN on CPUs with AVX512-BF16/AMX; fp16: GPU")
     predict.add_argument("--tensorrt", action="store_true", help="GPU: run the graph with TensorRT")
+    predict.add_argument("--backend", choices=BACKENDS, help="the engine: paddle (Paddle Inference) or onnxruntime "
+                                                            "(fp32 CPU); default: onnxruntime where it can run, "
+                                                            "the faster there")
     predict.set_defaults(run=_predict)
 
 
@@ -155,8 +161,10 @@ def _convert(args) -> int:
 def _export(args) -> int:
     from paddle_ft.export import export_model
 
-    info = export_model(Path(args.model), Path(args.output), overwrite=args.overwrite)
-    print(f"exported to {args.output}: max abs logit difference vs dygraph {info.parity_max_abs_diff:.3g}")
+    info = export_model(Path(args.model), Path(args.output), overwrite=args.overwrite, onnx=not args.no_onnx)
+    onnx = f", ONNX graph {info.parity_max_abs_diff_onnx:.3g}" if info.onnx_file else \
+        f" (no ONNX graph: {info.extra.get('onnx_skipped')})"
+    print(f"exported to {args.output}: max abs logit difference vs dygraph {info.parity_max_abs_diff:.3g}{onnx}")
     return 0
 
 
@@ -164,7 +172,7 @@ def _predict(args) -> int:
     import paddle_ft.commands.predict as command
 
     options = {"device": args.device, "gpu_id": args.gpu_id, "cpu_threads": args.threads,
-               "precision": args.precision, "use_tensorrt": args.tensorrt}
+               "precision": args.precision, "use_tensorrt": args.tensorrt, "backend": args.backend}
     return command.run(args.model_dir, args.text, args.text_pair, args.input, args.output, args.batch_size, options)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import paddle
 from paddle.static import InputSpec
 
+from paddle_ft.backends import ONNX_FILE, onnx_export_possible, write_onnx
 from paddle_ft.bundle import load_bundle
 from paddle_ft.engine.run_folder import RUN_FILES
 from paddle_ft.errors import UserError
@@ -29,18 +30,19 @@ class ParityError(UserError):
 
 
 def export_model(model_dir: Path, output_dir: Path, tolerance: float = PARITY_TOLERANCE,
-                 overwrite: bool = False) -> ExportInfo:
-    """jit.save `model_dir` into `output_dir` with tokenizer, labels and `export.json`, then check parity.
+                 overwrite: bool = False, onnx: bool = True) -> ExportInfo:
+    """jit.save `model_dir` into `output_dir` with tokenizer, labels and `export.json` (and with `onnx` the same
+    graph as model.onnx), then check parity.
 
     The folder appears only if the exported logits match dygraph within `tolerance`. An existing
     `output_dir` is replaced only when it holds an earlier export and nothing else, and `overwrite` is set.
     """
     check_export_target(Path(output_dir), Path(model_dir), overwrite)
     with _on_cpu():
-        return _export(Path(model_dir), Path(output_dir), tolerance)
+        return _export(Path(model_dir), Path(output_dir), tolerance, onnx)
 
 
-def _export(model_dir: Path, output_dir: Path, tolerance: float) -> ExportInfo:
+def _export(model_dir: Path, output_dir: Path, tolerance: float, onnx: bool) -> ExportInfo:
     bundle = load_bundle(model_dir)
     model, meta = bundle.model, bundle.meta
     _drop_dropout(model)
@@ -54,20 +56,35 @@ def _export(model_dir: Path, output_dir: Path, tolerance: float) -> ExportInfo:
         # the encoder's vocab_size, not the tokenizer's: not every tokenizer has a `.vocab` (RoBERTa BPE)
         check = functools.partial(parity_max_abs_diff, model, vocab_size=model.encoder.config.vocab_size,
                                   pad_token_id=bundle.tokenizer.pad_token_id, max_length=meta.max_length)
-        info = replace(info, parity_max_abs_diff=check(Predictor(tmp)))
+        info = replace(info, parity_max_abs_diff=check(Predictor(tmp, backend="paddle")))
         if _gpu_visible():  # the export will likely be served on this GPU: check that path too
             info = replace(info, parity_max_abs_diff_gpu=check(Predictor(tmp, device="gpu")))
+        info = _with_onnx(info, tmp, check) if onnx else replace(info, extra={"onnx_skipped": "--no-onnx"})
         info = replace(info, files=tuple(sorted(p.name for p in tmp.iterdir() if p.name != EXPORT_INFO)))
         write_export_info(info, tmp)
         if not info.parity_max_abs_diff <= tolerance:
             raise ParityError(f"exported model differs from dygraph by {info.parity_max_abs_diff:.3g} "
                               f"(> {tolerance:g}); nothing was written to {output_dir}. Report this with your paddle "
                               "version")
+        if info.parity_max_abs_diff_onnx is not None and not info.parity_max_abs_diff_onnx <= tolerance:
+            raise ParityError(f"the ONNX graph differs from dygraph by {info.parity_max_abs_diff_onnx:.3g} "
+                              f"(> {tolerance:g}); nothing was written to {output_dir}. Report this with your "
+                              "paddle2onnx version")
         if info.parity_max_abs_diff_gpu is not None and not info.parity_max_abs_diff_gpu <= GPU_PARITY_TOLERANCE:
             raise ParityError(f"the export on the GPU predictor differs from dygraph by "
                               f"{info.parity_max_abs_diff_gpu:.3g} (> {GPU_PARITY_TOLERANCE:g}); nothing was written "
                               f"to {output_dir}")
     return info
+
+
+def _with_onnx(info: ExportInfo, folder: Path, check) -> ExportInfo:
+    """The graph converted to ONNX beside the Paddle one, and its parity under ONNX Runtime; where paddle2onnx or
+    onnxruntime is missing, the export says why instead (export.json: onnx_skipped)."""
+    missing = onnx_export_possible()
+    if missing is not None:
+        return replace(info, extra={**info.extra, "onnx_skipped": missing})
+    write_onnx(folder / info.program_file, folder / ONNX_FILE)
+    return replace(info, onnx_file=ONNX_FILE, parity_max_abs_diff_onnx=check(Predictor(folder, backend="onnxruntime")))
 
 
 @contextlib.contextmanager

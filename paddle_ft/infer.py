@@ -1,7 +1,7 @@
 """`Predictor`: an exported folder served by Paddle Inference. Imports no training code.
 
 An exported folder holds `model.json` (Paddle 3, PIR) or `model.pdmodel` (Paddle 2.6), `model.pdiparams`,
-the tokenizer files, `label_map.json` and `export.json`.
+`model.onnx` (the same graph for ONNX Runtime), the tokenizer files, `label_map.json` and `export.json`.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paddle_ft.backends import PARAMS_FILE, choose_backend, onnxruntime_engine
 from paddle_ft.data.features import Truncation, pad_ids, pool_windows, sigmoid, softmax
 from paddle_ft.data.tokenizer import FastBertTokenizer, fastest
 from paddle_ft.errors import UserError, first_line
@@ -18,7 +19,6 @@ from paddle_ft.runtime import cpu_supports_bf16, usable_cores
 
 PROGRAM_FILES = ("model.json", "model.pdmodel")
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
-PARAMS_FILE = "model.pdiparams"
 WIDTH_STEP = 16  # padded widths are multiples of this (see Predictor.run)
 
 
@@ -36,15 +36,21 @@ class Predictor:
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", cpu_threads: int | None = None,
                  enable_onednn: bool = True, gpu_id: int = 0, precision: str = "fp32",
-                 use_tensorrt: bool = False):
-        from paddle import inference
+                 use_tensorrt: bool = False, backend: str | None = None):
+        """`backend`: paddle (Paddle Inference) or onnxruntime (fp32 on CPU); None = onnxruntime where it can run
+        the request (CPU, fp32, an export with model.onnx), being the faster there, else paddle."""
         from paddlenlp.transformers import AutoTokenizer
 
         model_dir = Path(model_dir)
         program = program_file(model_dir)
         if use_tensorrt:
             check_tensorrt(program, device)
+        if use_tensorrt or not enable_onednn:  # both Paddle Inference's
+            backend = backend or "paddle"
         check_device(device, precision)
+        self.backend = choose_backend(backend, model_dir, device, precision)
+        if self.backend == "onnxruntime" and (use_tensorrt or not enable_onednn):
+            raise UserError("TensorRT and oneDNN are Paddle Inference's: use backend paddle for them")
         self.meta = read_export_info(model_dir).model
         self.max_length = self.meta.max_length
         self.labels = list(self.meta.labels)  # class id -> label name
@@ -55,23 +61,10 @@ class Predictor:
             raise UserError(f"{model_dir}: the tokenizer files cannot be loaded ({first_line(exc)}); {REEXPORT}") \
                 from None
 
-        config = inference.Config(str(program), str(model_dir / PARAMS_FILE))
-        if device == "gpu":
-            _configure_gpu(config, inference, gpu_id, precision, use_tensorrt, program, self.max_length)
-        else:
-            config.disable_gpu()
-            if enable_onednn:
-                config.enable_mkldnn()  # oneDNN kernels; see README Performance for what they give on which CPU
-                if precision == "bf16":
-                    config.enable_mkldnn_bfloat16()
-            config.set_cpu_math_library_num_threads(cpu_threads or usable_cores())
-        config.switch_ir_optim(True)
-        config.disable_glog_info()
         try:
-            self._predictor = inference.create_predictor(config)
-            # zero-copy tensor handles, looked up once: run() writes straight into the predictor's inputs
-            self._inputs = [self._predictor.get_input_handle(name) for name in self._predictor.get_input_names()]
-            self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
+            self._engine = onnxruntime_engine(model_dir, cpu_threads) if self.backend == "onnxruntime" else \
+                _paddle_engine(program, device, cpu_threads, enable_onednn, gpu_id, precision, use_tensorrt,
+                               self.max_length)
             self._warm_up()
         except (RuntimeError, ValueError, OSError, MemoryError) as exc:  # a truncated or garbled graph/weights
             raise UserError(f"{model_dir}: {program.name} / {PARAMS_FILE} cannot be loaded ({first_line(exc)}); "
@@ -88,20 +81,18 @@ class Predictor:
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
         """Logits [batch, num_classes] for padded ids [batch, seq] int64.
 
-        The width is padded further to a multiple of WIDTH_STEP (pad positions are masked, so the
-        logits do not change): oneDNN then reuses a few kernel shapes instead of building new ones for
-        every length, about a third off the latency of a single text here."""
+        For Paddle Inference the width is padded further to a multiple of WIDTH_STEP (pad positions are
+        masked, so the logits do not change): oneDNN then reuses a few kernel shapes instead of building new
+        ones for every length, about a third off the latency of a single text here. ONNX Runtime needs no such
+        help, and the extra tokens would only cost it time."""
         width = input_ids.shape[1]
         target = min(-(-width // WIDTH_STEP) * WIDTH_STEP, max(width, self.max_length))
-        if target > width:
+        if target > width and self.backend == "paddle":
             extra = ((0, 0), (0, target - width))
             input_ids = np.pad(input_ids, extra, constant_values=self.tokenizer.pad_token_id)
             token_type_ids = np.pad(token_type_ids, extra)
-        for handle, array in zip(self._inputs, (input_ids, token_type_ids)):
-            handle.reshape(array.shape)
-            handle.copy_from_cpu(np.ascontiguousarray(array, dtype=np.int64))
-        self._predictor.run()
-        return self._output.copy_to_cpu()
+        return self._engine(np.ascontiguousarray(input_ids, dtype=np.int64),
+                            np.ascontiguousarray(token_type_ids, dtype=np.int64))
 
     def predict(self, texts: list[str], batch_size: int = 32, truncation: str | None = None,
                 pairs: list[str] | None = None) -> list[Prediction]:
@@ -256,6 +247,38 @@ def check_texts(texts: list[str], item: str = "text {}") -> None:
         except UnicodeEncodeError as exc:
             raise UserError(f"{item.format(i)} holds a lone surrogate ({text[exc.start]!r}), which is not text; "
                             "send valid Unicode") from None
+
+
+def _paddle_engine(program: Path, device: str, cpu_threads: int | None, enable_onednn: bool, gpu_id: int,
+                   precision: str, use_tensorrt: bool, max_length: int):
+    """A Paddle Inference predictor on the exported graph, as a (input_ids, token_type_ids) -> logits callable."""
+    from paddle import inference
+
+    config = inference.Config(str(program), str(program.with_name(PARAMS_FILE)))
+    if device == "gpu":
+        _configure_gpu(config, inference, gpu_id, precision, use_tensorrt, program, max_length)
+    else:
+        config.disable_gpu()
+        if enable_onednn:
+            config.enable_mkldnn()  # oneDNN kernels; see README Performance for what they give on which CPU
+            if precision == "bf16":
+                config.enable_mkldnn_bfloat16()
+        config.set_cpu_math_library_num_threads(cpu_threads or usable_cores())
+    config.switch_ir_optim(True)
+    config.disable_glog_info()
+    predictor = inference.create_predictor(config)
+    # zero-copy tensor handles, looked up once: each call writes straight into the predictor's inputs
+    inputs = [predictor.get_input_handle(name) for name in predictor.get_input_names()]
+    output = predictor.get_output_handle(predictor.get_output_names()[0])
+
+    def run(input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        for handle, array in zip(inputs, (input_ids, token_type_ids)):
+            handle.reshape(array.shape)
+            handle.copy_from_cpu(array)
+        predictor.run()
+        return output.copy_to_cpu()
+
+    return run
 
 
 def _configure_gpu(config, inference, gpu_id: int, precision: str, use_tensorrt: bool, program: Path,

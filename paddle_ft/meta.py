@@ -170,6 +170,10 @@ class ExportInfo:
     """Largest |logit| difference of the exported graph (CPU predictor) from dygraph."""
     parity_max_abs_diff_gpu: float | None = None
     """The same on the GPU predictor, where a GPU was visible at export."""
+    onnx_file: str | None = None
+    """model.onnx: the same graph for ONNX Runtime (None when export could not write one, and why in extra)."""
+    parity_max_abs_diff_onnx: float | None = None
+    """Largest |logit| difference of the ONNX graph (ONNX Runtime) from dygraph."""
     extra: dict = field(default_factory=dict)
     """Keys of a newer paddle_ft, kept as they are."""
 

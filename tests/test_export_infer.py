@@ -152,3 +152,36 @@ def test_an_export_of_the_previous_version_loads_or_says_how_to_re_export(export
     with pytest.raises(UserError, match="did not record whether the model takes text pairs; re-create it with "
                                         "tools/export.py"):
         Predictor(folder)
+
+
+def test_the_export_carries_an_onnx_graph_that_onnx_runtime_serves_equally(exported, model_dir, tokenizer):
+    folder, info = exported
+    assert info.onnx_file == "model.onnx" and (folder / "model.onnx").is_file()
+    assert json.loads((folder / "export.json").read_text())["parity_max_abs_diff_onnx"] < 1e-4
+    default, paddle_inference = Predictor(folder, cpu_threads=1), Predictor(folder, cpu_threads=1, backend="paddle")
+    assert default.backend == "onnxruntime" and paddle_inference.backend == "paddle"  # fp32 on CPU: the faster
+    texts = [text for text, _ in synthetic_rows(40, seed=4)]
+    np.testing.assert_allclose(stack_probabilities(default.predict(texts)),
+                               stack_probabilities(paddle_inference.predict(texts)), atol=1e-5)
+    assert Predictor(folder, cpu_threads=1, enable_onednn=False).backend == "paddle"  # oneDNN off: Paddle's choice
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"backend": "tvm"}, "backend 'tvm': choose one of paddle, onnxruntime"),
+    ({"backend": "onnxruntime", "enable_onednn": False}, "TensorRT and oneDNN are Paddle Inference's"),
+])
+def test_a_backend_that_cannot_run_the_request_is_one_line(exported, options, message):
+    with pytest.raises(UserError, match=message):
+        Predictor(exported[0], cpu_threads=1, **options)
+
+
+def test_an_export_without_onnx_is_served_by_paddle_and_says_why(model_dir, tmp_path, capsys):
+    from paddle_ft.cli import main
+
+    assert main(["export", "--model", str(model_dir), "--output", str(tmp_path / "plain"), "--no-onnx"]) == 0
+    assert "(no ONNX graph: --no-onnx)" in capsys.readouterr().out
+    assert not (tmp_path / "plain" / "model.onnx").exists()
+    assert Predictor(tmp_path / "plain", cpu_threads=1).backend == "paddle"
+    with pytest.raises(UserError, match="has no model.onnx .* or use --backend paddle"):
+        Predictor(tmp_path / "plain", cpu_threads=1, backend="onnxruntime")
+    assert main(["predict", "--model-dir", str(tmp_path / "plain"), "--text", "好", "--backend", "paddle"]) == 0

@@ -119,6 +119,8 @@ def test_predict_output_path_is_checked(model, tmp_path, capsys):
     (lambda d: (d / "model.pdiparams").write_bytes((d / "model.pdiparams").read_bytes()[:1000]),
      "model.pdiparams cannot be loaded"),
     (lambda d: (d / "model.pdiparams").write_bytes(b""), "model.pdiparams cannot be loaded"),
+    (lambda d: (d / "model.onnx").write_bytes((d / "model.onnx").read_bytes()[:1000]), "model.onnx cannot be loaded"),
+    (lambda d: (d / "model.onnx").unlink(), "has no model.onnx"),
 ])
 def test_a_damaged_export_is_one_line(model, tmp_path, damage, fragment):
     import shutil
@@ -127,8 +129,9 @@ def test_a_damaged_export_is_one_line(model, tmp_path, damage, fragment):
     copy = tmp_path / "export"
     shutil.copytree(export, copy)
     damage(copy)
+    backend = "onnxruntime" if "onnx" in fragment else "paddle"  # each engine reads its own graph and weights
     with pytest.raises(UserError, match=re.escape(fragment)) as info:
-        Predictor(copy, cpu_threads=1)
+        Predictor(copy, cpu_threads=1, backend=backend)
     assert "\n" not in str(info.value)
 
 

@@ -1,7 +1,7 @@
 """Inference throughput and latency of one trained model under four engines, on real demo texts:
 dygraph, the exported graph under Paddle Inference with oneDNN off and on, and ONNX Runtime on the
-same graph converted by paddle2onnx. Every engine gets the same padded batches, and its logits are
-compared with dygraph's."""
+same graph converted by paddle2onnx at export (the `Predictor`'s backends). Every engine gets the same
+padded batches, and its logits are compared with dygraph's."""
 from __future__ import annotations
 
 import shutil
@@ -33,7 +33,8 @@ def inference(args: dict) -> dict:
     shutil.rmtree(export_dir, ignore_errors=True)  # a previous run's export belongs to another model
     export_model(Path(args["model_dir"]), export_dir)
     predictors = {"paddle_inference": Predictor(export_dir, cpu_threads=threads, enable_onednn=False),
-                  "paddle_inference_onednn": Predictor(export_dir, cpu_threads=threads)}
+                  "paddle_inference_onednn": Predictor(export_dir, cpu_threads=threads, backend="paddle"),
+                  "onnxruntime": Predictor(export_dir, cpu_threads=threads, backend="onnxruntime")}
     tokenizer = predictors["paddle_inference"].tokenizer
     texts = [e.text for e in read_examples(Path(args["demo"]) / "test.tsv", "tsv", Columns("text", None, "label"))[0]]
     encoded = tokenizer(texts, max_length=predictors["paddle_inference"].max_length, truncation=True)
@@ -52,8 +53,7 @@ def inference(args: dict) -> dict:
     def dygraph(input_ids, token_type_ids):
         return model(paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids)).numpy()
 
-    engines = {"dygraph": dygraph, **{name: p.run for name, p in predictors.items()},
-               "onnxruntime": _onnxruntime_session(export_dir, workdir / "model.onnx", threads)}
+    engines = {"dygraph": dygraph, **{name: p.run for name, p in predictors.items()}}
     precision, skipped = _precision_predictors(export_dir, threads)
     engines.update({name: p.run for name, p in precision.items()})
     results = {name: _throughput(run, dygraph, batches, args) for name, run in engines.items()}
@@ -124,25 +124,6 @@ def _precision_predictors(export_dir: Path, threads: int) -> tuple[dict, list[st
     else:
         skipped.append("GPU fp32/fp16/TensorRT: no CUDA GPU here")
     return predictors, skipped
-
-
-def _onnxruntime_session(export_dir: Path, onnx_path: Path, threads: int):
-    import onnxruntime
-    import paddle2onnx
-
-    from paddle_ft.infer import PARAMS_FILE, program_file
-
-    paddle2onnx.export(str(program_file(export_dir)), str(export_dir / PARAMS_FILE), save_file=str(onnx_path),
-                       opset_version=13, optimize_tool="onnxoptimizer")  # polygraphy would pip-install packages
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-
-    def run(input_ids, token_type_ids):
-        return session.run(None, dict(zip(names, (input_ids, token_type_ids))))[0]
-
-    return run
 
 
 def _onnxruntime_version() -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import uvicorn
 
+from paddle_ft.backends import choose_backend
 from paddle_ft.errors import UserError
 from paddle_ft.infer import Predictor, check_device, program_file
 from paddle_ft.serve.app import create_app
@@ -30,9 +31,10 @@ def main(args: argparse.Namespace) -> int:
                         "never be queued; raise --max-queue")
     limits = Limits(args.max_batch_size, args.max_wait_ms, args.max_texts, args.max_body_bytes, args.max_queue,
                     read_timeout_s=args.read_timeout)
-    options = {"device": args.device, "cpu_threads": args.threads, "precision": args.precision}
+    backend = choose_backend(args.backend, model_dir, args.device, args.precision)
+    options = {"device": args.device, "cpu_threads": args.threads, "precision": args.precision, "backend": backend}
     app = create_app(lambda: Predictor(model_dir, **options), limits, args.truncation)
-    print(f"serving {model_dir} on http://{args.host}:{args.port} (POST /v1/classify; max batch "
+    print(f"serving {model_dir} on http://{args.host}:{args.port} (POST /v1/classify; {backend}, max batch "
           f"{limits.max_batch_size}, wait {limits.max_wait_ms:g} ms)", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=args.access_log,
                             timeout_graceful_shutdown=args.graceful_timeout,

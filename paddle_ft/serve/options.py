@@ -24,6 +24,7 @@ class Limits:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from paddle_ft.arguments import non_negative_float, port, positive_int
+    from paddle_ft.backends import BACKENDS
     from paddle_ft.infer import TRUNCATIONS
 
     d = Limits()
@@ -44,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=positive_int, help="CPU threads of the predictor (default: all usable cores)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+    parser.add_argument("--backend", choices=BACKENDS,
+                        help="the engine (default: onnxruntime for fp32 on CPU, the faster there; else paddle)")
     parser.add_argument("--read-timeout", type=non_negative_float, default=d.read_timeout_s,
                         help="seconds a client gets to send its request head, and again its body (slower: closed)")
     parser.add_argument("--graceful-timeout", type=non_negative_float, default=30.0,

@@ -1,0 +1,121 @@
+"""The engines that run an exported graph: Paddle Inference, or ONNX Runtime on the same graph converted by
+paddle2onnx at export. Each is a callable (input_ids, token_type_ids) [batch, seq] int64 -> logits
+[batch, labels] float32; `Predictor` tokenises around it.
+
+Why two: at batch 1 on CPU, Paddle Inference spends most of a call in per-operator overhead (each oneDNN
+primitive of a small BERT costs 50-90 us whatever its size; see README Performance for the profile), where ONNX
+Runtime runs the whole graph in a fraction of it. Paddle Inference is still the engine for GPUs, TensorRT and
+oneDNN bf16.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from paddle_ft.errors import UserError, first_line
+from paddle_ft.runtime import usable_cores
+
+BACKENDS = ("paddle", "onnxruntime")
+ONNX_FILE = "model.onnx"
+PARAMS_FILE = "model.pdiparams"
+REEXPORT = "re-create it with tools/export.py --model OUT/best --output DIR"
+
+
+def choose_backend(backend: str | None, model_dir: Path, device: str, precision: str) -> str:
+    """`backend` as asked, checked; None = the fastest one that can run the request: ONNX Runtime for fp32 on
+    CPU where the export has an ONNX graph and onnxruntime is installed, else Paddle Inference."""
+    if backend not in (None, *BACKENDS):
+        raise UserError(f"backend '{backend}': choose one of {', '.join(BACKENDS)}")
+    onnx_ready = (model_dir / ONNX_FILE).is_file() and _onnxruntime_installed()
+    if backend is None:
+        return "onnxruntime" if device == "cpu" and precision == "fp32" and onnx_ready else "paddle"
+    if backend == "onnxruntime":
+        if device != "cpu" or precision != "fp32":
+            raise UserError(f"backend onnxruntime runs fp32 on CPU here; for --device {device} --precision "
+                            f"{precision} use --backend paddle")
+        if not (model_dir / ONNX_FILE).is_file():
+            raise UserError(f"{model_dir} has no {ONNX_FILE} (exported without onnxruntime installed, or by an older "
+                            f"paddle_ft); {REEXPORT}, or use --backend paddle")
+        if not onnx_ready:
+            raise UserError("backend onnxruntime asked for, but onnxruntime is not installed: pip install onnxruntime")
+    return backend
+
+
+def onnxruntime_engine(model_dir: Path, cpu_threads: int | None):
+    """An ONNX Runtime session on the export's ONNX graph, as a (input_ids, token_type_ids) -> logits callable."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = cpu_threads or usable_cores(), 1
+    options.log_severity_level = 3  # errors only: it warns about initialisers paddle2onnx left unused
+    try:
+        session = onnxruntime.InferenceSession(str(model_dir / ONNX_FILE), options,
+                                               providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types for a damaged graph
+        raise UserError(f"{model_dir / ONNX_FILE} cannot be loaded ({first_line(exc)}); {REEXPORT}") from None
+    names = [node.name for node in session.get_inputs()]
+
+    def run(input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        return session.run(None, dict(zip(names, (input_ids, token_type_ids))))[0]
+
+    return run
+
+
+def write_onnx(program: Path, onnx_path: Path) -> None:
+    """The exported Paddle graph converted by paddle2onnx (opset 13). Its own graph optimiser is off: ONNX Runtime
+    optimises the graph when it loads it, and paddle2onnx's tools either pip-install packages (polygraphy) or fail
+    on this version pair (onnxoptimizer). paddle2onnx prints progress from C++: kept out of the export's output,
+    and shown only when the conversion fails."""
+    import paddle2onnx
+
+    with tempfile.TemporaryFile(mode="w+b") as captured, _output_to(captured):
+        try:
+            paddle2onnx.export(str(program), str(program.parent / PARAMS_FILE), save_file=str(onnx_path),
+                               opset_version=13, optimize_tool="None")
+            failure = None
+        except Exception as exc:  # paddle2onnx raises assorted errors for an op it cannot convert
+            failure = first_line(exc)
+    if failure is not None or not onnx_path.is_file():
+        raise UserError(f"paddle2onnx could not convert {program} ({failure or 'no file written'}); export with "
+                        "--no-onnx to skip the ONNX graph, and report this with your paddle2onnx version")
+
+
+@contextlib.contextmanager
+def _output_to(file):
+    """File descriptors 1 and 2 (what C++ code prints to) redirected into `file` for the block."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        os.dup2(file.fileno(), 1)
+        os.dup2(file.fileno(), 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+
+def onnx_export_possible() -> str | None:
+    """None when export can write and check an ONNX graph; else why not."""
+    try:
+        import paddle2onnx  # noqa: F401
+    except ImportError:
+        return "paddle2onnx is not installed"
+    return None if _onnxruntime_installed() else "onnxruntime is not installed"
+
+
+def _onnxruntime_installed() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
