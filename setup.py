@@ -37,6 +37,8 @@ setup(
         # the serving engine for fp32 on CPU: at batch 1 it runs the exported graph (converted by paddle2onnx,
         # which paddlenlp installs) several times faster than Paddle Inference (README Performance)
         "onnxruntime>=1.17",
+        # onnxruntime.quantization (paddle_ft quantize) imports it; onnxruntime does not declare it
+        "ml_dtypes",
     ],
     extras_require={
         "cpu": ["paddlepaddle==3.3.1"],

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from paddle_ft import runtime
-from paddle_ft.arguments import ArgumentParser, non_negative_int, positive_int
+from paddle_ft.arguments import ArgumentParser, non_negative_float, non_negative_int, positive_int
 from paddle_ft.backends import BACKENDS
 from paddle_ft.errors import UserError
 from paddle_ft.io import describe_os_error
@@ -81,6 +81,20 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--no-onnx", action="store_true", help="write no ONNX graph (the onnxruntime backend then "
                                                                "cannot serve the export)")
     export.set_defaults(run=_export)
+
+    quantize = commands.add_parser("quantize", help="quantize an export to int8 for ONNX Runtime, checked on "
+                                                    "labelled texts")
+    quantize.add_argument("--model", required=True, help="an export folder with model.onnx (tools/export.py)")
+    quantize.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file for the accuracy check")
+    quantize.add_argument("--output", required=True, help="the int8 export folder to create (new or empty)")
+    quantize.add_argument("--method", choices=("dynamic", "static"), default="dynamic",
+                          help="dynamic: activation ranges per batch at run time (default); static: fixed from "
+                               "--calibration texts")
+    quantize.add_argument("--calibration", help="texts (.txt, or a text column) to fix activation ranges, for "
+                                                "--method static")
+    quantize.add_argument("--max-drop", type=non_negative_float, default=1.0,
+                          help="accuracy points the int8 model may lose on --data (default 1)")
+    quantize.set_defaults(run=_quantize)
 
     _add_predict(commands)
 
@@ -165,6 +179,16 @@ def _export(args) -> int:
     onnx = f", ONNX graph {info.parity_max_abs_diff_onnx:.3g}" if info.onnx_file else \
         f" (no ONNX graph: {info.extra.get('onnx_skipped')})"
     print(f"exported to {args.output}: max abs logit difference vs dygraph {info.parity_max_abs_diff:.3g}{onnx}")
+    return 0
+
+
+def _quantize(args) -> int:
+    from paddle_ft.quantize import quantize_export
+
+    check = quantize_export(Path(args.model), Path(args.data), Path(args.output), args.method,
+                            Path(args.calibration) if args.calibration else None, args.max_drop)
+    print(f"quantized to {args.output}: accuracy {check['accuracy_int8']:.4f} (fp32 {check['accuracy_fp32']:.4f}), "
+          f"the same answer on {check['agreement']:.2%} of {check['texts']} texts")
     return 0
 
 

@@ -48,10 +48,11 @@ class Predictor:
         if use_tensorrt or not enable_onednn:  # both Paddle Inference's
             backend = backend or "paddle"
         check_device(device, precision)
-        self.backend = choose_backend(backend, model_dir, device, precision)
+        info = read_export_info(model_dir)
+        self.backend = choose_backend(backend, model_dir, device, precision, info.quantization is not None)
         if self.backend == "onnxruntime" and (use_tensorrt or not enable_onednn):
             raise UserError("TensorRT and oneDNN are Paddle Inference's: use backend paddle for them")
-        self.meta = read_export_info(model_dir).model
+        self.meta = info.model
         self.max_length = self.meta.max_length
         self.labels = list(self.meta.labels)  # class id -> label name
         self.text_pairs = self.meta.takes_pairs  # trained on (text, second text) pairs

@@ -174,6 +174,9 @@ class ExportInfo:
     """model.onnx: the same graph for ONNX Runtime (None when export could not write one, and why in extra)."""
     parity_max_abs_diff_onnx: float | None = None
     """Largest |logit| difference of the ONNX graph (ONNX Runtime) from dygraph."""
+    quantization: dict | None = None
+    """Set by `paddle_ft quantize`: model.onnx is int8 (served by ONNX Runtime only; the Paddle graph beside it is
+    the fp32 one), with how it was quantized and the accuracy check it passed."""
     extra: dict = field(default_factory=dict)
     """Keys of a newer paddle_ft, kept as they are."""
 

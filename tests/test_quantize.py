@@ -1,0 +1,80 @@
+"""`paddle_ft quantize`: an export's ONNX graph in int8, written only when its accuracy holds, and served by ONNX
+Runtime only."""
+import json
+
+import pytest
+
+from paddle_ft.errors import UserError
+from paddle_ft.infer import Predictor
+from paddle_ft.quantize import AccuracyDropped, quantize_export
+from conftest import DEMO, SPECIAL_TOKENS, NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, overrides, synthetic_rows, \
+    write_tsv
+
+
+@pytest.fixture(scope="module")
+def trained_export(tmp_path_factory):
+    """A tiny classifier trained on the synthetic corpus and exported; (export folder, labelled test file)."""
+    from paddle_ft.cli import main
+
+    root = tmp_path_factory.mktemp("quantize")
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join([*SPECIAL_TOKENS, *sorted(set(POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS))]) + "\n",
+                     encoding="utf-8")
+    for split, n, seed in (("train", 400, 1), ("dev", 100, 2), ("test", 300, 3)):
+        write_tsv(root / f"{split}.tsv", synthetic_rows(n, seed))
+    args = [f"output_dir={root / 'out'}", *(f"data.{s}={root / s}.tsv" for s in ("train", "dev", "test")),
+            "data.max_length=64", f"model.scratch.vocab_file={vocab}", "model.scratch.hidden_size=64",
+            "model.scratch.num_layers=2", "model.scratch.num_heads=2", "model.scratch.intermediate_size=128",
+            "model.scratch.max_position_embeddings=64", "train.epochs=3", "train.batch_size=16",
+            "train.optimizer.learning_rate=2e-3"]
+    assert main(["train", "--config", DEMO, *overrides(args)]) == 0
+    assert main(["export", "--model", str(root / "out" / "best"), "--output", str(root / "export")]) == 0
+    return root / "export", root / "test.tsv"
+
+
+def test_int8_keeps_the_accuracy_and_only_onnx_runtime_serves_it(trained_export, tmp_path, capsys):
+    from paddle_ft.cli import main
+
+    export, test = trained_export
+    assert main(["quantize", "--model", str(export), "--data", str(test), "--output", str(tmp_path / "int8")]) == 0
+    assert "quantized to" in capsys.readouterr().out
+    check = json.loads((tmp_path / "int8" / "export.json").read_text(encoding="utf-8"))["quantization"]
+    assert check["method"] == "dynamic" and check["texts"] == 300
+    assert check["accuracy_fp32"] > 0.9 and check["accuracy_fp32"] - check["accuracy_int8"] <= 0.01, check
+    assert check["agreement"] >= 0.98 and check["max_probability_difference"] < 0.1
+    assert (tmp_path / "int8" / "model.onnx").stat().st_size < (export / "model.onnx").stat().st_size / 2
+    predictor = Predictor(tmp_path / "int8", cpu_threads=1)
+    assert predictor.backend == "onnxruntime" and predictor.predict(["好棒"])[0].label == "正面"
+    with pytest.raises(UserError, match="is quantized to int8 for ONNX Runtime .*: serve it with backend onnxruntime"):
+        Predictor(tmp_path / "int8", cpu_threads=1, backend="paddle")
+    with pytest.raises(UserError, match="is already quantized; quantize the fp32 export it came from"):
+        quantize_export(tmp_path / "int8", test, tmp_path / "again")
+
+
+def test_static_quantization_calibrates_on_the_given_texts(trained_export, tmp_path):
+    export, test = trained_export
+    with pytest.raises(UserError, match="--method static fixes activation ranges from real texts: give --calibration"):
+        quantize_export(export, test, tmp_path / "static", method="static")
+    check = quantize_export(export, test, tmp_path / "static", method="static", calibration=test)
+    assert check["method"] == "static" and check["accuracy_fp32"] - check["accuracy_int8"] <= 0.01, check
+
+
+def test_a_larger_accuracy_drop_than_allowed_writes_nothing(trained_export, tmp_path, monkeypatch):
+    import paddle_ft.quantize as quantize
+
+    export, test = trained_export
+    real = quantize._compare
+    monkeypatch.setattr(quantize, "_compare", lambda *a: {**real(*a), "accuracy_int8": 0.5})
+    with pytest.raises(AccuracyDropped, match=r"points lost, more than --max-drop 1; nothing was written"):
+        quantize_export(export, test, tmp_path / "int8")
+    assert not (tmp_path / "int8").exists()
+
+
+def test_an_export_without_onnx_cannot_be_quantized(trained_export, tmp_path):
+    from paddle_ft.cli import main
+
+    export, test = trained_export
+    best = export.parent / "out" / "best"
+    assert main(["export", "--model", str(best), "--output", str(tmp_path / "plain"), "--no-onnx"]) == 0
+    with pytest.raises(UserError, match="has no model.onnx to quantize"):
+        quantize_export(tmp_path / "plain", test, tmp_path / "int8")
