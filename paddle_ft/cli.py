@@ -1,4 +1,4 @@
-"""`python -m paddle_ft {train,pretrain,eval,convert,export,predict,serve,bench}`; `tools/*.py` wrap `main`.
+"""`python -m paddle_ft {train,pretrain,distill,eval,convert,export,quantize,predict,serve,bench}`; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -60,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                              help="override a config key (dotted path, YAML value); repeatable")
         command.set_defaults(run=run)
+    distill = commands.add_parser("distill", help="train a smaller student on a trained teacher's answers")
+    distill.add_argument("--teacher", help="the teacher's model folder (OUT/best); sets distill.teacher")
+    distill.add_argument("--config", required=True, help="the student's YAML recipe, e.g. configs/distill-demo.yaml")
+    distill.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config key (dotted path, YAML value); repeatable")
+    distill.set_defaults(run=_distill)
 
     evaluate = commands.add_parser("eval", help="score a trained model on a labelled file")
     evaluate.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
@@ -145,6 +151,12 @@ def _train(args) -> int:
     import paddle_ft.commands.train as command
 
     return command.run(args.config, args.override)
+
+
+def _distill(args) -> int:
+    import paddle_ft.commands.distill as command
+
+    return command.run(args.config, args.override, args.teacher)
 
 
 def _eval(args) -> int:

@@ -287,6 +287,21 @@ class PretrainConfig:
 
 
 @dataclass(frozen=True)
+class DistillConfig:
+    """Knowledge distillation into a smaller student (`python -m paddle_ft distill`)."""
+
+    teacher: str | None = None
+    """The teacher: a trained model folder (OUT/best); `distill --teacher` sets it."""
+    temperature: float = field(default=2.0, metadata=_positive(float))
+    """Both models' logits are divided by it before the soft loss: above 1 the teacher's second choices show."""
+    alpha: float = field(default=0.5, metadata=_check(lambda v: 0 <= v <= 1, "a number in [0, 1]"))
+    """Weight of the soft loss (KL divergence to the teacher, x temperature^2); 1 - alpha weighs the labels'."""
+    unlabeled: tuple[str, ...] = ()
+    """Unlabeled text files (.txt, or the text column of .tsv/.csv/.jsonl) the student also learns from, by the
+    soft loss alone."""
+
+
+@dataclass(frozen=True)
 class Config:
     output_dir: str = field(default="out/run", metadata=_check(lambda v: bool(v.strip()), "a folder path"))
     """Folder of the run: config, metrics, checkpoints, best/ and results."""
@@ -303,6 +318,8 @@ class Config:
     """The optimisation loop."""
     pretrain: PretrainConfig = PretrainConfig()
     """Pretraining on unlabeled text; read by `pretrain` only."""
+    distill: DistillConfig = DistillConfig()
+    """Distillation from a teacher; read by `distill` only."""
 
 
 # ----------------------------------------------------------------------------- loading

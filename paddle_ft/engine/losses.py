@@ -51,3 +51,17 @@ def multi_label_loss(logits: paddle.Tensor, targets: paddle.Tensor) -> paddle.Te
     """The summed loss of a batch of multi-label texts: each text's binary cross-entropy averaged over the
     labels (a sigmoid per label). logits and targets (0/1) [n, labels], float32."""
     return F.binary_cross_entropy_with_logits(logits, targets, reduction="none").mean(axis=-1).sum()
+
+
+def distillation_loss(logits: paddle.Tensor, teacher_logits: paddle.Tensor, labels: paddle.Tensor,
+                      temperature: float, alpha: float) -> paddle.Tensor:
+    """The summed loss of a batch for a student: alpha x T^2 x KL(teacher's softened distribution || the student's)
+    (Hinton et al., 2015: T^2 keeps the soft gradients' scale as T changes) + (1 - alpha) x cross-entropy with the
+    label, for the rows that have one (label -1: an unlabeled text, soft loss only). logits, teacher_logits
+    [n, classes] float32; labels [n] int64."""
+    soft_target = F.softmax(teacher_logits / temperature, axis=-1)
+    log_student = F.log_softmax(logits / temperature, axis=-1)
+    kl = (soft_target * (paddle.log(soft_target.clip(min=1e-12)) - log_student)).sum(axis=-1)  # [n]
+    labelled = (labels >= 0).astype("float32")
+    hard = F.cross_entropy(logits, labels.clip(min=0), reduction="none").reshape([-1]) * labelled
+    return (alpha * temperature ** 2 * kl + (1 - alpha) * hard).sum()

@@ -1,0 +1,86 @@
+"""`distill`: train a smaller student on a trained teacher's softened answers plus the labels (and, by the soft
+loss alone, on unlabeled text); best/ is an ordinary classifier that eval, export and predict take."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
+from paddle_ft.bundle import load_bundle
+from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
+from paddle_ft.config import Config, load_config
+from paddle_ft.data.corpus import read_corpus
+from paddle_ft.data.features import Features, tokenize
+from paddle_ft.data.readers import Example
+from paddle_ft.engine.distill import Distillation
+from paddle_ft.engine.evaluate import predict_logits
+from paddle_ft.errors import ConfigError
+from paddle_ft.log import log
+
+
+def run(config_path: str, overrides: list[str], teacher: str | None) -> int:
+    config = load_config(config_path, [*overrides, *([f"distill.teacher={teacher}"] if teacher else [])])
+    _check(config)
+    teacher_bundle = load_bundle(config.distill.teacher)
+    dist, folder, resume_from = open_run(config)
+    dataset = read_dataset(config.data, config.task)
+    if dataset.label_map.names != teacher_bundle.meta.labels:
+        raise ConfigError("data.labels", f"the student's labels {list(dataset.label_map.names)} are not the "
+                          f"teacher's {list(teacher_bundle.meta.labels)}: give data.labels in the teacher's order")
+    model_config = shared_backbone(config.model, dist)
+    tokenizer = build_tokenizer(model_config)
+    _check_same_vocabulary(tokenizer, teacher_bundle.tokenizer, config.distill.teacher)
+    splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
+                          truncation_of(config.data))
+    if config.distill.unlabeled:
+        texts = read_corpus(config.distill.unlabeled, config.data.text_column)
+        splits = dataclasses.replace(splits, train=_with_unlabeled(splits.train, texts, tokenizer, config))
+        log(f"distillation: {len(texts)} unlabeled texts learnt from the teacher alone")
+    teacher_logits = predict_logits(teacher_bundle.model, splits.train, config.train.evaluation.batch_size,
+                                    tokenizer.pad_token_id)
+    model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
+    ready_to_train(model, config, folder, dist, resume_from, dataset.label_map)
+    folder = folder.with_classifier(tokenizer, model_meta(config, dataset.label_map))
+    objective = Distillation(splits.label_names, splits.pad_token_id, teacher_logits=teacher_logits,
+                             temperature=config.distill.temperature, alpha=config.distill.alpha)
+    results = run_engine(model, splits, config, folder, dist, resume_from, "distill", objective)
+    if dist.is_main:
+        for split in ("dev", "test"):
+            if split in results:
+                log(f"{split} accuracy {results[split]['accuracy']:.4f}  macro_f1 {results[split]['macro_f1']:.4f} "
+                    f"(best student, step {results['best_step']})")
+        log(f"wrote {folder.best_dir} and {folder.path / 'results.json'}")
+    return 0
+
+
+def _check(config: Config) -> None:
+    if config.distill.teacher is None:
+        raise ConfigError("distill.teacher", "distillation needs a teacher: pass --teacher OUT/best")
+    if not (Path(config.distill.teacher) / "paddle_ft.json").is_file():
+        raise ConfigError("distill.teacher", f"{config.distill.teacher} is not a trained model folder (no "
+                          "paddle_ft.json); give the best/ folder a training run wrote")
+    if config.data.train is None:
+        raise ConfigError("data.train", "distillation needs a training file; set data.train")
+    for key, value, default in (("task", config.task, "single_label"), ("train.loss", config.train.loss, "cross_entropy"),
+                                ("train.class_weights", config.train.class_weights, None)):
+        if value != default:
+            raise ConfigError(key, f"is {value!r}; distillation is single-label cross-entropy with a teacher for now: "
+                              "remove it")
+
+
+def _check_same_vocabulary(student_tokenizer, teacher_tokenizer, teacher: str) -> None:
+    """The teacher reads the student's token ids, so both must number tokens alike."""
+    student = getattr(student_tokenizer, "slow", student_tokenizer).get_vocab()
+    if student != teacher_tokenizer.get_vocab():
+        raise ConfigError("model.scratch.vocab_file", f"the student's vocabulary is not the teacher's; use "
+                          f"{Path(teacher) / 'vocab.txt'} (or the teacher's backbone)")
+
+
+def _with_unlabeled(train: Features, texts: list[str], tokenizer, config: Config) -> Features:
+    """The training rows, then the unlabeled texts' rows with label -1 (soft loss only)."""
+    rows = [Example(text, None, None, i + 1) for i, text in enumerate(texts)]
+    extra = tokenize(rows, tokenizer, config.data.max_length, None, truncation_of(config.data))
+    return Features(train.input_ids + extra.input_ids, train.token_type_ids + extra.token_type_ids,
+                    np.concatenate([train.labels, np.full(len(extra), -1, dtype=train.labels.dtype)]))

@@ -1,0 +1,27 @@
+"""The distillation objective: a student learns the teacher's softened answers (and the labels, where a text has
+one). The teacher's logits of every training row are computed once, before training: it is frozen, so they
+never change, and a step then costs no teacher forward pass."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import paddle
+
+from paddle_ft.engine.evaluate import Classification
+from paddle_ft.engine.losses import distillation_loss
+
+
+@dataclass(frozen=True)
+class Distillation(Classification):
+    """Scored like a classifier on dev and test; trained on `distillation_loss`."""
+
+    teacher_logits: np.ndarray = field(default=None, compare=False)
+    """[training rows, classes]: the teacher's logits of each training row (in the same order)."""
+    temperature: float = 2.0
+    alpha: float = 0.5
+
+    def loss(self, model, features, indices: list[int], step: int, autocast) -> paddle.Tensor:
+        logits, batch = self._logits(model, features, indices, autocast)
+        return distillation_loss(logits, paddle.to_tensor(self.teacher_logits[indices]),
+                                 paddle.to_tensor(batch["labels"]), self.temperature, self.alpha)

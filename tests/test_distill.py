@@ -1,0 +1,101 @@
+"""`paddle_ft distill`: the soft loss is Hinton's, a student learns from a trained teacher (unlabeled text
+included), and a student that cannot read the teacher's token ids or labels is a one-line error."""
+import json
+
+import numpy as np
+import paddle
+import pytest
+
+from paddle_ft.engine.losses import distillation_loss
+from paddle_ft.errors import ConfigError
+from conftest import DEMO, NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, SPECIAL_TOKENS, overrides, synthetic_rows, \
+    write_tsv
+
+
+def test_the_loss_is_soft_kl_times_t_squared_plus_hard_cross_entropy_where_labelled():
+    rng = np.random.default_rng(0)
+    student, teacher = rng.normal(size=(3, 4)).astype("float32"), rng.normal(size=(3, 4)).astype("float32")
+    labels, t, alpha = np.array([2, -1, 0]), 3.0, 0.7
+
+    def softmax(z):
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    p_teacher, p_student = softmax(teacher / t), softmax(student / t)
+    kl = (p_teacher * np.log(p_teacher / p_student)).sum(axis=1)
+    hard = np.array([-np.log(softmax(student)[0, 2]), 0.0, -np.log(softmax(student)[2, 0])])  # row 1: unlabeled
+    expected = (alpha * t ** 2 * kl + (1 - alpha) * hard).sum()
+    actual = distillation_loss(paddle.to_tensor(student), paddle.to_tensor(teacher), paddle.to_tensor(labels), t, alpha)
+    assert float(actual) == pytest.approx(expected, rel=1e-5)
+
+
+SHAPE = ["model.scratch.num_heads=2", "model.scratch.max_position_embeddings=64", "data.max_length=64",
+         "train.batch_size=16", "train.optimizer.learning_rate=2e-3"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """(folder with train/dev/test/unlabeled files and a vocabulary, a trained teacher's best/)."""
+    from paddle_ft.cli import main
+
+    root = tmp_path_factory.mktemp("distill")
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join([*SPECIAL_TOKENS, *sorted(set(POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS))]) + "\n",
+                     encoding="utf-8")
+    for split, n, seed in (("train", 300, 1), ("dev", 100, 2), ("test", 200, 3)):
+        write_tsv(root / f"{split}.tsv", synthetic_rows(n, seed))
+    (root / "unlabeled.txt").write_text("\n".join(t for t, _ in synthetic_rows(200, 4)) + "\n", encoding="utf-8")
+    args = [f"output_dir={root / 'teacher'}", *_data(root), f"model.scratch.vocab_file={vocab}",
+            "model.scratch.hidden_size=64", "model.scratch.num_layers=2", "model.scratch.intermediate_size=128",
+            "train.epochs=4", *SHAPE]
+    assert main(["train", "--config", DEMO, *overrides(args)]) == 0
+    return root, root / "teacher" / "best"
+
+
+def _data(root):
+    return [f"data.{s}={root / s}.tsv" for s in ("train", "dev", "test")]
+
+
+def test_a_small_student_learns_from_the_teacher_and_unlabeled_text(corpus, capsys):
+    from paddle_ft.cli import main
+
+    root, teacher = corpus
+    student = [*_data(root), f"model.scratch.vocab_file={teacher / 'vocab.txt'}", "model.scratch.hidden_size=16",
+               "model.scratch.num_layers=1", "model.scratch.intermediate_size=32", "train.epochs=4", *SHAPE]
+    assert main(["distill", "--teacher", str(teacher), "--config", DEMO,
+                 *overrides([f"output_dir={root / 'student'}", f"distill.unlabeled=[{root / 'unlabeled.txt'}]",
+                             *student])]) == 0
+    out = capsys.readouterr().out
+    assert "distillation: 200 unlabeled texts learnt from the teacher alone" in out
+    assert "plan: 500 training examples" in out  # 300 labelled + 200 unlabeled rows
+    results = json.loads((root / "student" / "results.json").read_text(encoding="utf-8"))
+    teacher_results = json.loads((teacher.parent / "results.json").read_text(encoding="utf-8"))
+    assert teacher_results["test"]["accuracy"] > 0.9
+    assert results["test"]["accuracy"] >= 0.95 * teacher_results["test"]["accuracy"], (results, teacher_results)
+    config = (root / "student" / "config.yaml").read_text(encoding="utf-8")
+    assert f"teacher: {teacher}" in config  # a resume needs no --teacher
+    assert main(["export", "--model", str(root / "student" / "best"), "--output", str(root / "student-export")]) == 0
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["model.scratch.vocab_file={vocab}"], "'model.scratch.vocab_file'.*the student's vocabulary is not the teacher's"),
+    (["data.labels=[正面, 负面]"], r"'data.labels'.*the student's labels \['正面', '负面'\] are not the teacher's"),
+    (["train.class_weights=auto"], "'train.class_weights'.*distillation is single-label cross-entropy"),
+])
+def test_a_student_that_cannot_learn_from_this_teacher_is_one_line(corpus, tmp_path, extra, message):
+    from paddle_ft.commands import distill
+
+    root, teacher = corpus
+    other_vocab = tmp_path / "vocab.txt"
+    other_vocab.write_text("\n".join([*SPECIAL_TOKENS, *"好差的了"]) + "\n", encoding="utf-8")
+    args = [f"output_dir={tmp_path / 'student'}", *_data(root), f"model.scratch.vocab_file={teacher / 'vocab.txt'}",
+            *SHAPE, *(e.format(vocab=other_vocab) for e in extra)]
+    with pytest.raises(ConfigError, match=message):
+        distill.run(DEMO, args, str(teacher))
+
+
+def test_distillation_without_a_teacher_says_how_to_give_one():
+    from paddle_ft.commands import distill
+
+    with pytest.raises(ConfigError, match="'distill.teacher'.*pass --teacher OUT/best"):
+        distill.run(DEMO, [], None)
