@@ -3,13 +3,14 @@
 # make pretrain-demo   pretrain the demo's encoder on unlabeled text (configs/pretrain-demo.yaml)
 # make test-fast   the suite without the tests that start processes, servers or launchers (the inner loop)
 # make gpu-check   on a GPU machine: train fp32/fp16/bf16, resume, export, GPU predictors, 2 GPUs (tools/gpu_check.py)
+# make distill-demo   after make demo: distill the demo model into a 1-layer student (configs/distill-demo.yaml)
 # make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
 VENV ?= .venv
 PEERS ?= .venv-peers
 PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
 
-.PHONY: demo pretrain-demo test test-fast gpu-check bench bench-peers install clean
+.PHONY: demo pretrain-demo distill-demo test test-fast gpu-check bench bench-peers install clean
 
 install: $(VENV)/.installed
 
@@ -46,6 +47,12 @@ demo: $(VENV)/.installed $(DEMO_DATA) $(PRETRAINED)/config.json
 	@$(PYTHON) -c "import json; r = json.load(open('$(OUT)/eval-test.json')); print(f\"paddle_ft, pretrained then fine-tuned: test accuracy {r['accuracy']:.4f}, macro-F1 {r['macro_f1']:.4f} ({r['examples']} texts; misclassified rows in {r['misclassified_file']})\")"
 	@echo "char n-gram TF-IDF + logistic regression: $$(cat $(OUT)/baseline-tfidf.txt)"
 
+# a 1-layer student of the demo model, learnt from its answers on the labelled and the unlabeled demo text
+distill-demo: $(VENV)/.installed $(DEMO_DATA)
+	rm -rf out/distill-demo
+	$(PYTHON) tools/distill.py --teacher $(OUT)/best --config configs/distill-demo.yaml
+	$(PYTHON) tools/eval.py --model out/distill-demo/best --data data/demo/test.tsv > out/distill-demo/eval-test.json
+
 # the Hugging Face parity tests compare with transformers itself, in the peer environment
 test: $(VENV)/.installed $(PEERS)/.installed
 	$(PYTHON) -m pytest -q tests
@@ -58,7 +65,7 @@ gpu-check: $(VENV)/.installed
 	$(PYTHON) tools/gpu_check.py --output out/gpu_check
 
 bench: $(VENV)/.installed data/demo/train.tsv
-	$(PYTHON) tools/bench.py --output out/bench
+	$(PYTHON) tools/bench.py --output out/bench --serve
 
 # The Hugging Face peer lives in its own environment: torch and paddle never share a process.
 # torch 2.13.0 is the CPU build this machine kind keeps on disk.

@@ -35,6 +35,17 @@ def cpu_model() -> str:
     return _cpuinfo_field("model name") or platform.processor() or "unknown"
 
 
+# the instruction sets that decide which inference precision is fast: AVX2/AVX-512 for fp32, VNNI for int8,
+# AVX512-BF16/AMX for bf16
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def cpu_speed_flags() -> list[str]:
+    """Which of SPEED_FLAGS this CPU has (a bench says which its numbers came from)."""
+    flags = set(_cpuinfo_field("flags").split())
+    return [flag for flag in SPEED_FLAGS if flag in flags]
+
+
 def cpu_supports_bf16() -> bool:
     """True when the CPU has bfloat16 arithmetic (AVX512-BF16 or AMX-BF16), which oneDNN bf16 needs."""
     return bool({"avx512_bf16", "amx_bf16"} & set(_cpuinfo_field("flags").split()))

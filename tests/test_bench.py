@@ -39,12 +39,21 @@ def _results() -> dict:
     infer = {name: {"batch_1": {"samples_per_s": 50.0}, "batch_8": {"samples_per_s": 80.0},
                     "batch_32": {"samples_per_s": 90.0 if name != "onnxruntime" else 60.0},
                     "batch_1_p50_ms": 20.0, "batch_1_p99_ms": 30.0, "max_abs_diff": 1e-7} for name in ENGINES}
-    results = {"train": train, "infer": infer,
+    infer["onnxruntime_int8"] = {**infer["onnxruntime"], "batch_32": {"samples_per_s": 120.0, "label_agreement": 0.99}}
+    models = {name: {"test_accuracy": accuracy, "batch_1_p50_ms": ms, "batch_32": {"samples_per_s": speed},
+                     "model_dir": f"out/{name}/best"}
+              for name, accuracy, ms, speed in (("teacher", 0.85, 2.0, 300.0), ("student", 0.84, 0.5, 1500.0))}
+    serve = [{"batching": b, "concurrency": c, "requests_per_s": r, "p50_ms": 10.0, "p99_ms": 20.0, "requests": 400,
+              "errors": 0} for b, c, r in (("adaptive (default)", 1, 95.0), ("off", 1, 100.0))]
+    results = {"train": train, "infer": infer, "models": models, "serve": serve,
+               "int8_check": {"method": "dynamic", "accuracy_fp32": 0.85, "accuracy_int8": 0.847, "agreement": 0.99,
+                              "texts": 1736},
                "amp": {"device": "cpu", "note": "CPU: only fp32", "rows": [
                    {"precision": "fp32", "samples_per_s": 48.0, "epoch_minutes": 4.8, "peak_memory_mb": 1300,
                     "largest_batch": None, "final_accuracy": None}]},
                "tokenizer": {"paddle_ft": {"texts_per_s": 7000, "class": "FastBertTokenizer"}},
-               "machine": {"cpu": "Test CPU", "usable_cores": 2, "threads": 2, "paddle_version": "3.3.1",
+               "machine": {"cpu": "Test CPU", "cpu_flags": ["avx2", "avx512_vnni"], "usable_cores": 2, "threads": 2,
+                           "paddle_version": "3.3.1",
                            "paddlenlp_version": "2.8.1"},
                "settings": {"shape": {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "max_length": 128},
                             "batch_size": 32, "train_steps": 56, "paddlenlp_trainer_steps": 32, "quick": False}}
@@ -63,6 +72,12 @@ def test_report_ratios_table_and_chart(tmp_path):
     assert "| HF Trainer (defaults) | no peer environment |" in table
     assert "| onnxruntime | 50.0 | 80.0 | 60.0 | 20.00 | 30.00 | 1e-07 |" in table
     assert "at batch 32: 1.50x" in table
+    assert "Machine: Test CPU (avx2, avx512_vnni)" in table
+    assert "test accuracy 0.8470 against fp32's 0.8500 (-0.30 points), the same label on 99.0% of 1736 texts; " \
+           "batch 32 2.00x ONNX Runtime fp32" in table
+    assert "| student (out/student/best) | 0.8400 | 0.50 | 2,000.0 | 1,500.0 |" in table
+    assert "The student keeps 98.8% of the teacher's test accuracy at 4.00x its batch-1 speed" in table
+    assert "| adaptive (default) | 1 | 95.0 |" in table and "batching (adaptive) at 0.95x the requests/s" in table
     report.chart(results, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -73,7 +88,9 @@ def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, data_dir, vocab_
     out = tmp_path / "bench"
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "--quick", "--model-shape", "1,32,2,64",
                            "--data", str(data_dir), "--output", str(out), "--peers-python", str(tmp_path / "none"),
-                           "--threads", "1"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                           "--threads", "1", "--serve", "--teacher", str(out / "work" / "paddle_ft-fp32" / "best"),
+                           "--student", str(out / "work" / "paddle_ft-fp32" / "best")],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     bench = json.loads((out / "bench.json").read_text(encoding="utf-8"))
     assert bench["train"]["paddle_ft"]["samples_per_s"] > 0
@@ -85,7 +102,13 @@ def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, data_dir, vocab_
             assert bench["infer"][engine][f"batch_{size}"]["samples_per_s"] > 0
         assert bench["infer"][engine]["max_abs_diff"] < 1e-4
     assert bench["infer"]["dygraph"]["max_abs_diff"] == 0.0
-    assert {"cpu", "cores", "threads", "paddle_version"} <= bench["machine"].keys()
+    assert bench["infer"]["onnxruntime_int8"]["batch_32"]["samples_per_s"] > 0
+    assert bench["int8_check"]["texts"] == 60 and 0 <= bench["int8_check"]["accuracy_int8"] <= 1
+    assert bench["models"]["student"]["test_accuracy"] == bench["models"]["teacher"]["test_accuracy"]  # same model
+    assert {(r["batching"], r["concurrency"]) for r in bench["serve"]} == \
+        {(b, c) for b in ("adaptive (default)", "wait 5 ms", "off") for c in (1, 8, 32)}
+    assert all(r["errors"] == 0 and r["requests"] > 0 for r in bench["serve"])
+    assert {"cpu", "cores", "threads", "paddle_version", "cpu_flags"} <= bench["machine"].keys()
     assert bench["machine"]["threads"] == 1 and bench["settings"]["shape"]["hidden_size"] == 32
     assert bench["tokenizer"]["paddle_ft"]["class"] == "FastBertTokenizer"
     assert (out / "bench.png").is_file() and "| paddle_ft engine |" in (out / "bench.md").read_text(encoding="utf-8")

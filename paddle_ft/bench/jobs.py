@@ -141,6 +141,8 @@ def main(argv: list[str]) -> int:
     name, args = argv[0], json.loads(argv[1])
     if name == "inference":
         from paddle_ft.bench.inference import inference as job
+    elif name == "models":
+        from paddle_ft.bench.inference import models as job
     else:
         job = JOBS[name]
     emit(job(args))

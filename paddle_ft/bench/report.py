@@ -34,7 +34,8 @@ def _num(value, digits: int = 1) -> str:
 
 def markdown(results: dict) -> str:
     m, s = results["machine"], results["settings"]
-    lines = [f"Machine: {m['cpu']}, {m['usable_cores']} usable cores, {m['threads']} threads; Paddle "
+    flags = ", ".join(m.get("cpu_flags", [])) or "none of AVX2/AVX-512/VNNI/BF16/AMX"
+    lines = [f"Machine: {m['cpu']} ({flags}), {m['usable_cores']} usable cores, {m['threads']} threads; Paddle "
              f"{m['paddle_version']}, PaddleNLP {m['paddlenlp_version']}; model {s['shape']['num_layers']} layers x "
              f"{s['shape']['hidden_size']} hidden x {s['shape']['num_heads']} heads, max length "
              f"{s['shape']['max_length']}, batch {s['batch_size']}, fp32; {s['train_steps']} training steps per engine "
@@ -73,12 +74,53 @@ def markdown(results: dict) -> str:
     ratio = results["ratios"].get("infer_batch_32_onednn_vs_onnxruntime")
     if ratio:
         lines += ["", f"Paddle Inference + oneDNN vs ONNX Runtime at batch 32: {ratio:.2f}x."]
+    lines += _int8_lines(results) + _model_lines(results) + _serve_lines(results)
     tok = results["tokenizer"]
     if "error" not in tok:
         lines += ["", "| tokenizer | texts/s |", "|---|---:|"]
         lines += [f"| {name} ({row['class']}) | {_num(row['texts_per_s'], 0)} |" for name, row in tok.items()
                   if isinstance(row, dict) and "texts_per_s" in row]
     return "\n".join(lines) + "\n"
+
+
+def _int8_lines(results: dict) -> list[str]:
+    check, infer = results.get("int8_check"), results["infer"]
+    if not check or "onnxruntime_int8" not in infer:
+        return []
+    speed = _ratio(infer["onnxruntime_int8"]["batch_32"]["samples_per_s"],
+                   infer["onnxruntime"]["batch_32"]["samples_per_s"])
+    return ["", f"INT8 (paddle_ft quantize, {check['method']}): test accuracy {check['accuracy_int8']:.4f} against fp32's "
+                f"{check['accuracy_fp32']:.4f} ({100 * (check['accuracy_int8'] - check['accuracy_fp32']):+.2f} points), "
+                f"the same label on {check['agreement']:.1%} of {check['texts']} texts; batch 32 "
+                f"{_num(speed, 2)}x ONNX Runtime fp32."]
+
+
+def _model_lines(results: dict) -> list[str]:
+    rows = results.get("models")
+    if not rows or "error" in rows:
+        return [] if not rows else ["", f"teacher/student: {rows['error']}"]
+    lines = ["", "| model (default backend) | test accuracy | batch 1 p50 ms | batch 1 samples/s | batch 32 samples/s |",
+             "|---|---:|---:|---:|---:|"]
+    for name in ("teacher", "student"):
+        row = rows[name]
+        lines.append(f"| {name} ({row['model_dir']}) | {row['test_accuracy']:.4f} | {row['batch_1_p50_ms']:.2f} | "
+                     f"{_num(1000 / row['batch_1_p50_ms'])} | {_num(row['batch_32']['samples_per_s'])} |")
+    teacher, student = rows["teacher"], rows["student"]
+    lines += ["", f"The student keeps {student['test_accuracy'] / teacher['test_accuracy']:.1%} of the teacher's test "
+                  f"accuracy at {teacher['batch_1_p50_ms'] / student['batch_1_p50_ms']:.2f}x its batch-1 speed."]
+    return lines
+
+
+def _serve_lines(results: dict) -> list[str]:
+    if not results.get("serve"):
+        return []
+    from paddle_ft.bench.serving import markdown as serve_table
+
+    rows = results["serve"]
+    alone = {r["batching"]: r["requests_per_s"] for r in rows if r["concurrency"] == 1}
+    ratio = _ratio(alone.get("adaptive (default)"), alone.get("off"))
+    return ["", "HTTP service on the bench's export (client and server share the machine):", "", serve_table(rows).rstrip(),
+            "", f"One client: batching (adaptive) at {_num(ratio, 2)}x the requests/s of batching off."]
 
 
 def chart(results: dict, path: Path) -> None:
@@ -98,13 +140,14 @@ def chart(results: dict, path: Path) -> None:
     left.set_xlim(0, 1.15 * max(values, default=1))  # room for the value labels
     infer = results["infer"]
     if "error" not in infer:
-        sizes, width = (1, 8, 32), 0.2
-        for i, name in enumerate(ENGINES):
-            xs = [j + (i - 1.5) * width for j in range(len(sizes))]
+        sizes, shown = (1, 8, 32), [name for name in infer if name in ENGINES or "gpu" not in name]
+        width = 0.8 / len(shown)  # every CPU row, the reduced precisions (bf16, int8) included
+        for i, name in enumerate(shown):
+            xs = [j + (i - (len(shown) - 1) / 2) * width for j in range(len(sizes))]
             right.bar(xs, [infer[name][f"batch_{n}"]["samples_per_s"] for n in sizes], width, label=name)
         right.set_xticks(range(len(sizes)), [f"batch {n}" for n in sizes])
         right.set_ylabel("inference samples/s")
-        top = max(infer[name][f"batch_{n}"]["samples_per_s"] for name in ENGINES for n in sizes)
+        top = max(infer[name][f"batch_{n}"]["samples_per_s"] for name in shown for n in sizes)
         right.set_ylim(0, 1.3 * top)  # the legend sits above the bars
         right.legend(fontsize=8, ncol=2, loc="upper center")
     m = results["machine"]

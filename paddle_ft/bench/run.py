@@ -33,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peers-python", default=os.environ.get("PADDLE_FT_PEERS_PYTHON", DEFAULT_PEERS_PYTHON),
                         help="python of the peer environment with torch + transformers (make bench-peers)")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (fewer samples); numbers are rough")
+    parser.add_argument("--serve", action="store_true",
+                        help="also load-test the HTTP service on the bench's export (batching adaptive, 5 ms, off)")
+    parser.add_argument("--teacher", help="a trained model folder to compare with --student (its distilled student)")
+    parser.add_argument("--student", help="a trained model folder: speed and test accuracy beside --teacher's")
     parser.add_argument("--model-shape", default=None, metavar="LAYERS,HIDDEN,HEADS,INTERMEDIATE",
                         help="another encoder shape than the reference 4,256,4,1024 (ratios are only comparable "
                              "at the same shape)")
@@ -70,6 +74,14 @@ def main(args: argparse.Namespace) -> int:
         "latency_calls": 30 if args.quick else 200})
     results["infer"] = infer.pop("engines", {}) if "error" not in infer else {"error": infer["error"]}
     results["infer_precision_skipped"] = infer.get("precision_skipped", [])
+    results["int8_check"] = infer.get("int8_check")
+    if args.teacher and args.student:
+        results["models"] = jobs.paddle("models", {**common, "models": {"teacher": args.teacher,
+                                                                       "student": args.student},
+                                                   "rounds": 3, "samples_per_round": 96,
+                                                   "latency_calls": 30 if args.quick else 200})
+    if args.serve:
+        results["serve"] = serve_rows(workdir / "export", demo, threads, args.quick)
     results["machine"] = machine(threads, infer, results["train"].get("hf_trainer", {}))
     results["settings"] = {"shape": model_shape(), "batch_size": BATCH_SIZE, "precision": "fp32", "train_steps": steps,
                            "paddlenlp_trainer_steps": slow_steps,
@@ -83,6 +95,16 @@ def main(args: argparse.Namespace) -> int:
     print(f"wrote {output / 'bench.json'}, {output / 'bench.md'}, {output / 'bench.png'} "
           f"in {results['settings']['seconds']:.0f} s")
     return 0
+
+
+def serve_rows(export: Path, demo: Path, threads: int, quick: bool) -> list[dict]:
+    """The load test's table on the bench's export (the inference job wrote it)."""
+    from paddle_ft.bench.serving import load_test
+    from paddle_ft.data.readers import Columns, read_examples
+
+    texts = [e.text for e in read_examples(demo / "test.tsv", "tsv", Columns("text", None, "label"))[0]]
+    print("bench: serve (load test) ...", file=sys.stderr, flush=True)
+    return load_test(export, texts, [1, 8, 32], 100 if quick else 400, 20 if quick else 60, threads)
 
 
 def train_rows(jobs: "Jobs", common: dict, windows: int, features: Path, demo: Path,
@@ -223,4 +245,4 @@ def machine(threads: int, infer: dict, hf: dict) -> dict:
             "usable_cores": runtime.usable_cores(), "threads": threads, "python": platform.python_version(),
             "paddle_version": paddle.__version__, "paddlenlp_version": paddlenlp.__version__,
             "onnxruntime_version": infer.get("onnxruntime_version"), "peer_versions": hf.get("versions"),
-            "bf16_cpu": runtime.cpu_supports_bf16()}
+            "bf16_cpu": runtime.cpu_supports_bf16(), "cpu_flags": runtime.cpu_speed_flags()}

@@ -1,0 +1,80 @@
+"""The HTTP service under load, on loopback: requests/s and p50/p99 latency at several concurrencies, with
+dynamic batching as served by default (adaptive: no wait), with a 5 ms wait, and off, side by side in one run.
+It starts the server itself, once per batching mode, on 127.0.0.1; nothing leaves the machine."""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from paddle_ft.serve.process import ServerProcess
+
+BATCHING = (("adaptive (default)", ["--max-batch-size", "32"]),
+            ("wait 5 ms", ["--max-batch-size", "32", "--max-wait-ms", "5"]),
+            ("off", ["--max-batch-size", "1"]))
+
+
+def load_test(model_dir: Path, texts: list[str], levels: list[int], requests: int, seconds: float,
+              threads: int | None = None) -> list[dict]:
+    """One row per batching mode and concurrency: each level stops after `requests` requests or `seconds`."""
+    extra = ["--threads", str(threads)] if threads else []
+    rows = []
+    with tempfile.TemporaryDirectory() as logs:
+        for name, options in BATCHING:
+            server = ServerProcess(model_dir, Path(logs) / f"{name.split()[0]}.log", *options, *extra)
+            try:
+                run_level(server.url, texts, 4, 40, 30)  # warm-up
+                for concurrency in levels:
+                    rows.append({"batching": name, "concurrency": concurrency,
+                                 **run_level(server.url, texts, concurrency, requests, seconds)})
+            finally:
+                server.stop()
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| batching | concurrency | requests/s | p50 ms | p99 ms | requests | errors |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['batching']} | {r['concurrency']} | {r['requests_per_s']:.1f} | {r['p50_ms']:.1f} | "
+              f"{r['p99_ms']:.1f} | {r['requests']} | {r['errors']} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def run_level(url: str, texts: list[str], concurrency: int, requests: int, seconds: float) -> dict:
+    """`concurrency` clients in a closed loop until `requests` were sent or `seconds` passed."""
+    latencies, errors, lock = [], 0, threading.Lock()
+    sent = iter(range(requests))
+    deadline = time.monotonic() + seconds
+
+    def client(worker: int) -> None:
+        nonlocal errors
+        with httpx.Client(timeout=30) as http:
+            for i in sent:
+                if time.monotonic() > deadline:
+                    return
+                started = time.perf_counter()
+                try:
+                    ok = http.post(f"{url}/v1/classify", json={"texts": [texts[(i * 7 + worker) % len(texts)]]}) \
+                        .status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                elapsed = time.perf_counter() - started
+                with lock:
+                    if ok:
+                        latencies.append(elapsed)
+                    else:
+                        errors += 1
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(client, range(concurrency)))
+    wall = time.perf_counter() - started
+    latencies.sort()
+    return {"requests_per_s": len(latencies) / wall, "p50_ms": 1000 * statistics.median(latencies),
+            "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+            "requests": len(latencies), "errors": errors}
