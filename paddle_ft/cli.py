@@ -60,12 +60,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                              help="override a config key (dotted path, YAML value); repeatable")
         command.set_defaults(run=run)
-    distill = commands.add_parser("distill", help="train a smaller student on a trained teacher's answers")
-    distill.add_argument("--teacher", help="the teacher's model folder (OUT/best); sets distill.teacher")
-    distill.add_argument("--config", required=True, help="the student's YAML recipe, e.g. configs/distill-demo.yaml")
-    distill.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                         help="override a config key (dotted path, YAML value); repeatable")
-    distill.set_defaults(run=_distill)
+    _add_distill(commands)
 
     evaluate = commands.add_parser("eval", help="score a trained model on a labelled file")
     evaluate.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
@@ -88,20 +83,7 @@ def _parser() -> argparse.ArgumentParser:
                                                                "cannot serve the export)")
     export.set_defaults(run=_export)
 
-    quantize = commands.add_parser("quantize", help="quantize an export to int8 for ONNX Runtime, checked on "
-                                                    "labelled texts")
-    quantize.add_argument("--model", required=True, help="an export folder with model.onnx (tools/export.py)")
-    quantize.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file for the accuracy check")
-    quantize.add_argument("--output", required=True, help="the int8 export folder to create (new or empty)")
-    quantize.add_argument("--method", choices=("dynamic", "static"), default="dynamic",
-                          help="dynamic: activation ranges per batch at run time (default); static: fixed from "
-                               "--calibration texts")
-    quantize.add_argument("--calibration", help="texts (.txt, or a text column) to fix activation ranges, for "
-                                                "--method static")
-    quantize.add_argument("--max-drop", type=non_negative_float, default=1.0,
-                          help="accuracy points the int8 model may lose on --data (default 1)")
-    quantize.set_defaults(run=_quantize)
-
+    _add_quantize(commands)
     _add_predict(commands)
 
     from paddle_ft.serve.options import add_arguments as serve_arguments
@@ -139,6 +121,31 @@ def _add_predict(commands) -> None:
                                                             "(fp32 CPU); default: onnxruntime where it can run, "
                                                             "the faster there")
     predict.set_defaults(run=_predict)
+
+
+def _add_distill(commands) -> None:
+    distill = commands.add_parser("distill", help="train a smaller student on a trained teacher's answers")
+    distill.add_argument("--teacher", help="the teacher's model folder (OUT/best); sets distill.teacher")
+    distill.add_argument("--config", required=True, help="the student's YAML recipe, e.g. configs/distill-demo.yaml")
+    distill.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config key (dotted path, YAML value); repeatable")
+    distill.set_defaults(run=_distill)
+
+
+def _add_quantize(commands) -> None:
+    quantize = commands.add_parser("quantize", help="quantize an export to int8 for ONNX Runtime, checked on "
+                                                    "labelled texts")
+    quantize.add_argument("--model", required=True, help="an export folder with model.onnx (tools/export.py)")
+    quantize.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file for the accuracy check")
+    quantize.add_argument("--output", required=True, help="the int8 export folder to create (new or empty)")
+    quantize.add_argument("--method", choices=("dynamic", "static"), default="dynamic",
+                          help="dynamic: activation ranges per batch at run time (default); static: fixed from "
+                               "--calibration texts")
+    quantize.add_argument("--calibration", help="texts (.txt, or a text column) to fix activation ranges, for "
+                                                "--method static")
+    quantize.add_argument("--max-drop", type=non_negative_float, default=1.0,
+                          help="accuracy points the int8 model may lose on --data (default 1)")
+    quantize.set_defaults(run=_quantize)
 
 
 def _pretrain(args) -> int:
