@@ -29,6 +29,8 @@ def test_the_demo_fine_tunes_what_the_demo_pretraining_writes_and_scratch_is_the
     assert demo.model.backbone == f"{pretrain.output_dir}/best" and demo.model.scratch is None
     assert pretrain.model.scratch == load_config(DEMO).model.scratch
     assert demo.data == load_config(DEMO).data and demo.train == load_config(DEMO).train
+    # pretrained without dropout; fine-tuned with the scratch recipe's
+    assert pretrain.model.dropout == 0 and demo.model.encoder_dropout == load_config(DEMO).model.dropout
 
 
 def test_overrides_are_read_as_yaml():
