@@ -1,4 +1,4 @@
-"""`python -m paddle_ft {train,pretrain,distill,eval,convert,export,quantize,predict,serve,bench}`; `tools/*.py` wrap `main`.
+"""`python -m paddle_ft {train,pretrain,distill,audit,eval,convert,export,quantize,predict,serve,bench}`; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -61,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
                              help="override a config key (dotted path, YAML value); repeatable")
         command.set_defaults(run=run)
     _add_distill(commands)
+    audit = commands.add_parser("audit", help="check a config's data: duplicates, leakage, conflicting labels, ...")
+    audit.add_argument("--config", required=True, help="the YAML recipe whose splits to check")
+    audit.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (dotted path, YAML value); repeatable")
+    audit.add_argument("--output", help="folder for audit.json (default: OUTPUT_DIR/audit)")
+    audit.add_argument("--strict", action="store_true", help="exit 1 on leakage between splits or conflicting labels")
+    audit.set_defaults(run=_audit)
 
     evaluate = commands.add_parser("eval", help="score a trained model on a labelled file")
     evaluate.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
@@ -164,6 +171,12 @@ def _distill(args) -> int:
     import paddle_ft.commands.distill as command
 
     return command.run(args.config, args.override, args.teacher)
+
+
+def _audit(args) -> int:
+    import paddle_ft.commands.audit as command
+
+    return command.run(args.config, args.override, args.output, args.strict)
 
 
 def _eval(args) -> int:

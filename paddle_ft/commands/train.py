@@ -1,6 +1,7 @@
 """`train`: config -> data -> model -> engine, writing everything under `output_dir`."""
 from __future__ import annotations
 
+from paddle_ft.analysis.audit import leakage
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import TASK_METRICS, load_config
@@ -20,6 +21,8 @@ def run(config_path: str, overrides: list[str]) -> int:
                           f"{' or '.join(TASK_METRICS[config.task])}")
     dist, folder, resume_from = open_run(config)
     dataset = read_dataset(config.data, config.task)
+    if dist.is_main:
+        warn_on_leakage(dataset)
     model_config = shared_backbone(config.model, dist)
     tokenizer = build_tokenizer(model_config)
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
@@ -35,6 +38,15 @@ def run(config_path: str, overrides: list[str]) -> int:
                 log(f"{split} {scores} (best model, step {results['best_step']})")
         log(f"wrote {folder.best_dir} and {folder.path / 'results.json'}")
     return 0
+
+
+def warn_on_leakage(dataset) -> None:
+    """The cheap part of `audit`: texts of dev or test that are also in train make the scores optimistic."""
+    for pair, found in leakage(dataset.examples).items():
+        if found["rows"]:
+            later, earlier = pair.split("_in_")
+            log(f"warning: {found['rows']} {later} texts ({found['share']:.1%}) are also in {earlier}: its scores will "
+                f"be optimistic; python -m paddle_ft audit --config ... lists them")
 
 
 def objective(config, splits, dist) -> Classification | MultiLabelClassification:

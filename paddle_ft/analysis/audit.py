@@ -1,0 +1,121 @@
+"""The data audit: what in a config's splits would make its numbers wrong or its training weak, found and
+counted before any training (`python -m paddle_ft audit --config C`).
+
+Texts are compared after normalisation (Unicode NFKC, which folds full-width forms to their ASCII twins, and
+without whitespace), so "好 评！" and "好评!" are one text. Leakage (a dev or test text also in train, or a
+test text in dev) makes the reported scores optimistic; a text given two labels caps the accuracy any model
+can reach and usually means a labelling mistake.
+"""
+from __future__ import annotations
+
+import unicodedata
+from collections import Counter, defaultdict
+from itertools import combinations
+
+import numpy as np
+
+SPLITS = ("train", "dev", "test")
+NEAR_EMPTY = 2  # a text of this many characters or fewer (normalised) says too little to be classified
+EXAMPLES = 5  # of each finding, the first few are listed with their split and line
+
+
+def normalise(text: str) -> str:
+    return "".join(unicodedata.normalize("NFKC", text).split())
+
+
+def audit(examples: dict[str, list], tokenizer=None, max_length: int | None = None) -> dict:
+    """Every finding on the splits `examples` ({split: rows}); the length and [UNK] figures when a tokenizer is
+    given."""
+    present = [s for s in SPLITS if s in examples]
+    report = {"splits": {s: _split_report(examples[s]) for s in present},
+              "leakage": leakage(examples), "conflicts": conflicts(examples)}
+    if tokenizer is not None:
+        for split in present:
+            report["splits"][split].update(_token_report(examples[split], tokenizer, max_length))
+    report["problems"] = _problems(report)
+    return report
+
+
+def leakage(examples: dict[str, list]) -> dict:
+    """For each pair of splits (earlier, later): the later split's rows whose text is also in the earlier one."""
+    found = {}
+    texts = {s: {normalise(e.text) for e in examples[s]} for s in SPLITS if s in examples}
+    for earlier, later in combinations([s for s in SPLITS if s in examples], 2):
+        shared = [e for e in examples[later] if normalise(e.text) in texts[earlier]]
+        found[f"{later}_in_{earlier}"] = {"rows": len(shared), "share": len(shared) / len(examples[later]),
+                                          "examples": [_where(later, e) for e in shared[:EXAMPLES]]}
+    return found
+
+
+def conflicts(examples: dict[str, list]) -> dict:
+    """Texts (normalised) given more than one label anywhere in the splits."""
+    labels, seen = defaultdict(set), defaultdict(list)
+    for split in SPLITS:
+        for e in examples.get(split, []):
+            key = normalise(e.text)
+            labels[key].add(_label_key(e.label))
+            seen[key].append(_where(split, e))
+    clashing = [key for key, names in labels.items() if len(names) > 1]
+    return {"texts": len(clashing), "examples": [{"labels": sorted(labels[k]), "rows": seen[k][:EXAMPLES]}
+                                                 for k in clashing[:EXAMPLES]]}
+
+
+def _split_report(rows: list) -> dict:
+    exact, normal = Counter(e.text for e in rows), Counter(normalise(e.text) for e in rows)
+    near_empty = [e for e in rows if len(normalise(e.text)) <= NEAR_EMPTY]
+    labels = Counter(name for e in rows for name in (e.label if isinstance(e.label, tuple) else (e.label,)))
+    return {"rows": len(rows), "duplicates_exact": len(rows) - len(exact),
+            "duplicates_normalised": len(rows) - len(normal),
+            "near_empty": len(near_empty), "near_empty_examples": [_where("", e) for e in near_empty[:EXAMPLES]],
+            "labels": dict(sorted(labels.items()))}
+
+
+def _token_report(rows: list, tokenizer, max_length: int | None) -> dict:
+    """Token lengths ([CLS] and [SEP] included) against max_length, and the share of [UNK] tokens."""
+    encoded = tokenizer([e.text for e in rows], text_pair=[e.text_pair for e in rows] if rows[0].text_pair else None,
+                        max_length=None, truncation=False)["input_ids"]
+    lengths = np.array([len(ids) for ids in encoded])
+    unk = tokenizer.unk_token_id
+    unknown = sum(ids.count(unk) for ids in encoded) if unk is not None else 0
+    report = {"tokens": {"p50": int(np.percentile(lengths, 50)), "p90": int(np.percentile(lengths, 90)),
+                         "p99": int(np.percentile(lengths, 99)), "max": int(lengths.max())},
+              "unknown_token_share": unknown / max(int(lengths.sum()), 1)}
+    if max_length is not None:
+        over = lengths[lengths > max_length]
+        report["truncated"] = {"rows": int(len(over)), "share": len(over) / len(rows),
+                               "mean_tokens_cut": float((over - max_length).mean()) if len(over) else 0.0}
+    return report
+
+
+def _problems(report: dict) -> list[str]:
+    """One line per finding that makes scores wrong (what `--strict` fails on)."""
+    lines = [f"{pair.replace('_in_', ' texts also in ')}: {found['rows']} ({found['share']:.1%})"
+             for pair, found in report["leakage"].items() if found["rows"]]
+    if report["conflicts"]["texts"]:
+        lines.append(f"{report['conflicts']['texts']} texts carry more than one label")
+    return lines
+
+
+def _where(split: str, example) -> dict:
+    where = {"line": example.line, "text": example.text[:80]}
+    return {"split": split, **where} if split else where
+
+
+def _label_key(label) -> str:
+    return ",".join(sorted(label)) if isinstance(label, tuple) else label
+
+
+def table(report: dict) -> str:
+    """The short table `audit` prints."""
+    splits = report["splits"]
+    lines = ["| split | rows | duplicates (exact / normalised) | near-empty | truncated | [UNK] share | labels |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for name, s in splits.items():
+        truncated = f"{s['truncated']['rows']} ({s['truncated']['share']:.1%})" if "truncated" in s else "n/a"
+        unknown = f"{s['unknown_token_share']:.2%}" if "unknown_token_share" in s else "n/a"
+        labels = ", ".join(f"{k} {v}" for k, v in s["labels"].items())
+        lines.append(f"| {name} | {s['rows']} | {s['duplicates_exact']} / {s['duplicates_normalised']} | "
+                     f"{s['near_empty']} | {truncated} | {unknown} | {labels} |")
+    lines.append("")
+    lines += [f"problem: {line}" for line in report["problems"]] or ["no leakage between splits, no conflicting labels"]
+    return "\n".join(lines) + "\n"

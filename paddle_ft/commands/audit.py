@@ -1,0 +1,30 @@
+"""`audit`: check a config's splits before training: duplicates, leakage between splits, conflicting labels,
+near-empty texts, lengths against max_length, labels per split and [UNK] tokens. Prints a table and writes
+audit.json; with `strict`, leakage or conflicts fail the command (exit 1), so that a pipeline can gate on it."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from paddle_ft.analysis.audit import audit, table
+from paddle_ft.build import build_tokenizer, read_dataset, resolve_backbone
+from paddle_ft.config import load_config
+from paddle_ft.io import check_output_folder
+
+
+def run(config_path: str, overrides: list[str], output: str | None, strict: bool) -> int:
+    config = load_config(config_path, overrides)
+    folder = Path(output) if output else Path(config.output_dir) / "audit"
+    check_output_folder(folder, "--output")
+    dataset = read_dataset(config.data, config.task)
+    tokenizer = build_tokenizer(resolve_backbone(config.model))
+    report = audit(dataset.examples, tokenizer, config.data.max_length)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "audit.json").write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    print(table(report), end="")
+    print(f"wrote {folder / 'audit.json'}")
+    if strict and report["problems"]:
+        print(f"error: audit --strict: {'; '.join(report['problems'])}", file=sys.stderr)
+        return 1
+    return 0
