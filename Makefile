@@ -17,7 +17,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: setup.py
 	python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --quiet -e ".[cpu,demo,bench,test]"
+	$(PYTHON) -m pip install --quiet -e ".[cpu,demo,test]"
 	touch $@
 
 # prepare_demo_data.py leaves a file it would write identically untouched, so rebuilding the data (after a

@@ -39,6 +39,8 @@ setup(
         "onnxruntime>=1.17",
         # onnxruntime.quantization (paddle_ft quantize) imports it; onnxruntime does not declare it
         "ml_dtypes",
+        # the training report's pictures (OUT/report.html) and the bench's chart
+        "matplotlib",
     ],
     extras_require={
         "cpu": ["paddlepaddle==3.3.1"],
@@ -50,11 +52,9 @@ setup(
         # reading a Hugging Face pytorch_model.bin (a torch pickle; model.safetensors needs no torch). 2.13.0 is
         # the CPU build this machine kind keeps on disk; an unpinned torch pulls a CUDA build of several GB
         "torch": ["torch==2.13.0"],
-        # tools/bench.py: matplotlib draws the chart
-        "bench": ["matplotlib"],
         # hypothesis: property tests of readers, config and tokenizer; schemathesis: the HTTP service
         # against its own OpenAPI schema (both find inputs nobody thought to write down)
-        "test": ["pytest", "snownlp", "jieba", "matplotlib", "hypothesis>=6.100", "schemathesis>=4,<5"],
+        "test": ["pytest", "snownlp", "jieba", "hypothesis>=6.100", "schemathesis>=4,<5"],
     },
     entry_points={"console_scripts": ["paddle_ft=paddle_ft.cli:main"]},
 )

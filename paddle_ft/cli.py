@@ -1,4 +1,4 @@
-"""`python -m paddle_ft {train,pretrain,distill,audit,eval,convert,export,quantize,predict,serve,bench}`; `tools/*.py` wrap `main`.
+"""`python -m paddle_ft {train,pretrain,distill,audit,report,eval,convert,export,quantize,predict,serve,bench}`; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--output", help="folder for audit.json (default: OUTPUT_DIR/audit)")
     audit.add_argument("--strict", action="store_true", help="exit 1 on leakage between splits or conflicting labels")
     audit.set_defaults(run=_audit)
+    report = commands.add_parser("report", help="write OUT/report.html for a finished training run")
+    report.add_argument("run_dir", metavar="OUT", help="the output_dir of a finished run")
+    report.set_defaults(run=_report)
 
     evaluate = commands.add_parser("eval", help="score a trained model on a labelled file")
     evaluate.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
@@ -177,6 +180,12 @@ def _audit(args) -> int:
     import paddle_ft.commands.audit as command
 
     return command.run(args.config, args.override, args.output, args.strict)
+
+
+def _report(args) -> int:
+    import paddle_ft.commands.report as command
+
+    return command.run(args.run_dir)
 
 
 def _eval(args) -> int:

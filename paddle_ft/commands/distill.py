@@ -9,6 +9,7 @@ import numpy as np
 
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.bundle import load_bundle
+from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import read_corpus
@@ -51,7 +52,8 @@ def run(config_path: str, overrides: list[str], teacher: str | None) -> int:
             if split in results:
                 log(f"{split} accuracy {results[split]['accuracy']:.4f}  macro_f1 {results[split]['macro_f1']:.4f} "
                     f"(best student, step {results['best_step']})")
-        log(f"wrote {folder.best_dir} and {folder.path / 'results.json'}")
+        page = write_run_report(folder.path, config, dataset)
+        log(f"wrote {folder.best_dir}, {folder.path / 'results.json'} and {page}")
     return 0
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from paddle_ft.analysis.audit import leakage
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
+from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import TASK_METRICS, load_config
 from paddle_ft.engine.evaluate import Classification, MultiLabelClassification
@@ -36,7 +37,8 @@ def run(config_path: str, overrides: list[str]) -> int:
             if split in results:
                 scores = "  ".join(f"{m} {results[split][m]:.4f}" for m in TASK_METRICS[config.task])
                 log(f"{split} {scores} (best model, step {results['best_step']})")
-        log(f"wrote {folder.best_dir} and {folder.path / 'results.json'}")
+        page = write_run_report(folder.path, config, dataset)
+        log(f"wrote {folder.best_dir}, {folder.path / 'results.json'} and {page}")
     return 0
 
 

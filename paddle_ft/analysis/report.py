@@ -1,0 +1,217 @@
+"""The training report: `OUT/report.html` and its pictures in `OUT/report/`, a folder that opens from disk.
+
+Loss, learning rate and dev metrics over the steps; the confusion matrix (counts and row-normalised); the
+per-class table; a reliability diagram with the expected calibration error; the most confident mistakes with
+their texts; the config and the data summary (and the audit, where `audit` wrote one into OUT/audit). Every
+number on the page comes from `results.json`, `metrics.jsonl` and the best model's answers on the scored split.
+"""
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from paddle_ft.engine.metrics import expected_calibration_error
+
+REPORT_PAGE, REPORT_FOLDER = "report.html", "report"
+WORST = 10  # mistakes listed
+BINS = 10  # of the reliability diagram
+
+
+@dataclass
+class Answers:
+    """The best model on one labelled split, for the pictures that need answers rather than scores."""
+
+    split: str
+    texts: list[str]
+    gold: np.ndarray         # [n] class ids
+    probabilities: np.ndarray  # [n, classes]
+    labels: tuple[str, ...]
+
+
+def write_report(run_dir: Path, answers: Answers | None, data_summary: dict | None = None) -> Path:
+    """Write OUT/report.html and OUT/report/*.png from what the run left in `run_dir`; returns the page."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    folder = run_dir / REPORT_FOLDER
+    folder.mkdir(exist_ok=True)
+    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    images = {"curves": _curves(events, results["metric"], folder / "curves.png")}
+    sections = [_metrics_section(results), _curves_section(images["curves"])]
+    if answers is not None and answers.probabilities.shape[1] == len(answers.labels) and answers.gold.ndim == 1:
+        images["confusion"] = _confusion(answers, folder / "confusion.png")
+        images["reliability"], ece = _reliability(answers, folder / "reliability.png")
+        sections += [_answers_section(answers, images, ece), _mistakes_section(answers)]
+    sections += [_per_class_section(results), _data_section(data_summary, run_dir), _config_section(run_dir)]
+    page = run_dir / REPORT_PAGE
+    page.write_text(_page(run_dir.name, sections), encoding="utf-8")
+    return page
+
+
+# ----------------------------------------------------------------------------- pictures
+
+def _curves(events: list[dict], metric: str, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    train = [e for e in events if e["event"] == "train" and e.get("loss") is not None]
+    evals = [e for e in events if e["event"] == "eval"]
+    figure, (loss, lr, dev) = plt.subplots(1, 3, figsize=(13, 3.6))
+    loss.plot([e["step"] for e in train], [e["loss"] for e in train], color="tab:blue")
+    loss.set(title="training loss", xlabel="step")
+    lr.plot([e["step"] for e in train], [e["lr"] for e in train], color="tab:orange")
+    lr.set(title="learning rate", xlabel="step")
+    for name in dict.fromkeys([metric, "accuracy", "macro_f1", "micro_f1"]):
+        points = [(e["step"], e[name]) for e in evals if isinstance(e.get(name), (int, float))]
+        if points:
+            dev.plot(*zip(*points), marker="o", label=name)
+    dev.set(title="dev metrics", xlabel="step")
+    if evals:
+        dev.legend(fontsize=8)
+    return _save(figure, path)
+
+
+def _confusion(answers: Answers, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    counts = confusion_matrix(answers.gold, answers.probabilities.argmax(axis=1), len(answers.labels))
+    rows = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    for ax, matrix, title, form in ((axes[0], counts, "counts", "{:.0f}"), (axes[1], rows, "row-normalised", "{:.2f}")):
+        ax.imshow(matrix, cmap="Blues")
+        # classes by id: a machine without a CJK font would draw Chinese label names as boxes (the page names them)
+        ax.set(title=f"confusion ({title}), {answers.split}", xlabel="predicted class", ylabel="gold class",
+               xticks=range(len(answers.labels)), yticks=range(len(answers.labels)))
+        for (i, j), value in np.ndenumerate(matrix):
+            ax.text(j, i, form.format(value), ha="center", va="center",
+                    color="white" if value > matrix.max() / 2 else "black")
+    return _save(figure, path)
+
+
+def _reliability(answers: Answers, path: Path) -> tuple[str, float]:
+    import matplotlib.pyplot as plt
+
+    confidence = answers.probabilities.max(axis=1)
+    right = answers.probabilities.argmax(axis=1) == answers.gold
+    which = np.minimum((confidence * BINS).astype(int), BINS - 1)
+    centres = (np.arange(BINS) + 0.5) / BINS
+    accuracy = [right[which == b].mean() if (which == b).any() else np.nan for b in range(BINS)]
+    ece = expected_calibration_error(answers.probabilities, answers.gold)
+    figure, ax = plt.subplots(figsize=(5, 4.6))
+    ax.bar(centres, accuracy, width=1 / BINS, edgecolor="black", label="accuracy in bin")
+    ax.plot([0, 1], [0, 1], "--", color="gray", label="perfectly calibrated")
+    ax.set(title=f"reliability, {answers.split} (ECE {ece:.3f})", xlabel="confidence (top probability)",
+           ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
+    ax.legend(fontsize=8, loc="upper left")
+    return _save(figure, path), ece
+
+
+def confusion_matrix(gold: np.ndarray, predicted: np.ndarray, classes: int) -> np.ndarray:
+    """[gold, predicted] counts."""
+    matrix = np.zeros((classes, classes), dtype=np.int64)
+    np.add.at(matrix, (gold, predicted), 1)
+    return matrix
+
+
+def _save(figure, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return f"{REPORT_FOLDER}/{path.name}"
+
+
+# ----------------------------------------------------------------------------- sections
+
+def _metrics_section(results: dict) -> str:
+    splits = [split for split in ("dev", "test") if results.get(split)]
+    names = list(dict.fromkeys(n for split in splits for n, v in results[split].items() if isinstance(v, float)))
+    rows = "".join(f"<tr><th>{split}</th>" + "".join(
+        f'<td data-metric="{split}.{n}">{results[split][n]:.4f}</td>' if isinstance(results[split].get(n), float)
+        else "<td></td>" for n in names) + "</tr>" for split in splits)
+    header = "".join(f"<th>{html.escape(n)}</th>" for n in names)
+    return (f"<h2>Best model (step {results['best_step']}, picked by {html.escape(results['metric'])})</h2>"
+            f"<table><tr><th></th>{header}</tr>{rows}</table>")
+
+
+def _curves_section(image: str) -> str:
+    return f'<h2>Training</h2><img src="{image}" alt="loss, learning rate and dev metrics over the steps">'
+
+
+def _answers_section(answers: Answers, images: dict, ece: float) -> str:
+    return (f"<h2>Answers on {answers.split} ({len(answers.gold)} texts)</h2>"
+            f'<img src="{images["confusion"]}" alt="confusion matrix">'
+            f"<p>Classes: {html.escape(', '.join(f'{i} = {name}' for i, name in enumerate(answers.labels)))}.</p>"
+            f'<img src="{images["reliability"]}" alt="reliability diagram">'
+            f'<p>Expected calibration error: <span data-metric="{answers.split}.ece_page">{ece:.4f}</span> '
+            f"(how far the top probability is from how often it is right; 0 is perfect).</p>")
+
+
+def _mistakes_section(answers: Answers) -> str:
+    predicted = answers.probabilities.argmax(axis=1)
+    wrong = np.flatnonzero(predicted != answers.gold)
+    worst = wrong[np.argsort(-answers.probabilities[wrong, predicted[wrong]], kind="stable")][:WORST]
+    rows = "".join(f"<tr><td>{answers.probabilities[i, predicted[i]]:.3f}</td><td>{html.escape(answers.labels[predicted[i]])}"
+                   f"</td><td>{html.escape(answers.labels[answers.gold[i]])}</td><td>{html.escape(answers.texts[i])}</td></tr>"
+                   for i in worst)
+    return (f"<h2>The most confident mistakes ({len(wrong)} wrong in all)</h2><table><tr><th>probability</th>"
+            f"<th>predicted</th><th>gold</th><th>text</th></tr>{rows}</table>")
+
+
+def _per_class_section(results: dict) -> str:
+    split = "test" if results.get("test") else "dev"
+    scores = results.get(split) or {}
+    table = scores.get("per_class") or scores.get("per_label")
+    if not table:
+        return ""
+    rows = "".join(f"<tr><td>{html.escape(name)}</td>" + "".join(
+        f'<td data-metric="{split}.per_class.{html.escape(name)}.{k}">{v:.4f}</td>' if isinstance(v, float)
+        else f"<td>{v}</td>" for k, v in row.items()) + "</tr>" for name, row in table.items())
+    header = "".join(f"<th>{k}</th>" for k in next(iter(table.values())))
+    return f"<h2>Per class, {split}</h2><table><tr><th>label</th>{header}</tr>{rows}</table>"
+
+
+def _data_section(summary: dict | None, run_dir: Path) -> str:
+    parts = []
+    if summary:
+        rows = "".join(f"<tr><td>{split}</td><td>{s['rows']}</td><td>{s['duplicates_normalised']}</td>"
+                       f"<td>{s['near_empty']}</td><td>{html.escape(', '.join(f'{k} {v}' for k, v in s['labels'].items()))}"
+                       f"</td></tr>" for split, s in summary["splits"].items())
+        parts.append("<table><tr><th>split</th><th>rows</th><th>duplicates (normalised)</th><th>near-empty</th>"
+                     f"<th>labels</th></tr>{rows}</table>")
+        problems = summary.get("problems") or ["no leakage between splits, no conflicting labels"]
+        parts.append("<ul>" + "".join(f"<li>{html.escape(p)}</li>" for p in problems) + "</ul>")
+    audit = run_dir / "audit" / "audit.json"
+    if audit.is_file():
+        parts.append(f'<p>The full audit: <a href="audit/audit.json">audit/audit.json</a>.</p>')
+    return "<h2>Data</h2>" + "".join(parts) if parts else ""
+
+
+def _config_section(run_dir: Path) -> str:
+    config = run_dir / "config.yaml"
+    text = config.read_text(encoding="utf-8") if config.is_file() else "(no config.yaml)"
+    return f"<h2>Config</h2><pre>{html.escape(text)}</pre>"
+
+
+def _page(title: str, sections: list[str]) -> str:
+    # the script only checks that every picture loaded, for people and for the browser test alike
+    return f"""<!DOCTYPE html>
+<html lang="zh"><head><meta charset="utf-8"><title>paddle_ft report: {html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1300px}}table{{border-collapse:collapse;margin:0.5em 0}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}img{{max-width:100%;margin:0.5em 0}}
+pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style></head>
+<body><h1>paddle_ft report: {html.escape(title)}</h1>
+{''.join(sections)}
+<script>
+window.addEventListener("load", () => {{
+  const images = [...document.images];
+  document.body.dataset.imagesLoaded = String(images.filter(i => i.complete && i.naturalWidth > 0).length);
+  document.body.dataset.images = String(images.length);
+}});
+</script></body></html>
+"""

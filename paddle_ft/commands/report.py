@@ -1,0 +1,43 @@
+"""`report`: the training report of a finished run (`OUT/report.html`); training writes it at its end too."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from paddle_ft.analysis.audit import audit
+from paddle_ft.analysis.report import Answers, write_report
+from paddle_ft.build import Dataset, read_dataset
+from paddle_ft.bundle import load_bundle
+from paddle_ft.config import Config, load_config
+from paddle_ft.data.features import tokenize
+from paddle_ft.data.tokenizer import fastest
+from paddle_ft.engine.evaluate import evaluate
+from paddle_ft.errors import UserError
+
+
+def run(run_dir: str) -> int:
+    folder = Path(run_dir)
+    if not (folder / "results.json").is_file() or not (folder / "config.yaml").is_file():
+        raise UserError(f"{folder} is not a finished training run (no results.json or config.yaml); give the "
+                        "output_dir of a run that finished")
+    config = load_config(folder / "config.yaml")
+    page = write_run_report(folder, config, read_dataset(config.data, config.task))
+    print(f"wrote {page}")
+    return 0
+
+
+def write_run_report(folder: Path, config: Config, dataset: Dataset) -> Path:
+    """The report of the run in `folder`: its best model's answers on test (else dev), and the data summary."""
+    return write_report(folder, _answers(folder, config, dataset), audit(dataset.examples))
+
+
+def _answers(folder: Path, config: Config, dataset: Dataset) -> Answers | None:
+    split = "test" if "test" in dataset.examples else "dev" if "dev" in dataset.examples else None
+    if split is None or config.task == "multi_label":  # the pictures of answers are single-label ones
+        return None
+    bundle = load_bundle(folder / "best")
+    tokenizer = fastest(bundle.tokenizer)
+    rows = dataset.examples[split]
+    features = tokenize(rows, tokenizer, bundle.meta.max_length, bundle.label_map, bundle.meta.truncation_rule)
+    _, probabilities = evaluate(bundle.model, features, config.train.evaluation.batch_size, tokenizer.pad_token_id,
+                                bundle.label_map.names, temperature=bundle.meta.temperature)
+    return Answers(split, [e.text for e in rows], features.document_labels, probabilities, bundle.meta.labels)

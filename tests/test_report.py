@@ -1,0 +1,72 @@
+"""The training report, opened in a real headless browser (Debian's Chromium): it loads without console
+messages, every picture loads and has content, and the numbers on the page are results.json's."""
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import DEMO, overrides
+
+from paddle_ft.analysis.report import confusion_matrix
+
+pytestmark = pytest.mark.slow  # trains a model and starts a browser
+
+
+def test_confusion_matrix_counts_gold_rows_against_predicted_columns():
+    matrix = confusion_matrix(np.array([0, 0, 1, 1, 1]), np.array([0, 1, 1, 1, 0]), 2)
+    assert matrix.tolist() == [[1, 1], [1, 2]]
+
+
+def _chromium() -> str:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Chromium (.ci/run does: apt-get install chromium)")
+        pytest.skip("needs Chromium (Debian: apt-get install chromium), as CI installs it")
+    return browser
+
+
+def _browse(browser: str, page, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", *flags, page.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_report_renders_in_a_browser_with_the_numbers_of_results_json(tiny_config_args, tmp_path, capsys):
+    from paddle_ft.cli import main
+
+    browser = _chromium()
+    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + ["train.epochs=2"])]) == 0
+    run = tmp_path / "out"
+    page, results = run / "report.html", json.loads((run / "results.json").read_text(encoding="utf-8"))
+    assert f"and {page}" in capsys.readouterr().out  # written at the end of training
+
+    loaded = _browse(browser, page, "--dump-dom")
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert ":CONSOLE" not in loaded.stderr, [line for line in loaded.stderr.splitlines() if ":CONSOLE" in line]
+    body = re.search(r"<body[^>]*>", loaded.stdout).group(0)
+    assert 'data-images="3"' in body and 'data-images-loaded="3"' in body  # curves, confusion, reliability
+    shown = dict(re.findall(r'data-metric="([^"]+)">([0-9.]+)<', loaded.stdout))
+    for split in ("dev", "test"):
+        for metric in ("accuracy", "macro_f1", "ece"):
+            assert shown[f"{split}.{metric}"] == f"{results[split][metric]:.4f}"
+    for name, row in results["test"]["per_class"].items():
+        assert shown[f"test.per_class.{name}.recall"] == f"{row['recall']:.4f}"
+    assert shown["test.ece_page"] == f"{results['test']['ece']:.4f}"  # the diagram's ECE is test's
+
+    from matplotlib.image import imread
+
+    for picture in (run / "report").glob("*.png"):
+        assert imread(picture)[..., :3].std() > 0.05, picture  # not a blank canvas
+    shot = _browse(browser, page, "--window-size=1300,2400", f"--screenshot={tmp_path / 'page.png'}")
+    assert shot.returncode == 0 and imread(tmp_path / "page.png")[..., :3].std() > 0.05
+
+
+def test_report_of_a_folder_that_is_not_a_finished_run_is_one_line(tmp_path, capsys):
+    from paddle_ft.cli import main
+
+    assert main(["report", str(tmp_path)]) == 2
+    assert "is not a finished training run" in capsys.readouterr().err
