@@ -1,4 +1,4 @@
-"""`python -m paddle_ft {train,pretrain,distill,audit,report,eval,convert,export,quantize,predict,serve,bench}`; `tools/*.py` wrap `main`.
+"""`python -m paddle_ft {train,pretrain,distill,audit,report,cv,eval,convert,export,quantize,predict,serve,bench}`; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -61,16 +61,7 @@ def _parser() -> argparse.ArgumentParser:
                              help="override a config key (dotted path, YAML value); repeatable")
         command.set_defaults(run=run)
     _add_distill(commands)
-    audit = commands.add_parser("audit", help="check a config's data: duplicates, leakage, conflicting labels, ...")
-    audit.add_argument("--config", required=True, help="the YAML recipe whose splits to check")
-    audit.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key (dotted path, YAML value); repeatable")
-    audit.add_argument("--output", help="folder for audit.json (default: OUTPUT_DIR/audit)")
-    audit.add_argument("--strict", action="store_true", help="exit 1 on leakage between splits or conflicting labels")
-    audit.set_defaults(run=_audit)
-    report = commands.add_parser("report", help="write OUT/report.html for a finished training run")
-    report.add_argument("run_dir", metavar="OUT", help="the output_dir of a finished run")
-    report.set_defaults(run=_report)
+    _add_analysis(commands)
 
     evaluate = commands.add_parser("eval", help="score a trained model on a labelled file")
     evaluate.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
@@ -142,6 +133,26 @@ def _add_distill(commands) -> None:
     distill.set_defaults(run=_distill)
 
 
+def _add_analysis(commands) -> None:
+    """audit, cv and report: the data and the runs, looked at."""
+    audit = commands.add_parser("audit", help="check a config's data: duplicates, leakage, conflicting labels, ...")
+    audit.add_argument("--config", required=True, help="the YAML recipe whose splits to check")
+    audit.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (dotted path, YAML value); repeatable")
+    audit.add_argument("--output", help="folder for audit.json (default: OUTPUT_DIR/audit)")
+    audit.add_argument("--strict", action="store_true", help="exit 1 on leakage between splits or conflicting labels")
+    audit.set_defaults(run=_audit)
+    cv = commands.add_parser("cv", help="K-fold cross-validation of a config (mean ± std of every metric)")
+    cv.add_argument("--config", required=True, help="the YAML recipe to cross-validate")
+    cv.add_argument("--folds", type=positive_int, default=5, help="number of folds (default 5)")
+    cv.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key (dotted path, YAML value); repeatable")
+    cv.set_defaults(run=_cv)
+    report = commands.add_parser("report", help="write OUT/report.html for a finished training run")
+    report.add_argument("run_dir", metavar="OUT", help="the output_dir of a finished run")
+    report.set_defaults(run=_report)
+
+
 def _add_quantize(commands) -> None:
     quantize = commands.add_parser("quantize", help="quantize an export to int8 for ONNX Runtime, checked on "
                                                     "labelled texts")
@@ -180,6 +191,12 @@ def _audit(args) -> int:
     import paddle_ft.commands.audit as command
 
     return command.run(args.config, args.override, args.output, args.strict)
+
+
+def _cv(args) -> int:
+    import paddle_ft.commands.cv as command
+
+    return command.run(args.config, args.override, args.folds)
 
 
 def _report(args) -> int:

@@ -128,6 +128,29 @@ def read_texts(path: Path, text_column: str = "text",
     return texts, None
 
 
+def write_examples(path: Path, fmt: str, columns: Columns, examples: list[Example]) -> None:
+    """`examples` as a file of format `fmt` that `read_examples` reads back into the same rows (labels, label
+    sets and text pairs included): how cross-validation hands each fold to a normal training run."""
+    def record(e: Example) -> dict:
+        label = e.label
+        if isinstance(label, tuple):
+            label = list(label) if fmt == "jsonl" else columns.label_delimiter.join(label)
+        fields = {columns.text: e.text, columns.text_pair: e.text_pair, columns.label: label}
+        return {name: value for name, value in fields.items() if name is not None}
+
+    names = [n for n in (columns.text, columns.text_pair, columns.label) if n is not None]
+    with path.open("w", encoding="utf-8", newline="") as out:
+        if fmt == "jsonl":
+            out.writelines(json.dumps(record(e), ensure_ascii=False) + "\n" for e in examples)
+        elif fmt == "csv":
+            writer = csv.DictWriter(out, fieldnames=names)
+            writer.writeheader()
+            writer.writerows(record(e) for e in examples)
+        else:  # tsv: what it read held no tab or newline inside a field
+            out.write("\t".join(names) + "\n")
+            out.writelines("\t".join(record(e)[n] for n in names) + "\n" for e in examples)
+
+
 _SKIP_HINT = " (fix the row, or set data.on_bad_row=skip to drop bad rows)"
 
 

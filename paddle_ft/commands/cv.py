@@ -1,0 +1,50 @@
+"""`cv`: K-fold cross-validation of a config: stratified folds of train (+ dev), one normal run folder per fold
+(OUT/fold-1 ... each resumable), then the mean ± std of every metric in OUT/cv.json and OUT/cv.md."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from paddle_ft.analysis.cv import markdown, stratified_folds, summarise
+from paddle_ft.build import columns_of, read_dataset
+from paddle_ft.commands import train
+from paddle_ft.config import load_config
+from paddle_ft.data.readers import write_examples
+from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.log import log
+
+
+def run(config_path: str, overrides: list[str], folds: int) -> int:
+    config = load_config(config_path, overrides)
+    root = Path(config.output_dir)
+    if (root / "metrics.jsonl").exists():
+        raise UserError(f"{root} holds a training run; give cross-validation its own -o output_dir=...")
+    dataset = read_dataset(config.data, config.task)
+    pool = dataset.examples.get("train", []) + dataset.examples.get("dev", [])
+    if folds < 2 or folds > len(pool):
+        raise ConfigError("--folds", f"is {folds}: give 2 to {len(pool)} (the labelled rows of train and dev)")
+    keys = [",".join(sorted(e.label)) if isinstance(e.label, tuple) else e.label for e in pool]
+    parts = stratified_folds(keys, folds, config.seed)
+    columns, suffix = columns_of(config.data, config.task), f".{config.data.format}"
+    results = []
+    for number, held_out in enumerate(parts, start=1):
+        folder, data = root / f"fold-{number}", root / "folds" / f"fold-{number}"
+        if not (folder / "results.json").is_file():
+            data.mkdir(parents=True, exist_ok=True)
+            kept = set(held_out.tolist())
+            write_examples(data / f"train{suffix}", config.data.format, columns,
+                           [e for i, e in enumerate(pool) if i not in kept])
+            write_examples(data / f"dev{suffix}", config.data.format, columns, [pool[i] for i in held_out])
+            log(f"cv: fold {number} of {folds}: {len(pool) - len(held_out)} rows to train, {len(held_out)} held out")
+            resume = ["train.resume=auto"] if (folder / "metrics.jsonl").exists() else []
+            train.run(config_path, [*overrides, f"output_dir={folder}", f"data.train={data / f'train{suffix}'}",
+                                    f"data.dev={data / f'dev{suffix}'}", *resume])
+        results.append(json.loads((folder / "results.json").read_text(encoding="utf-8")))
+    summary = summarise(results)
+    (root / "cv.json").write_text(json.dumps({"folds": folds, "summary": summary}, ensure_ascii=False, indent=2),
+                                  encoding="utf-8")
+    table = markdown(summary)
+    (root / "cv.md").write_text(table, encoding="utf-8")
+    print(table, end="")
+    log(f"wrote {root / 'cv.json'} and {root / 'cv.md'}")
+    return 0

@@ -1,0 +1,55 @@
+"""`paddle_ft cv`: stratified folds that partition the rows, one resumable run per fold, mean ± std exact."""
+import json
+
+import numpy as np
+import pytest
+from conftest import DEMO, overrides
+
+from paddle_ft.analysis.cv import stratified_folds, summarise
+from paddle_ft.data.readers import Columns, Example, read_examples, write_examples
+
+
+def test_folds_partition_the_rows_and_keep_each_labels_share():
+    keys = ["a"] * 30 + ["b"] * 10 + ["a,b"] * 5
+    folds = stratified_folds(keys, 5, seed=3)
+    assert sorted(np.concatenate(folds).tolist()) == list(range(45))  # every row in exactly one fold
+    for fold in folds:
+        counts = {key: sum(keys[i] == key for i in fold) for key in ("a", "b", "a,b")}
+        assert counts == {"a": 6, "b": 2, "a,b": 1}
+    assert [f.tolist() for f in stratified_folds(keys, 5, seed=3)] == [f.tolist() for f in folds]  # seeded
+
+
+def test_the_summary_is_the_mean_and_sample_std_of_each_metric():
+    runs = [{"dev": {"accuracy": a, "examples": 10}, "test": {"accuracy": t}} for a, t in ((0.8, 0.7), (0.9, 0.8),
+                                                                                      (0.7, 0.9))]
+    summary = summarise(runs)
+    assert summary["dev"]["accuracy"]["mean"] == pytest.approx(0.8)
+    assert summary["dev"]["accuracy"]["std"] == pytest.approx(0.1)  # ddof 1
+    assert summary["test"]["accuracy"]["folds"] == [0.7, 0.8, 0.9] and "examples" not in summary["dev"]
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "csv", "jsonl"])
+def test_written_examples_read_back_the_same(tmp_path, fmt):
+    columns = Columns("text", "second", "labels", ",", allow_no_label=True)
+    rows = [Example('好,"评"', "第二", ("a", "b"), 2), Example("差", "再", (), 3)]
+    write_examples(tmp_path / f"rows.{fmt}", fmt, columns, rows)
+    back, _ = read_examples(tmp_path / f"rows.{fmt}", fmt, columns)
+    assert [(e.text, e.text_pair, e.label) for e in back] == [(e.text, e.text_pair, e.label) for e in rows]
+
+
+@pytest.mark.slow  # three trainings
+def test_cross_validation_runs_a_fold_per_run_and_resumes(tiny_config_args, tmp_path, capsys):
+    from paddle_ft.cli import main
+
+    args = overrides(tiny_config_args + [f"output_dir={tmp_path / 'cv'}", "train.epochs=1"])
+    assert main(["cv", "--config", DEMO, "--folds", "3", *args]) == 0
+    summary = json.loads((tmp_path / "cv" / "cv.json").read_text(encoding="utf-8"))["summary"]
+    folds = [json.loads((tmp_path / "cv" / f"fold-{i}" / "results.json").read_text(encoding="utf-8"))
+             for i in (1, 2, 3)]
+    assert summary["dev"]["accuracy"]["folds"] == [f["dev"]["accuracy"] for f in folds]
+    assert sum(f["dev"]["examples"] for f in folds) == 240 + 60  # train + dev, each row held out once
+    assert summary["test"]["accuracy"]["mean"] == pytest.approx(np.mean([f["test"]["accuracy"] for f in folds]))
+    assert "| dev | accuracy |" in capsys.readouterr().out
+    (tmp_path / "cv" / "fold-2" / "results.json").unlink()  # as if stopped during fold 2
+    assert main(["cv", "--config", DEMO, "--folds", "3", *args]) == 0
+    assert "cv: fold 1 of 3" not in capsys.readouterr().out  # finished folds are kept, not run again
