@@ -54,7 +54,9 @@ setup(
         "torch": ["torch==2.13.0"],
         # hypothesis: property tests of readers, config and tokenizer; schemathesis: the HTTP service
         # against its own OpenAPI schema (both find inputs nobody thought to write down)
-        "test": ["pytest", "snownlp", "jieba", "hypothesis>=6.100", "schemathesis>=4,<5"],
+        # python -m paddle_ft sweep: hyperparameter search (its study in SQLite, or a shared database)
+        "sweep": ["optuna>=4"],
+        "test": ["pytest", "snownlp", "jieba", "optuna>=4", "hypothesis>=6.100", "schemathesis>=4,<5"],
     },
     entry_points={"console_scripts": ["paddle_ft=paddle_ft.cli:main"]},
 )

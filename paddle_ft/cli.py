@@ -1,4 +1,4 @@
-"""`python -m paddle_ft {train,pretrain,distill,audit,report,cv,eval,convert,export,quantize,predict,serve,bench}`; `tools/*.py` wrap `main`.
+"""`python -m paddle_ft {train,pretrain,distill,audit,report,cv,sweep,eval,convert,export,quantize,predict,serve,bench}`; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -148,6 +148,15 @@ def _add_analysis(commands) -> None:
     cv.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config key (dotted path, YAML value); repeatable")
     cv.set_defaults(run=_cv)
+    sweep = commands.add_parser("sweep", help="hyperparameter search with Optuna (resumable; see README)")
+    sweep.add_argument("--config", required=True, help="the YAML recipe to tune")
+    sweep.add_argument("--space", required=True, help="the search space YAML (params, sampler, trials, pruner)")
+    sweep.add_argument("--trials", type=positive_int, help="trials in all (default: the space's)")
+    sweep.add_argument("--storage", help="Optuna storage URL (default sqlite:///OUT/study.db; postgresql://... for "
+                                         "several machines)")
+    sweep.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (dotted path, YAML value); repeatable")
+    sweep.set_defaults(run=_sweep)
     report = commands.add_parser("report", help="write OUT/report.html for a finished training run")
     report.add_argument("run_dir", metavar="OUT", help="the output_dir of a finished run")
     report.set_defaults(run=_report)
@@ -197,6 +206,12 @@ def _cv(args) -> int:
     import paddle_ft.commands.cv as command
 
     return command.run(args.config, args.override, args.folds)
+
+
+def _sweep(args) -> int:
+    import paddle_ft.commands.sweep as command
+
+    return command.run(args.config, args.override, args.space, args.storage, args.trials)
 
 
 def _report(args) -> int:

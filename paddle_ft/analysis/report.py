@@ -188,7 +188,7 @@ def _data_section(summary: dict | None, run_dir: Path) -> str:
         parts.append("<ul>" + "".join(f"<li>{html.escape(p)}</li>" for p in problems) + "</ul>")
     audit = run_dir / "audit" / "audit.json"
     if audit.is_file():
-        parts.append(f'<p>The full audit: <a href="audit/audit.json">audit/audit.json</a>.</p>')
+        parts.append('<p>The full audit: <a href="audit/audit.json">audit/audit.json</a>.</p>')
     return "<h2>Data</h2>" + "".join(parts) if parts else ""
 
 

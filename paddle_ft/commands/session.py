@@ -65,11 +65,11 @@ def ready_to_train(model, config: Config, folder: RunFolder, dist, resume_from: 
 
 
 def run_engine(model, splits, config: Config, folder: RunFolder, dist, resume_from: Path | None, tool: str,
-               objective=None) -> dict:
+               objective=None, on_eval=None) -> dict:
     """The engine, with the exits a user meets turned into one line that says how to go on."""
     resume_command = folder.resume_command(dist.active, tool)
     try:
-        results = train(model, splits, config, folder, dist, resume_from, objective)
+        results = train(model, splits, config, folder, dist, resume_from, objective, on_eval)
     except TrainingInterrupted as exc:
         dist.shutdown()  # every rank stopped after the same step
         raise exc.with_resume_command(resume_command) from None

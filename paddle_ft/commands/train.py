@@ -12,7 +12,8 @@ from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 
 
-def run(config_path: str, overrides: list[str]) -> int:
+def run(config_path: str, overrides: list[str], on_eval=None) -> int:
+    """Train as the config says; `on_eval(step, dev metric)` is called after each dev evaluation (sweeps)."""
     config = load_config(config_path, overrides)
     if config.data.train is None:
         raise ConfigError("data.train", "training needs a training file; set data.train")
@@ -31,7 +32,8 @@ def run(config_path: str, overrides: list[str]) -> int:
     model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
     ready_to_train(model, config, folder, dist, resume_from, dataset.label_map)
     folder = folder.with_classifier(tokenizer, model_meta(config, dataset.label_map))
-    results = run_engine(model, splits, config, folder, dist, resume_from, "train", objective(config, splits, dist))
+    results = run_engine(model, splits, config, folder, dist, resume_from, "train", objective(config, splits, dist),
+                         on_eval)
     if dist.is_main:
         for split in ("dev", "test"):
             if split in results:

@@ -37,11 +37,12 @@ def say(dist: Distributed, message: str) -> None:
 
 
 def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distributed = Distributed(),
-          resume_from: Path | None = None, objective=None) -> dict:
+          resume_from: Path | None = None, objective=None, on_eval=None) -> dict:
     """Train `model` on `objective` (default: a classifier's); writes metrics.jsonl, vdl/, checkpoints/, best/
     and results.json into `run`. With `resume_from`, every piece of state is restored from that checkpoint and
     training goes on exactly as if it had not stopped. Under `dist`, `batch_size` is per process, only rank 0
-    writes, and every collective is called by every rank (here, or in a helper called unconditionally)."""
+    writes, and every collective is called by every rank (here, or in a helper called unconditionally).
+    `on_eval(step, dev metric)` is called after each dev evaluation (a sweep prunes a trial by raising there)."""
     tc = config.train
     objective = objective or Classification(splits.label_names, splits.pad_token_id)
     plan = plan_run(len(splits.train), tc.batch_size, tc.accumulate_steps, tc.epochs, tc.max_steps,
@@ -83,8 +84,8 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
             stop = state.global_step >= plan.total_steps
             due_eval = _due(state, tc.evaluation.every) or end_of_epoch or stop
             if due_eval and splits.dev is not None:
-                stop = _evaluate_and_keep_best(opt, objective, splits.dev, tc.evaluation, run, state, events, dist) \
-                    or stop
+                stop = _evaluate_and_keep_best(opt, objective, splits.dev, tc.evaluation, run, state, events, dist,
+                                               on_eval) or stop
             if due_eval or _due(state, tc.checkpoints.every) or stop_asked:
                 saved = _checkpoint(opt, run, state, tc.checkpoints.keep, dist)
                 speed.restart()  # evaluation and saving are not training throughput
@@ -159,12 +160,14 @@ def _log_train(events, state: TrainState, plan: RunPlan, lr: float, speed: Throu
 
 
 def _evaluate_and_keep_best(opt: Optimization, objective, dev: Features, evaluation: EvaluationConfig,
-                            run: RunFolder, state: TrainState, events, dist: Distributed) -> bool:
+                            run: RunFolder, state: TrainState, events, dist: Distributed, on_eval=None) -> bool:
     """Score dev (each rank a share, gathered), save best/ when it improved; True to stop early."""
     report = _evaluate_dev(opt.model, objective, dev, evaluation.batch_size, dist, opt.runner.autocast)
     if events:
         events.write("eval", state.global_step, **report)
     say(dist, f"eval step {state.global_step}: " + " ".join(f"{m} {report[m]:.4f}" for m in objective.metrics))
+    if on_eval is not None:
+        on_eval(state.global_step, report[evaluation.metric])
     if state.record_eval(report[evaluation.metric]):
         if dist.is_main:
             run.save_best(opt.model, report)

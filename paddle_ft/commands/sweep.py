@@ -1,0 +1,123 @@
+"""`sweep`: hyperparameter search with Optuna over a config (python -m paddle_ft sweep --config C --space S.yaml).
+
+Each trial is a normal run folder (OUT/trial-N) trained by `train` with the trial's values as -o overrides; its
+dev metric after each evaluation goes to Optuna's pruner, and the best dev metric is the trial's value. The study
+lives in a database (default OUT/study.db, SQLite), so a stopped sweep goes on where it stopped when the same
+command runs again: trials that finished are kept, and a trial that was cut off is run again from its folder's
+last checkpoint. Each trial's sampler is seeded from (seed, trials finished so far), so on one machine a resumed
+sweep ends with the same study as an uninterrupted one. Several machines can share one study through
+`--storage postgresql://...` (their trials interleave; that sweep is not reproducible trial for trial).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from paddle_ft.analysis.space import Space, load_space
+from paddle_ft.commands import train
+from paddle_ft.config import load_config, save_config
+from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.log import log
+
+HEARTBEAT_SECONDS = 10  # a trial whose process stops beating this long (x2) counts as cut off
+
+
+def run(config_path: str, overrides: list[str], space_path: str, storage: str | None = None,
+        trials: int | None = None) -> int:
+    try:
+        import optuna
+    except ImportError:
+        raise UserError("sweep runs on Optuna, which is not installed: pip install 'paddle_ft[sweep]' (or optuna)") \
+            from None
+    config = load_config(config_path, overrides)
+    if config.data.dev is None:
+        raise ConfigError("data.dev", "a sweep scores each trial on dev; set data.dev")
+    space = load_space(Path(space_path))
+    root = Path(config.output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = storage or f"sqlite:///{(root / 'study.db').resolve()}"
+    study = optuna.create_study(
+        storage=optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_SECONDS,
+                                           grace_period=2 * HEARTBEAT_SECONDS),
+        study_name=root.name, direction="maximize", load_if_exists=True,
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=2) if space.pruner == "median" else
+        optuna.pruners.NopPruner())
+    target = trials or space.trials
+    while (done := len(_finished(study))) < target:
+        study.sampler = _sampler(space, config.seed * 1000 + done)
+        study.optimize(lambda trial: _trial(trial, study, space, config_path, overrides, root,
+                                            config.train.evaluation.metric), n_trials=1)
+    _write_outcome(study, space, config_path, overrides, root, config.train.evaluation.metric)
+    return 0
+
+
+def _trial(trial, study, space: Space, config_path: str, overrides: list[str], root: Path, metric: str) -> float:
+    import optuna
+
+    values = {p.key: p.suggest(trial) for p in space.params}
+    folder = _folder_of(study, trial, values, root)
+    trial.set_user_attr("folder", str(folder))
+    resume = ["train.resume=auto"] if (folder / "metrics.jsonl").exists() else []
+
+    def on_eval(step: int, value: float) -> None:
+        trial.report(value, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+
+    log(f"sweep: trial {trial.number}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+    train.run(config_path, [*overrides, *(f"{k}={v}" for k, v in values.items()), f"output_dir={folder}", *resume],
+              on_eval)
+    return json.loads((folder / "results.json").read_text(encoding="utf-8"))["dev"][metric]
+
+
+def _folder_of(study, trial, values: dict, root: Path) -> Path:
+    """The folder of an earlier trial with these values that was cut off (resumed from its checkpoint), else a
+    new one."""
+    from optuna.trial import TrialState
+
+    for earlier in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.FAIL)):
+        folder = earlier.user_attrs.get("folder")
+        if earlier.number != trial.number and earlier.params == values and folder and \
+                not (Path(folder) / "results.json").exists():
+            return Path(folder)
+    return root / f"trial-{trial.number}"
+
+
+def _finished(study) -> list:
+    from optuna.trial import TrialState
+
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+
+
+def _sampler(space: Space, seed: int):
+    import optuna
+
+    if space.sampler == "grid":
+        return optuna.samplers.GridSampler(space.grid(), seed=seed)
+    if space.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(4, space.trials))
+
+
+def _write_outcome(study, space: Space, config_path: str, overrides: list[str], root: Path, metric: str) -> None:
+    """best-config.yaml (the config with the best trial's values) and sweep.md, the trials ranked."""
+    from optuna.trial import TrialState
+
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        raise UserError(f"no trial of the sweep in {root} finished (all pruned or failed); widen the space")
+    best = max(complete, key=lambda t: t.value)
+    config = load_config(config_path, [*overrides, *(f"{k}={v}" for k, v in best.params.items())])
+    save_config(config, root / "best-config.yaml")
+    ranked = sorted(_finished(study), key=lambda t: (t.state != TrialState.COMPLETE, -(t.value or 0)))
+    lines = [f"| rank | trial | dev {metric} | state | " + " | ".join(p.key for p in space.params) + " |",
+             "|---:|---:|---:|---|" + "---|" * len(space.params)]
+    for rank, t in enumerate(ranked, start=1):
+        value = f"{t.value:.4f}" if t.value is not None else "pruned"
+        lines.append(f"| {rank} | {t.number} | {value} | {t.state.name.lower()} | "
+                     + " | ".join(str(t.params.get(p.key)) for p in space.params) + " |")
+    (root / "sweep.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    log(f"best: trial {best.number}, dev {metric} {best.value:.4f}; wrote {root / 'best-config.yaml'} (train it "
+        f"with -o output_dir=...) and {root / 'sweep.md'}")

@@ -1,0 +1,90 @@
+"""`paddle_ft sweep`: Optuna trials as normal run folders, a study in SQLite that a stopped sweep resumes to the
+same study as an uninterrupted one, the best config written, and a space file checked line by line."""
+import sqlite3
+
+import pytest
+from conftest import DEMO, overrides
+
+from paddle_ft.errors import UserError
+
+SPACE = """sampler: tpe
+trials: 4
+pruner: median
+params:
+  train.optimizer.learning_rate: {type: float, low: 1.0e-3, high: 5.0e-3, log: true}
+  train.batch_size: {type: categorical, choices: [16, 32]}
+"""
+
+
+def _study(path):
+    """(number, state, params, value) of the finished trials, in the order they finished."""
+    with sqlite3.connect(path) as db:
+        rows = db.execute("select t.trial_id, t.state, v.value from trials t left join trial_values v "
+                          "on v.trial_id = t.trial_id where t.state in ('COMPLETE', 'PRUNED') "
+                          "order by t.datetime_complete").fetchall()
+        params = {tid: dict(db.execute("select param_name, param_value from trial_params where trial_id = ?",
+                                       (tid,)).fetchall()) for tid, _, _ in rows}
+    return [(state, params[tid], value) for tid, state, value in rows]
+
+
+@pytest.mark.slow  # a dozen trainings
+def test_a_stopped_sweep_resumes_to_the_study_an_uninterrupted_one_ends_with(tiny_config_args, tmp_path,
+                                                                             monkeypatch, capsys):
+    from paddle_ft.cli import main
+    from paddle_ft.commands import sweep
+
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE, encoding="utf-8")
+    base = tiny_config_args + ["train.epochs=2"]
+    assert main(["sweep", "--config", DEMO, "--space", str(space),
+                 *overrides(base + [f"output_dir={tmp_path / 'whole'}"])]) == 0
+    whole = _study(tmp_path / "whole" / "study.db")
+    assert len(whole) == 4 and all(state == "COMPLETE" or state == "PRUNED" for state, _, _ in whole)
+
+    real_run, calls, cut = sweep.train.run, [], {"at_call": None}
+
+    def cut_off_once(config_path, trial_overrides, on_eval):
+        calls.append(trial_overrides)
+        if len(calls) != cut["at_call"]:
+            return real_run(config_path, trial_overrides, on_eval)
+        evaluations = []
+
+        def stop_at_the_second(step, value):
+            evaluations.append(step)
+            if len(evaluations) == 2:  # the first evaluation's checkpoint is on disk
+                raise KeyboardInterrupt
+            on_eval(step, value)
+
+        return real_run(config_path, trial_overrides, stop_at_the_second)
+
+    monkeypatch.setattr(sweep.train, "run", cut_off_once)
+    args = ["sweep", "--config", DEMO, "--space", str(space), *overrides(base + [f"output_dir={tmp_path / 'cut'}"])]
+    assert main([*args, "--trials", "1"]) == 0  # stopped between trials
+    cut["at_call"] = 3
+    with pytest.raises(KeyboardInterrupt):
+        main(args)  # trial 2 runs, trial 3 is cut off after its first checkpoint
+    assert main(args) == 0
+    assert _study(tmp_path / "cut" / "study.db") == whole
+    # the cut-off trial went on from its checkpoint, in its own folder
+    assert "train.resume=auto" in calls[3] and calls[3][-2] == calls[2][-1]
+    assert "| rank | trial | dev accuracy | state |" in capsys.readouterr().out
+    ranked = (tmp_path / "cut" / "sweep.md").read_text(encoding="utf-8").splitlines()
+    best = max(value for state, _, value in whole if state == "COMPLETE")
+    assert ranked[2].split(" | ")[2] == f"{best:.4f}" and (tmp_path / "cut" / "best-config.yaml").is_file()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("params: {}", "needs a params mapping"),
+    ("params:\n  a.b: {type: float, low: 2, high: 1}", "params.a.b: give numbers low < high"),
+    ("params:\n  a.b: {type: float, low: 0, high: 1, log: true}", "a log range needs low > 0"),
+    ("sampler: bayes\nparams:\n  a.b: {type: categorical, choices: [1]}", "sampler is 'bayes'; choose one of tpe"),
+    ("sampler: grid\ntrials: 3\nparams:\n  a.b: {type: categorical, choices: [1, 2]}", "the grid has 2 points"),
+    ("trails: 3\nparams:\n  a.b: {type: categorical, choices: [1]}", "unknown key trails"),
+])
+def test_a_bad_space_file_is_one_line(tmp_path, text, message):
+    from paddle_ft.analysis.space import load_space
+
+    path = tmp_path / "space.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(UserError, match=message):
+        load_space(path)
