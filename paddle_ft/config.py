@@ -45,6 +45,23 @@ def _one_of(*choices) -> dict:
     return _check(lambda v: v in choices, "one of " + ", ".join(map(str, choices)))
 
 
+AUGMENTATIONS = ("swap", "delete", "insert")
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """Extra training rows made by editing training texts (EDA's operations that need no downloaded resources)."""
+
+    copies: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    """Edited copies of each training row (0 = no augmentation); dev and test are never touched."""
+    operations: tuple[str, ...] = field(default=AUGMENTATIONS, metadata=_check(
+        lambda v: len(v) > 0 and set(v) <= set(AUGMENTATIONS), "a non-empty list of " + ", ".join(AUGMENTATIONS)))
+    """Each copy is made by one of these, picked at random: swap two characters, delete some, or insert copies of
+    the text's own characters (EDA's insertion of synonyms, without a synonym dictionary offline)."""
+    rate: float = field(default=0.1, metadata=_check(lambda v: 0 < v < 1, "a number in (0, 1)"))
+    """Share of a text's characters an operation changes (at least one)."""
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Where the examples are and how to read them."""
@@ -89,6 +106,8 @@ class DataConfig:
     """`error` stops at the first bad row; `skip` drops bad rows and reports how many."""
     group_by_length: bool = True
     """Batch examples of similar length together (shuffled in chunks) so padding costs little."""
+    augment: AugmentConfig = AugmentConfig()
+    """Augmentation of the training split (copies 0: off)."""
     cache_dir: str | None = "~/.cache/paddle_ft/features"
     """Token ids of each split are cached here (keyed by texts, tokenizer and max_length); null = no cache."""
 

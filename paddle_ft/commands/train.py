@@ -4,6 +4,7 @@ from __future__ import annotations
 from paddle_ft.analysis.audit import leakage
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.report import write_run_report
+from paddle_ft.data.augment import augmented
 from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import TASK_METRICS, load_config
 from paddle_ft.engine.evaluate import Classification, MultiLabelClassification
@@ -25,6 +26,12 @@ def run(config_path: str, overrides: list[str], on_eval=None) -> int:
     dataset = read_dataset(config.data, config.task)
     if dist.is_main:
         warn_on_leakage(dataset)
+    if config.data.augment.copies:
+        extra = augmented(dataset.examples["train"], config.data.augment, config.seed)
+        dataset.examples["train"] = dataset.examples["train"] + extra
+        if dist.is_main:
+            log(f"augmentation: {len(extra)} edited copies of training rows added "
+                f"({', '.join(config.data.augment.operations)}; dev and test untouched)")
     model_config = shared_backbone(config.model, dist)
     tokenizer = build_tokenizer(model_config)
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
