@@ -3,6 +3,7 @@ dynamic batching as served by default (adaptive: no wait), with a 5 ms wait, and
 It starts the server itself, once per batching mode, on 127.0.0.1; nothing leaves the machine."""
 from __future__ import annotations
 
+import logging
 import statistics
 import tempfile
 import threading
@@ -23,6 +24,7 @@ def load_test(model_dir: Path, texts: list[str], levels: list[int], requests: in
               threads: int | None = None) -> list[dict]:
     """One row per batching mode and concurrency: each level stops after `requests` requests or `seconds`."""
     extra = ["--threads", str(threads)] if threads else []
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise (paddlenlp logs at INFO)
     rows = []
     with tempfile.TemporaryDirectory() as logs:
         for name, options in BATCHING:
