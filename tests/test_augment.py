@@ -14,17 +14,19 @@ ROWS = [Example("这个手机质量很好物流也快", None, "正面", 2), Exam
 
 @pytest.mark.parametrize("operation", ["swap", "delete", "insert"])
 def test_each_edit_changes_what_it_says_and_keeps_the_label(operation):
-    extra = augmented(ROWS, AugmentConfig(copies=2, operations=(operation,), rate=0.2), seed=7)
-    assert len(extra) == 4 and [e.label for e in extra] == ["正面", "负面"] * 2 and [e.line for e in extra] == [2, 3] * 2
-    for row, copy in zip(ROWS * 2, extra):
+    extra = augmented(ROWS, AugmentConfig(copies=3, operations=(operation,), rate=0.2), seed=7)
+    assert len(extra) >= 4  # an edit that gives the text back (two swaps that undo each other) adds no row
+    for copy in extra:
+        row = {2: ROWS[0], 3: ROWS[1]}[copy.line]  # a copy keeps its row's line and label
+        assert copy.label == row.label and copy.text != row.text
         cut = max(1, round(0.2 * len(row.text)))
         if operation == "swap":
-            assert Counter(copy.text) == Counter(row.text) and copy.text != row.text
+            assert Counter(copy.text) == Counter(row.text)
         elif operation == "delete":
             assert len(copy.text) == len(row.text) - cut and not Counter(copy.text) - Counter(row.text)
         else:
             assert len(copy.text) == len(row.text) + cut and set(copy.text) == set(row.text)
-    assert augmented(ROWS, AugmentConfig(copies=2, operations=(operation,), rate=0.2), seed=7) == extra  # seeded
+    assert augmented(ROWS, AugmentConfig(copies=3, operations=(operation,), rate=0.2), seed=7) == extra  # seeded
 
 
 def test_operations_are_validated_in_one_line():
