@@ -1,4 +1,5 @@
-"""`python -m paddle_ft {train,pretrain,distill,audit,report,cv,sweep,eval,convert,export,quantize,predict,serve,bench}`; `tools/*.py` wrap `main`.
+"""`python -m paddle_ft {train,pretrain,distill,audit,report,cv,sweep,eval,convert,export,quantize,predict,serve,
+bench}`; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """

@@ -55,7 +55,8 @@ def test_temperature_from_dev_calibrates_test_and_changes_no_prediction(tiny_con
     for calibration in ("none", "temperature"):
         out = tmp_path / calibration
         args = tiny_config_args + [f"output_dir={out}", *(f"data.{s}={data / s}.tsv" for s in ("train", "dev", "test")),
-                                   "train.epochs=1", "model.dropout=0", "model.scratch.hidden_size=64", "train.optimizer.learning_rate=1e-3",
+                                   "train.epochs=1", "model.dropout=0", "model.scratch.hidden_size=64",
+                                   "train.optimizer.learning_rate=1e-3",
                                    "model.scratch.intermediate_size=128", f"train.calibration={calibration}"]
         assert main(["train", "--config", DEMO, *overrides(args)]) == 0
         runs[calibration] = json.loads((out / "results.json").read_text(encoding="utf-8"))

@@ -62,7 +62,8 @@ def test_label_sets_from_a_delimiter_or_a_json_list(tmp_path):
     examples, _ = read_examples(tsv, "tsv", Columns("text", None, "labels", "|", allow_no_label=True))
     assert [e.label for e in examples] == [("体育", "财经"), ()]
     jsonl = tmp_path / "rows.jsonl"
-    jsonl.write_text('{"text": "比赛", "labels": ["体育", "财经"]}\n{"text": "芯片", "labels": "科技"}\n', encoding="utf-8")
+    jsonl.write_text('{"text": "比赛", "labels": ["体育", "财经"]}\n{"text": "芯片", "labels": "科技"}\n',
+                     encoding="utf-8")
     examples, _ = read_examples(jsonl, "jsonl", COLUMNS)
     assert [e.label for e in examples] == [("体育", "财经"), ("科技",)]
     jsonl.write_text('{"text": "x", "labels": 3}\n', encoding="utf-8")
@@ -122,9 +123,10 @@ def trained(tmp_path_factory):
     for split, n, seed in (("train", 400, 1), ("dev", 150, 2), ("test", 200, 3)):
         write_rows(root / f"{split}.tsv", topic_rows(n, seed))
     args = [f"output_dir={root / 'out'}", *(f"data.{s}={root / s}.tsv" for s in ("train", "dev", "test")),
-            "data.label_column=labels", "data.labels=null", "data.allow_no_label=true", "data.max_length=32", "data.cache_dir=null",
-            f"model.scratch.vocab_file={vocab}", "model.scratch.hidden_size=32", "model.scratch.num_layers=1", "model.pooling=mean",
-            "model.scratch.num_heads=2", "model.scratch.intermediate_size=64",
+            "data.label_column=labels", "data.labels=null", "data.allow_no_label=true", "data.max_length=32",
+            "data.cache_dir=null", f"model.scratch.vocab_file={vocab}", "model.scratch.hidden_size=32",
+            "model.scratch.num_layers=1", "model.pooling=mean", "model.scratch.num_heads=2",
+            "model.scratch.intermediate_size=64",
             "model.scratch.max_position_embeddings=32", "train.epochs=15", "train.batch_size=16",
             "train.optimizer.learning_rate=3e-3", "train.runtime.log_every=10", *MULTI]
     assert main(["train", "--config", DEMO, *overrides(args)]) == 0

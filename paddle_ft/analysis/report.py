@@ -156,9 +156,9 @@ def _mistakes_section(answers: Answers) -> str:
     predicted = answers.probabilities.argmax(axis=1)
     wrong = np.flatnonzero(predicted != answers.gold)
     worst = wrong[np.argsort(-answers.probabilities[wrong, predicted[wrong]], kind="stable")][:WORST]
-    rows = "".join(f"<tr><td>{answers.probabilities[i, predicted[i]]:.3f}</td><td>{html.escape(answers.labels[predicted[i]])}"
-                   f"</td><td>{html.escape(answers.labels[answers.gold[i]])}</td><td>{html.escape(answers.texts[i])}</td></tr>"
-                   for i in worst)
+    names = [html.escape(name) for name in answers.labels]
+    rows = "".join(f"<tr><td>{answers.probabilities[i, predicted[i]]:.3f}</td><td>{names[predicted[i]]}</td>"
+                   f"<td>{names[answers.gold[i]]}</td><td>{html.escape(answers.texts[i])}</td></tr>" for i in worst)
     return (f"<h2>The most confident mistakes ({len(wrong)} wrong in all)</h2><table><tr><th>probability</th>"
             f"<th>predicted</th><th>gold</th><th>text</th></tr>{rows}</table>")
 
@@ -180,8 +180,8 @@ def _data_section(summary: dict | None, run_dir: Path) -> str:
     parts = []
     if summary:
         rows = "".join(f"<tr><td>{split}</td><td>{s['rows']}</td><td>{s['duplicates_normalised']}</td>"
-                       f"<td>{s['near_empty']}</td><td>{html.escape(', '.join(f'{k} {v}' for k, v in s['labels'].items()))}"
-                       f"</td></tr>" for split, s in summary["splits"].items())
+                       f"<td>{s['near_empty']}</td><td>{html.escape(_counts(s['labels']))}</td></tr>"
+                       for split, s in summary["splits"].items())
         parts.append("<table><tr><th>split</th><th>rows</th><th>duplicates (normalised)</th><th>near-empty</th>"
                      f"<th>labels</th></tr>{rows}</table>")
         problems = summary.get("problems") or ["no leakage between splits, no conflicting labels"]
@@ -190,6 +190,10 @@ def _data_section(summary: dict | None, run_dir: Path) -> str:
     if audit.is_file():
         parts.append('<p>The full audit: <a href="audit/audit.json">audit/audit.json</a>.</p>')
     return "<h2>Data</h2>" + "".join(parts) if parts else ""
+
+
+def _counts(labels: dict) -> str:
+    return ", ".join(f"{name} {count}" for name, count in labels.items())
 
 
 def _config_section(run_dir: Path) -> str:

@@ -89,8 +89,9 @@ def _int8_lines(results: dict) -> list[str]:
         return []
     speed = _ratio(infer["onnxruntime_int8"]["batch_32"]["samples_per_s"],
                    infer["onnxruntime"]["batch_32"]["samples_per_s"])
-    return ["", f"INT8 (paddle_ft quantize, {check['method']}): test accuracy {check['accuracy_int8']:.4f} against fp32's "
-                f"{check['accuracy_fp32']:.4f} ({100 * (check['accuracy_int8'] - check['accuracy_fp32']):+.2f} points), "
+    drop = 100 * (check["accuracy_int8"] - check["accuracy_fp32"])
+    return ["", f"INT8 (paddle_ft quantize, {check['method']}): test accuracy {check['accuracy_int8']:.4f} against "
+                f"fp32's {check['accuracy_fp32']:.4f} ({drop:+.2f} points), "
                 f"the same label on {check['agreement']:.1%} of {check['texts']} texts; batch 32 "
                 f"{_num(speed, 2)}x ONNX Runtime fp32."]
 
@@ -99,7 +100,8 @@ def _model_lines(results: dict) -> list[str]:
     rows = results.get("models")
     if not rows or "error" in rows:
         return [] if not rows else ["", f"teacher/student: {rows['error']}"]
-    lines = ["", "| model (default backend) | test accuracy | batch 1 p50 ms | batch 1 samples/s | batch 32 samples/s |",
+    lines = ["", "| model (default backend) | test accuracy | batch 1 p50 ms | batch 1 samples/s "
+                 "| batch 32 samples/s |",
              "|---|---:|---:|---:|---:|"]
     for name in ("teacher", "student"):
         row = rows[name]
@@ -119,7 +121,8 @@ def _serve_lines(results: dict) -> list[str]:
     rows = results["serve"]
     alone = {r["batching"]: r["requests_per_s"] for r in rows if r["concurrency"] == 1}
     ratio = _ratio(alone.get("adaptive (default)"), alone.get("off"))
-    return ["", "HTTP service on the bench's export (client and server share the machine):", "", serve_table(rows).rstrip(),
+    return ["", "HTTP service on the bench's export (client and server share the machine):", "",
+            serve_table(rows).rstrip(),
             "", f"One client: batching (adaptive) at {_num(ratio, 2)}x the requests/s of batching off."]
 
 

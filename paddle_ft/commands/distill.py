@@ -65,7 +65,8 @@ def _check(config: Config) -> None:
                           "paddle_ft.json); give the best/ folder a training run wrote")
     if config.data.train is None:
         raise ConfigError("data.train", "distillation needs a training file; set data.train")
-    for key, value, default in (("task", config.task, "single_label"), ("train.loss", config.train.loss, "cross_entropy"),
+    for key, value, default in (("task", config.task, "single_label"),
+                                ("train.loss", config.train.loss, "cross_entropy"),
                                 ("train.class_weights", config.train.class_weights, None)):
         if value != default:
             raise ConfigError(key, f"is {value!r}; distillation is single-label cross-entropy with a teacher for now: "
