@@ -8,22 +8,26 @@ from paddle_ft.serve.batcher import DynamicBatcher
 
 
 def test_a_lone_request_runs_at_once():
-    started = []
+    def delay(max_wait_ms: float) -> float:
+        """Seconds from submitting a lone request to its batch starting."""
+        started = []
 
-    def run_batch(texts):
-        started.append(time.perf_counter())
-        return texts
+        def run_batch(texts):
+            started.append(time.perf_counter())
+            return texts
 
-    async def scenario():
-        batcher = DynamicBatcher(run_batch, max_batch_size=32, max_wait_ms=0, max_queue_texts=100)
-        batcher.start()
-        sent = time.perf_counter()
-        assert await batcher.submit(["a"]) == ["a"]
-        await batcher.stop()
-        return sent
+        async def scenario():
+            batcher = DynamicBatcher(run_batch, max_batch_size=32, max_wait_ms=max_wait_ms, max_queue_texts=100)
+            batcher.start()
+            sent = time.perf_counter()
+            assert await batcher.submit(["a"]) == ["a"]
+            await batcher.stop()
+            return sent
 
-    sent = asyncio.run(scenario())
-    assert started[0] - sent < 0.02  # no wait for company (a 5 ms wait was the old default)
+        sent = asyncio.run(scenario())
+        return started[0] - sent
+
+    assert delay(0) < 0.1 and delay(300) >= 0.3  # the default never waits for company; a set wait always does
 
 
 def test_requests_that_arrive_while_the_predictor_is_busy_form_the_next_batch():
