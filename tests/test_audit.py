@@ -45,6 +45,8 @@ def test_every_planted_problem_is_found_and_counted(tiny_config_args, tmp_path, 
     assert report["problems"] == ["dev texts also in train: 2 (16.7%)", "test texts also in train: 1 (8.3%)",
                                   "test texts also in dev: 1 (8.3%)", "1 texts carry more than one label"]
     assert "| train | 44 | 1 / 2 | 1 | 1 (2.3%) | 0.00% |" in capsys.readouterr().out
+    page = (tmp_path / "audit" / "audit.html").read_text(encoding="utf-8")
+    assert "<td>44</td><td>1 / 2</td>" in page and "<li>1 texts carry more than one label</li>" in page
 
     assert main(["audit", "--config", DEMO, *args, "--output", str(tmp_path / "audit"), "--strict"]) == 1
     assert "error: audit --strict: dev texts also in train: 2" in capsys.readouterr().err

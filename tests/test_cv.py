@@ -50,6 +50,9 @@ def test_cross_validation_runs_a_fold_per_run_and_resumes(tiny_config_args, tmp_
     assert sum(f["dev"]["examples"] for f in folds) == 240 + 60  # train + dev, each row held out once
     assert summary["test"]["accuracy"]["mean"] == pytest.approx(np.mean([f["test"]["accuracy"] for f in folds]))
     assert "| dev | accuracy |" in capsys.readouterr().out
+    page = (tmp_path / "cv" / "report.html").read_text(encoding="utf-8")
+    mean = summary["dev"]["accuracy"]["mean"]
+    assert f"<td>{mean:.4f} ± " in page and page.count('report.html">fold') == 3
     (tmp_path / "cv" / "fold-2" / "results.json").unlink()  # as if stopped during fold 2
     assert main(["cv", "--config", DEMO, "--folds", "3", *args]) == 0
     assert "cv: fold 1 of 3" not in capsys.readouterr().out  # finished folds are kept, not run again

@@ -70,6 +70,8 @@ def test_a_stopped_sweep_resumes_to_the_study_an_uninterrupted_one_ends_with(tin
     ranked = (tmp_path / "cut" / "sweep.md").read_text(encoding="utf-8").splitlines()
     best = max(value for state, _, value in whole if state == "COMPLETE")
     assert ranked[2].split(" | ")[2] == f"{best:.4f}" and (tmp_path / "cut" / "best-config.yaml").is_file()
+    page = (tmp_path / "cut" / "report.html").read_text(encoding="utf-8")
+    assert f"<td>{best:.4f}</td>" in page and (tmp_path / "cut" / page.split('href="')[1].split('"')[0]).is_file()
 
 
 @pytest.mark.parametrize("text, message", [

@@ -48,9 +48,25 @@ def write_report(run_dir: Path, answers: Answers | None, data_summary: dict | No
         images["reliability"], ece = _reliability(answers, folder / "reliability.png")
         sections += [_answers_section(answers, images, ece), _mistakes_section(answers)]
     sections += [_per_class_section(results), _data_section(data_summary, run_dir), _config_section(run_dir)]
-    page = run_dir / REPORT_PAGE
-    page.write_text(_page(run_dir.name, sections), encoding="utf-8")
-    return page
+    return write_page(run_dir / REPORT_PAGE, run_dir.name, sections)
+
+
+def write_page(path: Path, title: str, sections: list[str]) -> Path:
+    """A self-contained page (inline style; pictures by relative path) of HTML `sections`."""
+    path.write_text(_page(title, sections), encoding="utf-8")
+    return path
+
+
+def table_html(markdown: str) -> str:
+    """A markdown table (as cv, sweep and audit print them) as an HTML table."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in markdown.strip().splitlines() if line.startswith("|") and not line.startswith("|--")
+            and not set(line) <= set("|-: ")]
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(cell)}</th>" for cell in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows[1:])
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 # ----------------------------------------------------------------------------- pictures

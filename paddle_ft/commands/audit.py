@@ -3,11 +3,13 @@ near-empty texts, lengths against max_length, labels per split and [UNK] tokens.
 audit.json; with `strict`, leakage or conflicts fail the command (exit 1), so that a pipeline can gate on it."""
 from __future__ import annotations
 
+import html
 import json
 import sys
 from pathlib import Path
 
 from paddle_ft.analysis.audit import audit, table
+from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.build import build_tokenizer, read_dataset, resolve_backbone
 from paddle_ft.config import load_config
 from paddle_ft.io import check_output_folder
@@ -23,7 +25,12 @@ def run(config_path: str, overrides: list[str], output: str | None, strict: bool
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "audit.json").write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
     print(table(report), end="")
-    print(f"wrote {folder / 'audit.json'}")
+    problems = "".join(f"<li>{html.escape(line)}</li>" for line in report["problems"]) or \
+        "<li>no leakage between splits, no conflicting labels</li>"
+    page = write_page(folder / "audit.html", f"audit of {config_path}",
+                      ["<h2>Splits</h2>", table_html(table(report)), f"<h2>Problems</h2><ul>{problems}</ul>",
+                       '<p>Every finding with its first rows: <a href="audit.json">audit.json</a>.</p>'])
+    print(f"wrote {folder / 'audit.json'} and {page}")
     if strict and report["problems"]:
         print(f"error: audit --strict: {'; '.join(report['problems'])}", file=sys.stderr)
         return 1

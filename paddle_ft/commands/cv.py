@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from paddle_ft.analysis.cv import markdown, stratified_folds, summarise
+from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.build import columns_of, read_dataset
 from paddle_ft.commands import train
 from paddle_ft.config import load_config
@@ -45,6 +46,9 @@ def run(config_path: str, overrides: list[str], folds: int) -> int:
                                   encoding="utf-8")
     table = markdown(summary)
     (root / "cv.md").write_text(table, encoding="utf-8")
+    links = "".join(f'<li><a href="fold-{i}/report.html">fold {i}</a></li>' for i in range(1, folds + 1))
+    page = write_page(root / "report.html", f"{folds}-fold cross-validation", [
+        "<h2>Every metric over the folds</h2>", table_html(table), f"<h2>The folds' own reports</h2><ul>{links}</ul>"])
     print(table, end="")
-    log(f"wrote {root / 'cv.json'} and {root / 'cv.md'}")
+    log(f"wrote {root / 'cv.json'}, {root / 'cv.md'} and {page}")
     return 0

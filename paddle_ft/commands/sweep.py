@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.analysis.space import Space, load_space
 from paddle_ft.commands import train
 from paddle_ft.config import load_config, save_config
@@ -118,6 +119,10 @@ def _write_outcome(study, space: Space, config_path: str, overrides: list[str], 
         lines.append(f"| {rank} | {t.number} | {value} | {t.state.name.lower()} | "
                      + " | ".join(str(t.params.get(p.key)) for p in space.params) + " |")
     (root / "sweep.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_page(root / "report.html", f"sweep {root.name}", [
+        "<h2>Trials, best first</h2>", table_html("\n".join(lines)),
+        f'<p>The best trial\'s own report: <a href="{Path(best.user_attrs["folder"]).name}/report.html">trial '
+        f'{best.number}</a>.</p>'])
     print("\n".join(lines))
     log(f"best: trial {best.number}, dev {metric} {best.value:.4f}; wrote {root / 'best-config.yaml'} (train it "
         f"with -o output_dir=...) and {root / 'sweep.md'}")
