@@ -106,7 +106,7 @@ def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, data_dir, vocab_
     assert bench["int8_check"]["texts"] == 60 and 0 <= bench["int8_check"]["accuracy_int8"] <= 1
     assert bench["models"]["student"]["test_accuracy"] == bench["models"]["teacher"]["test_accuracy"]  # same model
     assert {(r["batching"], r["concurrency"]) for r in bench["serve"]} == \
-        {(b, c) for b in ("adaptive (default)", "wait 5 ms", "off") for c in (1, 8, 32)}
+        {(b, c) for b in ("adaptive (default)", "wait 5 ms", "off") for c in (1, 8)}  # --quick: two levels
     assert all(r["errors"] == 0 and r["requests"] > 0 for r in bench["serve"])
     assert {"cpu", "cores", "threads", "paddle_version", "cpu_flags"} <= bench["machine"].keys()
     assert bench["machine"]["threads"] == 1 and bench["settings"]["shape"]["hidden_size"] == 32

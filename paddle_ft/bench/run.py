@@ -104,7 +104,9 @@ def serve_rows(export: Path, demo: Path, threads: int, quick: bool) -> list[dict
 
     texts = [e.text for e in read_examples(demo / "test.tsv", "tsv", Columns("text", None, "label"))[0]]
     print("bench: serve (load test) ...", file=sys.stderr, flush=True)
-    return load_test(export, texts, [1, 8, 32], 100 if quick else 400, 20 if quick else 60, threads)
+    if quick:  # a smoke run: two levels, a few requests each
+        return load_test(export, texts, [1, 8], 40, 10, threads)
+    return load_test(export, texts, [1, 8, 32], 400, 60, threads)
 
 
 def train_rows(jobs: "Jobs", common: dict, windows: int, features: Path, demo: Path,
