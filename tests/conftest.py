@@ -64,12 +64,24 @@ def write_tsv(path: Path, rows, header=("text", "label")) -> Path:
     return path
 
 
-@pytest.fixture
-def vocab_file(tmp_path) -> Path:
-    path = tmp_path / "vocab.txt"
+def write_vocab(path: Path) -> Path:
+    """The character vocabulary of the synthetic corpus, special tokens first."""
     chars = sorted(set(POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS))
     path.write_text("\n".join([*SPECIAL_TOKENS, *chars]) + "\n", encoding="utf-8")
     return path
+
+
+def write_splits(folder: Path, sizes: tuple[int, int, int]) -> Path:
+    """train/dev/test TSV files of the synthetic corpus with these many rows (seeds 1, 2, 3)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for (split, seed), n in zip((("train", 1), ("dev", 2), ("test", 3)), sizes):
+        write_tsv(folder / f"{split}.tsv", synthetic_rows(n, seed=seed))
+    return folder
+
+
+@pytest.fixture
+def vocab_file(tmp_path) -> Path:
+    return write_vocab(tmp_path / "vocab.txt")
 
 
 @pytest.fixture
@@ -96,12 +108,7 @@ def make_model(tokenizer):
 @pytest.fixture
 def data_dir(tmp_path) -> Path:
     """train/dev/test TSV files of the synthetic corpus."""
-    folder = tmp_path / "data"
-    folder.mkdir()
-    write_tsv(folder / "train.tsv", synthetic_rows(240, seed=1))
-    write_tsv(folder / "dev.tsv", synthetic_rows(60, seed=2))
-    write_tsv(folder / "test.tsv", synthetic_rows(60, seed=3))
-    return folder
+    return write_splits(tmp_path / "data", (240, 60, 60))
 
 
 @pytest.fixture
@@ -133,10 +140,7 @@ def export_tiny_model(folder: Path, seed: int = 5, text_pair_column: str | None 
     from paddle_ft.export import export_model
 
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = folder / "vocab.txt"
-    vocab.write_text("\n".join([*SPECIAL_TOKENS, *sorted(set(POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS))]) + "\n",
-                     encoding="utf-8")
-    tokenizer = BertTokenizer(str(vocab))
+    tokenizer = BertTokenizer(str(write_vocab(folder / "vocab.txt")))
     paddle.seed(seed)
     encoder = scratch_encoder("bert", len(tokenizer.vocab), hidden_size=32, num_layers=2, num_heads=2,
                               intermediate_size=64, max_position_embeddings=64, dropout=0.0,

@@ -8,8 +8,7 @@ import pytest
 
 from paddle_ft.engine.losses import distillation_loss
 from paddle_ft.errors import ConfigError
-from conftest import DEMO, NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, SPECIAL_TOKENS, overrides, synthetic_rows, \
-    write_tsv
+from conftest import DEMO, SPECIAL_TOKENS, overrides, synthetic_rows, write_splits, write_vocab
 
 
 def test_the_loss_is_soft_kl_times_t_squared_plus_hard_cross_entropy_where_labelled():
@@ -38,12 +37,8 @@ def corpus(tmp_path_factory):
     """(folder with train/dev/test/unlabeled files and a vocabulary, a trained teacher's best/)."""
     from paddle_ft.cli import main
 
-    root = tmp_path_factory.mktemp("distill")
-    vocab = root / "vocab.txt"
-    vocab.write_text("\n".join([*SPECIAL_TOKENS, *sorted(set(POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS))]) + "\n",
-                     encoding="utf-8")
-    for split, n, seed in (("train", 300, 1), ("dev", 100, 2), ("test", 200, 3)):
-        write_tsv(root / f"{split}.tsv", synthetic_rows(n, seed))
+    root = write_splits(tmp_path_factory.mktemp("distill"), (300, 100, 200))
+    vocab = write_vocab(root / "vocab.txt")
     (root / "unlabeled.txt").write_text("\n".join(t for t, _ in synthetic_rows(200, 4)) + "\n", encoding="utf-8")
     args = [f"output_dir={root / 'teacher'}", *_data(root), f"model.scratch.vocab_file={vocab}",
             "model.scratch.hidden_size=64", "model.scratch.num_layers=2", "model.scratch.intermediate_size=128",

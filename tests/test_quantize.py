@@ -7,8 +7,7 @@ import pytest
 from paddle_ft.errors import UserError
 from paddle_ft.infer import Predictor
 from paddle_ft.quantize import AccuracyDropped, quantize_export
-from conftest import DEMO, SPECIAL_TOKENS, NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, overrides, synthetic_rows, \
-    write_tsv
+from conftest import DEMO, overrides, write_splits, write_vocab
 
 
 @pytest.fixture(scope="module")
@@ -16,12 +15,8 @@ def trained_export(tmp_path_factory):
     """A tiny classifier trained on the synthetic corpus and exported; (export folder, labelled test file)."""
     from paddle_ft.cli import main
 
-    root = tmp_path_factory.mktemp("quantize")
-    vocab = root / "vocab.txt"
-    vocab.write_text("\n".join([*SPECIAL_TOKENS, *sorted(set(POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS))]) + "\n",
-                     encoding="utf-8")
-    for split, n, seed in (("train", 400, 1), ("dev", 100, 2), ("test", 300, 3)):
-        write_tsv(root / f"{split}.tsv", synthetic_rows(n, seed))
+    root = write_splits(tmp_path_factory.mktemp("quantize"), (400, 100, 300))
+    vocab = write_vocab(root / "vocab.txt")
     args = [f"output_dir={root / 'out'}", *(f"data.{s}={root / s}.tsv" for s in ("train", "dev", "test")),
             "data.max_length=64", f"model.scratch.vocab_file={vocab}", "model.scratch.hidden_size=64",
             "model.scratch.num_layers=2", "model.scratch.num_heads=2", "model.scratch.intermediate_size=128",
