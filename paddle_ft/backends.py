@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from paddle_ft.errors import UserError, first_line
+from paddle_ft.meta import REEXPORT
 from paddle_ft.runtime import usable_cores
 
 BACKENDS = ("paddle", "onnxruntime")
 ONNX_FILE = "model.onnx"
 PARAMS_FILE = "model.pdiparams"
-REEXPORT = "re-create it with tools/export.py --model OUT/best --output DIR"
 
 
 def choose_backend(backend: str | None, model_dir: Path, device: str, precision: str, quantized: bool = False) -> str:

@@ -38,7 +38,7 @@ def read_dataset(data: DataConfig, task: str = "single_label") -> Dataset:
         examples["train"], report = read_examples(
             data.train, data.format, columns, frozenset(given.names) if given else None, data.on_bad_row)
         log(report.summary())
-    label_map = given or resolve_labels(None, [name for e in examples.get("train", []) for name in names_of(e)]
+    label_map = given or resolve_labels(None, [name for e in examples.get("train", []) for name in e.label_names]
                                         or None)
     for split in ("dev", "test"):
         path = getattr(data, split)
@@ -47,11 +47,6 @@ def read_dataset(data: DataConfig, task: str = "single_label") -> Dataset:
                                                     data.on_bad_row)
             log(report.summary())
     return Dataset(label_map, examples)
-
-
-def names_of(example: Example) -> tuple[str, ...]:
-    """The label names of a row, single- or multi-label."""
-    return example.label if isinstance(example.label, tuple) else (example.label,)
 
 
 def truncation_of(data: DataConfig) -> Truncation:

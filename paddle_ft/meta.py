@@ -15,6 +15,7 @@ from pathlib import Path
 
 from paddle_ft.config import LONG_TEXTS, POOLINGS, TASKS, WINDOW_POOLINGS
 from paddle_ft.data.features import Truncation
+from paddle_ft.data.readers import Columns
 from paddle_ft.errors import UserError
 
 FORMAT_VERSION = 2
@@ -84,6 +85,12 @@ class ModelMeta:
     @property
     def multi_label(self) -> bool:
         return self.task == "multi_label"
+
+    @property
+    def columns(self) -> Columns:
+        """How to read a labelled file of the kind training read (eval, quantize's accuracy check)."""
+        return Columns(self.text_column, self.text_pair_column, self.label_column,
+                       self.label_delimiter if self.multi_label else None, self.allow_no_label)
 
     @property
     def label_thresholds(self) -> tuple[float, ...]:

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.backends import ONNX_FILE, REEXPORT
+from paddle_ft.backends import ONNX_FILE
 from paddle_ft.data.features import pad_ids
-from paddle_ft.data.readers import Columns, format_of, read_examples, read_texts
+from paddle_ft.data.readers import format_of, read_examples, read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.infer import Predictor
 from paddle_ft.io import atomic_directory, check_output_folder
-from paddle_ft.meta import EXPORT_INFO, read_export_info, write_export_info
+from paddle_ft.meta import EXPORT_INFO, REEXPORT, read_export_info, write_export_info
 
 METHODS = ("dynamic", "static")
 
@@ -106,9 +106,7 @@ class _CalibrationBatches:
 
 
 def _labelled(path: Path, meta) -> list:
-    columns = Columns(meta.text_column, meta.text_pair_column, meta.label_column,
-                      meta.label_delimiter if meta.multi_label else None, meta.allow_no_label)
-    examples, _ = read_examples(path, format_of(path, meta.format), columns, frozenset(meta.labels))
+    examples, _ = read_examples(path, format_of(path, meta.format), meta.columns, frozenset(meta.labels))
     return examples
 
 

@@ -53,7 +53,7 @@ def conflicts(examples: dict[str, list]) -> dict:
     for split in SPLITS:
         for e in examples.get(split, []):
             key = normalise(e.text)
-            labels[key].add(_label_key(e.label))
+            labels[key].add(e.label_key)
             seen[key].append(_where(split, e))
     clashing = [key for key, names in labels.items() if len(names) > 1]
     return {"texts": len(clashing), "examples": [{"labels": sorted(labels[k]), "rows": seen[k][:EXAMPLES]}
@@ -63,7 +63,7 @@ def conflicts(examples: dict[str, list]) -> dict:
 def _split_report(rows: list) -> dict:
     exact, normal = Counter(e.text for e in rows), Counter(normalise(e.text) for e in rows)
     near_empty = [e for e in rows if len(normalise(e.text)) <= NEAR_EMPTY]
-    labels = Counter(name for e in rows for name in (e.label if isinstance(e.label, tuple) else (e.label,)))
+    labels = Counter(name for e in rows for name in e.label_names)
     return {"rows": len(rows), "duplicates_exact": len(rows) - len(exact),
             "duplicates_normalised": len(rows) - len(normal),
             "near_empty": len(near_empty), "near_empty_examples": [_where("", e) for e in near_empty[:EXAMPLES]],
@@ -99,10 +99,6 @@ def _problems(report: dict) -> list[str]:
 def _where(split: str, example) -> dict:
     where = {"line": example.line, "text": example.text[:80]}
     return {"split": split, **where} if split else where
-
-
-def _label_key(label) -> str:
-    return ",".join(sorted(label)) if isinstance(label, tuple) else label
 
 
 def table(report: dict) -> str:

@@ -7,7 +7,7 @@ import numpy as np
 
 from paddle_ft.bundle import load_bundle
 from paddle_ft.data.features import tokenize
-from paddle_ft.data.readers import Columns, format_of, read_examples
+from paddle_ft.data.readers import format_of, read_examples
 from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.io import check_output_file
@@ -19,9 +19,8 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     bundle = load_bundle(model_dir)
     check_output_file(errors, "--errors")  # before minutes of scoring, not after
     meta, label_map, tokenizer = bundle.meta, bundle.label_map, fastest(bundle.tokenizer)
-    columns = Columns(meta.text_column, meta.text_pair_column, meta.label_column,
-                      meta.label_delimiter if meta.multi_label else None, meta.allow_no_label)
-    examples, _ = read_examples(data_path, format_of(data_path, meta.format), columns, frozenset(label_map.names))
+    examples, _ = read_examples(data_path, format_of(data_path, meta.format), meta.columns,
+                                frozenset(label_map.names))
     features = tokenize(examples, tokenizer, meta.max_length, label_map, meta.truncation_rule)
     report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names,
                              thresholds=meta.label_thresholds if meta.multi_label else None,
@@ -31,7 +30,7 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     with errors.open("w", encoding="utf-8") as out:
         out.write("line\ttext\tgold\tpredicted\tscore\n")
         for example, (predicted, score) in zip(examples, answers):
-            gold = example.label if meta.multi_label else (example.label,)
+            gold = example.label_names
             if set(predicted) != set(gold):
                 text = example.text if example.text_pair is None else f"{example.text} ||| {example.text_pair}"
                 text = " ".join(text.split())  # a tab or newline inside a CSV/JSONL text would break the TSV

@@ -43,6 +43,16 @@ class Example:
     line: int
     """1-based line in the source file, for error messages and error reports."""
 
+    @property
+    def label_names(self) -> tuple[str, ...]:
+        """The row's label names, single- or multi-label."""
+        return self.label if isinstance(self.label, tuple) else (self.label,)
+
+    @property
+    def label_key(self) -> str:
+        """One string per label (set): what stratified folds and the conflict check group rows by."""
+        return ",".join(sorted(self.label)) if isinstance(self.label, tuple) else self.label
+
 
 @dataclass
 class ReadReport:
