@@ -89,3 +89,16 @@ def test_a_bad_space_file_is_one_line(tmp_path, text, message):
     path.write_text(text, encoding="utf-8")
     with pytest.raises(UserError, match=message):
         load_space(path)
+
+
+def test_a_sweep_never_writes_into_a_training_run(tmp_path):
+    from paddle_ft.commands import sweep
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("", encoding="utf-8")
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE, encoding="utf-8")
+    with pytest.raises(UserError, match="holds a training run; give the sweep its own -o output_dir"):
+        sweep.run(DEMO, [f"output_dir={run}"], str(space))
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]  # nothing written beside it

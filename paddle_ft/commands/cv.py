@@ -9,23 +9,22 @@ from paddle_ft.analysis.cv import markdown, stratified_folds, summarise
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.build import columns_of, read_dataset
 from paddle_ft.commands import train
+from paddle_ft.commands.session import refuse_a_run_folder
 from paddle_ft.config import load_config
 from paddle_ft.data.readers import write_examples
-from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 
 
 def run(config_path: str, overrides: list[str], folds: int) -> int:
     config = load_config(config_path, overrides)
     root = Path(config.output_dir)
-    if (root / "metrics.jsonl").exists():
-        raise UserError(f"{root} holds a training run; give cross-validation its own -o output_dir=...")
+    refuse_a_run_folder(root, "cross-validation")
     dataset = read_dataset(config.data, config.task)
     pool = dataset.examples.get("train", []) + dataset.examples.get("dev", [])
     if folds < 2 or folds > len(pool):
         raise ConfigError("--folds", f"is {folds}: give 2 to {len(pool)} (the labelled rows of train and dev)")
-    keys = [",".join(sorted(e.label)) if isinstance(e.label, tuple) else e.label for e in pool]
-    parts = stratified_folds(keys, folds, config.seed)
+    parts = stratified_folds([e.label_key for e in pool], folds, config.seed)
     columns, suffix = columns_of(config.data, config.task), f".{config.data.format}"
     results = []
     for number, held_out in enumerate(parts, start=1):

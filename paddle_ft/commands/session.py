@@ -19,7 +19,7 @@ from paddle_ft.engine.cpu_linear import use_fast_linear
 from paddle_ft.engine.evaluate import NonFiniteScores
 from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.recompute import use_recompute
-from paddle_ft.engine.run_folder import RunFolder
+from paddle_ft.engine.run_folder import METRICS_FILE, RunFolder
 from paddle_ft.engine.trainer import TrainingDiverged, train
 from paddle_ft.errors import UserError
 from paddle_ft.io import describe_os_error
@@ -40,6 +40,13 @@ def open_run(config: Config):
         folder.prepare(resuming)
     seed_everything(config.seed)
     return dist, folder, resume_from
+
+
+def refuse_a_run_folder(root: Path, command: str) -> None:
+    """cv and sweep write their own files (and a report.html) beside the runs they start: a folder that is itself
+    a training run is not theirs to write into."""
+    if (root / METRICS_FILE).exists():
+        raise UserError(f"{root} holds a training run; give {command} its own -o output_dir=...")
 
 
 def shared_backbone(model: ModelConfig, dist) -> ModelConfig:

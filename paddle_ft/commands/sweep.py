@@ -16,6 +16,7 @@ from pathlib import Path
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.analysis.space import Space, load_space
 from paddle_ft.commands import train
+from paddle_ft.commands.session import refuse_a_run_folder
 from paddle_ft.config import load_config, save_config
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.log import log
@@ -35,6 +36,7 @@ def run(config_path: str, overrides: list[str], space_path: str, storage: str | 
         raise ConfigError("data.dev", "a sweep scores each trial on dev; set data.dev")
     space = load_space(Path(space_path))
     root = Path(config.output_dir)
+    refuse_a_run_folder(root, "the sweep")
     root.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage or f"sqlite:///{(root / 'study.db').resolve()}"
