@@ -1,6 +1,9 @@
 """Masked-language-model pretraining: the masks, the objective, the command, its resume and its output folder."""
 import json
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import paddle
@@ -10,6 +13,7 @@ from conftest import DEMO, overrides, synthetic_rows
 from paddle_ft.cli import main
 from paddle_ft.data.masking import Vocabulary, mask_example, word_ids_of
 
+ROOT = Path(__file__).resolve().parents[1]
 VOCABULARY = Vocabulary(size=100, mask_id=4, special_ids=frozenset({0, 1, 2, 3, 4}))
 
 
@@ -200,3 +204,28 @@ def test_a_corpus_too_small_to_train_on_is_one_line(tiny_config_args, tmp_path, 
 def test_a_classifier_with_a_pretraining_metric_is_refused(metric, tiny_config_args, capsys):
     assert main(["train", "--config", DEMO, *overrides([*tiny_config_args, f"train.evaluation.metric={metric}"])]) == 2
     assert f"'train.evaluation.metric': {metric} is pretraining's" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # starts the launcher: 2 gloo workers
+def test_pretraining_on_two_gloo_workers_is_the_one_process_run(tiny_config_args, corpus, tmp_path):
+    """What make demo relies on: 2 workers of 8 texts mask and learn as one process of 16 does (no dropout, whose
+    draws differ by process, as the demo's pretraining has none)."""
+    one = pretrain_args(tiny_config_args, corpus, tmp_path / "one", *OBJECTIVES["mlm"], "model.dropout=0.0")
+    assert main(["pretrain", *one]) == 0
+    two = pretrain_args(tiny_config_args, corpus, tmp_path / "two", *OBJECTIVES["mlm"], "model.dropout=0.0",
+                        "train.batch_size=8")
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
+               str(tmp_path / "launch"), str(ROOT / "tools" / "pretrain.py"), *two]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, (tmp_path / "launch" / "workerlog.0").read_text()[-3000:]
+
+    def logged(run):
+        lines = (tmp_path / run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        return [e for e in map(json.loads, lines) if e["event"] in ("train", "eval")]
+
+    one, two = logged("one"), logged("two")
+    assert [(e["event"], e["step"]) for e in one] == [(e["event"], e["step"]) for e in two]
+    np.testing.assert_allclose([e.get("loss", 0) for e in one], [e.get("loss", 0) for e in two], atol=1e-5)
+    assert [e.get("masked_accuracy") for e in one] == [e.get("masked_accuracy") for e in two]
+    a, b = (paddle.load(str(tmp_path / run / "best" / "model_state.pdparams")) for run in ("one", "two"))
+    assert max(float(np.abs(a[k].numpy() - b[k].numpy()).max()) for k in a) < 1e-5

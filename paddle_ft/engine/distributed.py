@@ -1,8 +1,16 @@
 """The few collective operations training needs, as no-ops in a single process."""
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
+import sys
 from dataclasses import dataclass
+
+# What init_parallel_env writes to stderr whenever any Paddle flag differs from its default, which one that
+# Paddle sets itself (FLAGS_enable_pir_in_executor) always does: a block on every launch that asks nothing
+_FLAGS_BANNER = re.compile(r"=+ Modified FLAGS detected =+\n(?:FLAGS\(.*\)\n)*=+\n")
 
 
 @dataclass(frozen=True)
@@ -64,5 +72,10 @@ def from_environment() -> Distributed:
         return Distributed()
     import paddle.distributed as dist
 
-    dist.init_parallel_env()
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            dist.init_parallel_env()
+    finally:  # anything else it wrote (a warning, an error's context) still shows
+        sys.stderr.write(_FLAGS_BANNER.sub("", captured.getvalue()))
     return Distributed(dist.get_rank(), dist.get_world_size())
