@@ -8,8 +8,8 @@ import re
 import sys
 from dataclasses import dataclass
 
-# What init_parallel_env writes to stderr whenever any Paddle flag differs from its default, which one that
-# Paddle sets itself (FLAGS_enable_pir_in_executor) always does: a block on every launch that asks nothing
+# init_parallel_env writes this block to stderr whenever a Paddle flag differs from its default, and one always
+# does (FLAGS_enable_pir_in_executor, which Paddle sets itself): a block on every launch that asks nothing of anyone
 _FLAGS_BANNER = re.compile(r"=+ Modified FLAGS detected =+\n(?:FLAGS\(.*\)\n)*=+\n")
 
 
