@@ -17,6 +17,7 @@ import numpy as np
 SPLITS = ("train", "dev", "test")
 NEAR_EMPTY = 2  # a text of this many characters or fewer (normalised) says too little to be classified
 EXAMPLES = 5  # of each finding, the first few are listed with their split and line
+NO_PROBLEMS = "no leakage between splits, no conflicting labels"  # what the table and the pages say of clean data
 
 
 def normalise(text: str) -> str:
@@ -109,9 +110,14 @@ def table(report: dict) -> str:
     for name, s in splits.items():
         truncated = f"{s['truncated']['rows']} ({s['truncated']['share']:.1%})" if "truncated" in s else "n/a"
         unknown = f"{s['unknown_token_share']:.2%}" if "unknown_token_share" in s else "n/a"
-        labels = ", ".join(f"{k} {v}" for k, v in s["labels"].items())
+        labels = label_counts(s["labels"])
         lines.append(f"| {name} | {s['rows']} | {s['duplicates_exact']} / {s['duplicates_normalised']} | "
                      f"{s['near_empty']} | {truncated} | {unknown} | {labels} |")
     lines.append("")
-    lines += [f"problem: {line}" for line in report["problems"]] or ["no leakage between splits, no conflicting labels"]
+    lines += [f"problem: {line}" for line in report["problems"]] or [NO_PROBLEMS]
     return "\n".join(lines) + "\n"
+
+
+def label_counts(labels: dict) -> str:
+    """A split's label counts on one line: `负面 6920, 正面 6969`."""
+    return ", ".join(f"{name} {count}" for name, count in labels.items())

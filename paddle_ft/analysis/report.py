@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paddle_ft.analysis.audit import NO_PROBLEMS, label_counts
 from paddle_ft.engine.metrics import expected_calibration_error
 
 REPORT_PAGE, REPORT_FOLDER = "report.html", "report"
@@ -196,20 +197,16 @@ def _data_section(summary: dict | None, run_dir: Path) -> str:
     parts = []
     if summary:
         rows = "".join(f"<tr><td>{split}</td><td>{s['rows']}</td><td>{s['duplicates_normalised']}</td>"
-                       f"<td>{s['near_empty']}</td><td>{html.escape(_counts(s['labels']))}</td></tr>"
+                       f"<td>{s['near_empty']}</td><td>{html.escape(label_counts(s['labels']))}</td></tr>"
                        for split, s in summary["splits"].items())
         parts.append("<table><tr><th>split</th><th>rows</th><th>duplicates (normalised)</th><th>near-empty</th>"
                      f"<th>labels</th></tr>{rows}</table>")
-        problems = summary.get("problems") or ["no leakage between splits, no conflicting labels"]
+        problems = summary.get("problems") or [NO_PROBLEMS]
         parts.append("<ul>" + "".join(f"<li>{html.escape(p)}</li>" for p in problems) + "</ul>")
     audit = run_dir / "audit" / "audit.json"
     if audit.is_file():
         parts.append('<p>The full audit: <a href="audit/audit.json">audit/audit.json</a>.</p>')
     return "<h2>Data</h2>" + "".join(parts) if parts else ""
-
-
-def _counts(labels: dict) -> str:
-    return ", ".join(f"{name} {count}" for name, count in labels.items())
 
 
 def _config_section(run_dir: Path) -> str:

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from paddle_ft.analysis.audit import audit, table
+from paddle_ft.analysis.audit import NO_PROBLEMS, audit, table
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.build import build_tokenizer, read_dataset, resolve_backbone
 from paddle_ft.config import load_config
@@ -25,8 +25,7 @@ def run(config_path: str, overrides: list[str], output: str | None, strict: bool
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "audit.json").write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
     print(table(report), end="")
-    problems = "".join(f"<li>{html.escape(line)}</li>" for line in report["problems"]) or \
-        "<li>no leakage between splits, no conflicting labels</li>"
+    problems = "".join(f"<li>{html.escape(line)}</li>" for line in report["problems"] or [NO_PROBLEMS])
     page = write_page(folder / "audit.html", f"audit of {config_path}",
                       ["<h2>Splits</h2>", table_html(table(report)), f"<h2>Problems</h2><ul>{problems}</ul>",
                        '<p>Every finding with its first rows: <a href="audit.json">audit.json</a>.</p>'])
