@@ -9,15 +9,13 @@ oneDNN bf16.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from paddle_ft.errors import UserError, first_line
+from paddle_ft.log import native_output_captured
 from paddle_ft.meta import REEXPORT
 from paddle_ft.runtime import usable_cores
 
@@ -80,7 +78,7 @@ def write_onnx(program: Path, onnx_path: Path) -> None:
     and shown only when the conversion fails."""
     import paddle2onnx
 
-    with tempfile.TemporaryFile(mode="w+b") as captured, _output_to(captured):
+    with native_output_captured() as captured:
         try:
             paddle2onnx.export(str(program), str(program.parent / PARAMS_FILE), save_file=str(onnx_path),
                                opset_version=17, optimize_tool="None")
@@ -88,27 +86,9 @@ def write_onnx(program: Path, onnx_path: Path) -> None:
         except Exception as exc:  # paddle2onnx raises assorted errors for an op it cannot convert
             failure = first_line(exc)
     if failure is not None or not onnx_path.is_file():
+        sys.stderr.write(captured())  # what it printed before failing: the context of the one-line error
         raise UserError(f"paddle2onnx could not convert {program} ({failure or 'no file written'}); export with "
                         "--no-onnx to skip the ONNX graph, and report this with your paddle2onnx version")
-
-
-@contextlib.contextmanager
-def _output_to(file):
-    """File descriptors 1 and 2 (what C++ code prints to) redirected into `file` for the block."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    try:
-        os.dup2(file.fileno(), 1)
-        os.dup2(file.fileno(), 2)
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)
 
 
 def onnx_export_possible() -> str | None:

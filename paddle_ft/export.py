@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,8 +18,13 @@ from paddle_ft.engine.run_folder import RUN_FILES
 from paddle_ft.errors import UserError
 from paddle_ft.infer import Predictor, program_file
 from paddle_ft.io import atomic_directory, check_output_folder
+from paddle_ft.log import native_output_captured
 from paddle_ft.meta import EXPORT_INFO, ExportInfo, read_export_info, write_export_info
 
+# a warning Paddle's C++ prints on a process's first jit.save of our models (and of others'), which asks nothing of
+# the user: the parity check below is what proves the traced graph
+_PIR_OUT_TENSOR_WARNING = re.compile(r"^W[0-9 :.]+\S+\] Paddle static graph\(PIR\) not support input out tensor.*\n",
+                                     re.MULTILINE)
 PARITY_TOLERANCE = 1e-4
 # the GPU predictor computes matmuls in TF32 on Ampere and newer (10 mantissa bits): logits move by ~1e-3
 GPU_PARITY_TOLERANCE = 1e-2
@@ -42,12 +49,19 @@ def export_model(model_dir: Path, output_dir: Path, tolerance: float = PARITY_TO
         return _export(Path(model_dir), Path(output_dir), tolerance, onnx)
 
 
+def without_known_warnings(printed: str) -> str:
+    """What jit.save printed, less the warning that says nothing to the user."""
+    return _PIR_OUT_TENSOR_WARNING.sub("", printed)
+
+
 def _export(model_dir: Path, output_dir: Path, tolerance: float, onnx: bool) -> ExportInfo:
     bundle = load_bundle(model_dir)
     model, meta = bundle.model, bundle.meta
     _drop_dropout(model)
     with atomic_directory(output_dir) as tmp:
-        paddle.jit.save(model, str(tmp / "model"), input_spec=INPUT_SPEC)
+        with native_output_captured() as printed:
+            paddle.jit.save(model, str(tmp / "model"), input_spec=INPUT_SPEC)
+        sys.stderr.write(without_known_warnings(printed()))
         bundle.tokenizer.save_pretrained(str(tmp))
         bundle.label_map.save(tmp)
         info = ExportInfo(meta, program_file(tmp).name, paddle.__version__, str(model_dir),

@@ -10,7 +10,7 @@ from paddle_ft.data.features import pad_batch
 from paddle_ft.engine.evaluate import predict_probabilities
 from paddle_ft.errors import UserError
 from paddle_ft.export import export_model, parity_max_abs_diff
-from paddle_ft.infer import Predictor, stack_probabilities
+from paddle_ft.infer import Predictor, program_file, stack_probabilities
 
 
 @pytest.fixture
@@ -185,3 +185,43 @@ def test_an_export_without_onnx_is_served_by_paddle_and_says_why(model_dir, tmp_
     with pytest.raises(UserError, match="has no model.onnx .* or use --backend paddle"):
         Predictor(tmp_path / "plain", cpu_threads=1, backend="onnxruntime")
     assert main(["predict", "--model-dir", str(tmp_path / "plain"), "--text", "好", "--backend", "paddle"]) == 0
+
+
+
+def test_paddles_out_tensor_warning_is_dropped_and_nothing_else():
+    from paddle_ft.export import without_known_warnings
+
+    printed = ("W1202 22:13:18.228003 11638 eager_utils.cc:3584] Paddle static graph(PIR) not support input out "
+               "tensor for now!!!!!\nW1202 22:13:19.000001 11638 other.cc:1] something else\n")
+    assert without_known_warnings(printed) == "W1202 22:13:19.000001 11638 other.cc:1] something else\n"
+
+
+@pytest.mark.slow
+def test_an_export_prints_no_paddle_warning(model_dir, tmp_path):
+    """In a fresh process: Paddle prints its warning on a process's first jit.save only."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "paddle_ft", "export", "--model", str(model_dir), "--output",
+                           str(tmp_path / "quiet"), "--no-onnx"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "exported to" in done.stdout
+    assert "not support input out tensor" not in done.stdout + done.stderr
+
+
+def test_a_failed_onnx_conversion_shows_what_paddle2onnx_printed(exported, tmp_path, monkeypatch, capfd):
+    import os
+
+    import paddle2onnx
+
+    from paddle_ft.backends import write_onnx
+
+    def fail(*args, **kwargs):
+        os.write(2, b"[Paddle2ONNX] Oops: no converter for op frobnicate\n")  # as its C++ does
+        raise RuntimeError("conversion failed")
+
+    monkeypatch.setattr(paddle2onnx, "export", fail)
+    folder, _ = exported
+    with pytest.raises(UserError, match="paddle2onnx could not convert .* \\(conversion failed\\); export with"):
+        write_onnx(program_file(folder), tmp_path / "model.onnx")
+    assert "no converter for op frobnicate" in capfd.readouterr().err
