@@ -88,6 +88,20 @@ def test_distributed_dev_metrics_equal_a_single_process_evaluation(job_args, tmp
         assert {k: logged[k] for k in report} == report
 
 
+def test_an_epoch_with_one_example_too_many_for_its_steps_trains_to_its_end(job_args, tmp_path):
+    """41 rows in steps of 8 over 2 ranks: the 1-row partial step would have left one rank nothing to train on
+    (a crash, mid-epoch with length-grouped batches); it sits this epoch out and every step the plan counts runs."""
+    write_tsv(tmp_path / "data" / "train41.tsv", synthetic_rows(41, seed=4))
+    multi = tmp_path / "multi"
+    result = launch(job_args + [f"output_dir={multi}", f"data.train={tmp_path / 'data' / 'train41.tsv'}",
+                                "train.batch_size=4", "train.max_steps=null", "train.epochs=2",
+                                "train.evaluation.every=0"], tmp_path / "log")
+    assert result.returncode == 0, (tmp_path / "log" / "workerlog.0").read_text()[-3000:]
+    plan = json.loads((multi / "metrics.jsonl").read_text().splitlines()[0])
+    assert (plan["steps_per_epoch"], plan["total_steps"]) == (5, 10)
+    assert sorted(evals(multi)) == [5, 10]
+
+
 def test_sigterm_to_the_launcher_stops_every_rank_and_the_resume_is_exact(job_args, tmp_path):
     import signal
     import time

@@ -75,3 +75,33 @@ def test_micro_batches_split_a_step_across_accumulation_and_ranks():
     assert micro_batches(step, 2, rank=1, world_size=2) == ([[1, 3], [5, 7], [9]], 10)
     # a last piece smaller than the number of ranks is dropped on every rank
     assert micro_batches(list(range(9)), 2, rank=1, world_size=2) == ([[1, 3], [5, 7]], 8)
+
+
+@pytest.mark.parametrize("group_by_length", [False, True])
+def test_under_two_ranks_the_one_example_batch_sits_out_and_no_other(group_by_length):
+    """1,025 examples in steps of 32 over 2 ranks: the 1-example partial batch would leave a rank empty-handed."""
+    lengths = np.random.default_rng(0).integers(3, 128, size=1025)
+    sampler = TrainBatchSampler(lengths, 32, seed=3, group_by_length=group_by_length, chunk_batches=8, min_batch=2)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 32 and {len(b) for b in batches} == {32}
+    assert len({i for b in batches for i in b}) == 1024
+    everyone = TrainBatchSampler(lengths, 32, seed=3, group_by_length=group_by_length, chunk_batches=8)
+    assert len(list(everyone)) == len(everyone) == 33  # one process: nothing sits out
+
+
+RUN_SHAPES = [(examples, *shape) for examples in (1, 2, 3, 31, 32, 33, 34, 63, 65, 66, 97, 1001)
+              for shape in ((4, 1, 1), (4, 1, 2), (2, 2, 2), (3, 2, 4), (1, 1, 3)) if examples >= shape[2]]
+
+
+@pytest.mark.parametrize("examples,batch_size,accumulate,world_size", RUN_SHAPES)
+def test_the_plan_counts_the_steps_and_micro_batches_the_sampler_and_ranks_make(examples, batch_size, accumulate,
+                                                                               world_size):
+    from paddle_ft.engine.plan import plan_run
+
+    plan = plan_run(examples, batch_size, accumulate, epochs=1, max_steps=None, warmup=0, world_size=world_size)
+    steps = list(TrainBatchSampler(np.full(examples, 5), plan.effective_batch_size, seed=0, min_batch=world_size))
+    assert plan.steps_per_epoch == len(steps)
+    for rank in range(world_size):
+        groups = [micro_batches(step, batch_size, rank, world_size)[0] for step in steps]
+        assert all(groups), "a rank with nothing to do in a step"
+        assert plan.micro_batches_per_epoch == sum(len(g) for g in groups)

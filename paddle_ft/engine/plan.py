@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from paddle_ft.data.features import batches_per_epoch
+
 
 @dataclass(frozen=True)
 class RunPlan:
@@ -15,7 +17,8 @@ class RunPlan:
     """Examples per optimizer step across all devices."""
     micro_batches_per_epoch: int
     steps_per_epoch: int
-    """Optimizer steps per epoch (a last, partial accumulation group still steps)."""
+    """Optimizer steps per epoch (a last, partial accumulation group still steps, unless it has fewer examples
+    than devices)."""
     epochs: int
     """Epochs started; the last may stop early when `total_steps` comes from max_steps."""
     total_steps: int
@@ -33,8 +36,13 @@ class RunPlan:
 
 def plan_run(train_examples: int, batch_size: int, accumulate_steps: int, epochs: int,
              max_steps: int | None, warmup: float, world_size: int = 1) -> RunPlan:
-    micro_batches = -(-train_examples // (batch_size * world_size))
-    steps_per_epoch = -(-micro_batches // accumulate_steps)
+    # the step batches TrainBatchSampler(min_batch=world_size) cuts, and the pieces of one micro-batch per rank
+    # micro_batches keeps of them (the partial step batch may end in a piece smaller than the ranks: dropped)
+    step_examples = batch_size * accumulate_steps * world_size
+    steps_per_epoch = batches_per_epoch(train_examples, step_examples, world_size)
+    full_steps, rest = divmod(train_examples, step_examples)
+    micro_batches = full_steps * accumulate_steps + (
+        batches_per_epoch(rest, batch_size * world_size, world_size) if rest >= world_size else 0)
     if max_steps is not None:
         total_steps = max_steps
         epochs = -(-max_steps // steps_per_epoch)

@@ -55,7 +55,7 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
     # thanks to the same seed; each rank takes its share of each micro-batch. Batching by step keeps
     # k micro-batches of b, or r ranks of b, exactly one batch of k*b (or r*b), grouping included.
     sampler = TrainBatchSampler(splits.train.lengths, plan.effective_batch_size, config.seed,
-                                config.data.group_by_length)
+                                config.data.group_by_length, min_batch=dist.world_size)
     speed = Throughput()
     with contextlib.ExitStack() as closing:  # every way out, an exception included, closes the log and the bar
         events = closing.enter_context(run.event_log(state.global_step if resume_from else None)) \
