@@ -1,6 +1,6 @@
 # make demo   build the demo data, pretrain (once), fine-tune, evaluate, export and predict (creates .venv on first use)
 # make test   run the test suite
-# make pretrain-demo   pretrain the demo's encoder on unlabeled text (configs/pretrain-demo.yaml, then -128.yaml)
+# make pretrain-demo   pretrain the demo's encoder on unlabeled text (configs/pretrain-demo.yaml)
 # make test-fast   the suite without the tests that start processes, servers or launchers (the inner loop)
 # make gpu-check   on a GPU machine: train fp32/fp16/bf16, resume, export, GPU predictors, 2 GPUs (tools/gpu_check.py)
 # make distill-demo   after make demo: distill the demo model into a 1-layer student (configs/distill-demo.yaml)
@@ -26,33 +26,25 @@ DEMO_DATA := data/demo/train.tsv data/demo/dev.tsv data/demo/test.tsv data/demo/
 $(DEMO_DATA) &: $(VENV)/.installed
 	$(PYTHON) tools/prepare_demo_data.py --output data/demo
 
-# the demo's encoder pretrained on the unlabeled demo text, in two phases: 3,000 steps at 64 tokens
-# (configs/pretrain-demo.yaml), then 300 at 128 (configs/pretrain-demo-128.yaml). make rebuilds a phase only when
-# its corpus, vocabulary, recipe or (for the second) the first phase's encoder change, so a second make demo
-# reuses both
-SHORT_PHASE := out/pretrain-demo/best
-PRETRAINED := out/pretrain-demo-128/best
+# the demo's encoder pretrained on the unlabeled demo text; make rebuilds it only when its corpus, vocabulary
+# or recipe change, so a second make demo reuses it
+PRETRAINED := out/pretrain-demo/best
 pretrain-demo: $(PRETRAINED)/config.json
 
-# Each runs as 2 gloo processes of 1 thread, 32 texts each: the recipe's steps of 64 texts with the same masks
+# It runs as 2 gloo processes of 1 thread, 32 texts each: the recipe's steps of 64 texts with the same masks
 # (tests/test_pretrain.py: the same losses and weights as one process), 1.27x faster here than one process of
-# 2 threads, as Paddle runs many CPU ops on one thread. Paddle's launcher is kept quiet; its logs go to the
-# run's launch/ folder.
+# 2 threads, as Paddle runs many CPU ops on one thread. Paddle's launcher is kept quiet; its logs go to
+# out/pretrain-demo/launch.
 QUIET_LAUNCH := GLOG_minloglevel=2 PYTHONWARNINGS="ignore:No ccache found" $(PYTHON) -m paddle.distributed.launch \
-	--log_level ERROR --nproc_per_node 2
-$(SHORT_PHASE)/config.json: data/demo/unlabeled.txt data/demo/vocab.txt configs/pretrain-demo.yaml
+	--log_level ERROR
+$(PRETRAINED)/config.json: data/demo/unlabeled.txt data/demo/vocab.txt configs/pretrain-demo.yaml
 	rm -rf out/pretrain-demo
-	$(QUIET_LAUNCH) --log_dir out/pretrain-demo/launch tools/pretrain.py --config configs/pretrain-demo.yaml \
-		-o train.batch_size=32
-
-$(PRETRAINED)/config.json: $(SHORT_PHASE)/config.json data/demo/unlabeled.txt configs/pretrain-demo-128.yaml
-	rm -rf out/pretrain-demo-128
-	$(QUIET_LAUNCH) --log_dir out/pretrain-demo-128/launch tools/pretrain.py --config configs/pretrain-demo-128.yaml \
-		-o train.batch_size=32
+	$(QUIET_LAUNCH) --nproc_per_node 2 --log_dir out/pretrain-demo/launch tools/pretrain.py \
+		--config configs/pretrain-demo.yaml -o train.batch_size=32
 
 # fine-tunes the pretrained encoder (configs/demo.yaml); the TF-IDF baseline is printed next to it
 demo: $(VENV)/.installed $(DEMO_DATA) $(PRETRAINED)/config.json
-	@echo "pretrained encoder: $(PRETRAINED) (made by make pretrain-demo from configs/pretrain-demo.yaml, then configs/pretrain-demo-128.yaml)"
+	@echo "pretrained encoder: $(PRETRAINED) (made by make pretrain-demo from configs/pretrain-demo.yaml)"
 	rm -rf $(OUT)
 	$(PYTHON) tools/train.py --config configs/demo.yaml -o output_dir=$(OUT)
 	$(PYTHON) tools/eval.py --model $(OUT)/best --data data/demo/test.tsv --errors $(OUT)/misclassified-test.tsv > $(OUT)/eval-test.json

@@ -26,18 +26,11 @@ def test_demo_config_loads_with_its_values():
 def test_the_demo_fine_tunes_what_the_demo_pretraining_writes_and_scratch_is_the_same_model():
     """The three demo rows compare like with like: one encoder shape, one data split, one fine-tuning recipe."""
     pretrain, demo = load_config(ROOT / "configs" / "pretrain-demo.yaml"), load_config(ROOT / "configs" / "demo.yaml")
-    long_phase = load_config(ROOT / "configs" / "pretrain-demo-128.yaml")
-    assert demo.model.backbone == f"{long_phase.output_dir}/best" and demo.model.scratch is None
-    assert long_phase.model.backbone == f"{pretrain.output_dir}/best" and long_phase.model.scratch is None
+    assert demo.model.backbone == f"{pretrain.output_dir}/best" and demo.model.scratch is None
     assert pretrain.model.scratch == load_config(DEMO).model.scratch
-    # the second phase goes on with the first's text, masking and held-out texts (the same seed draws them), at
-    # the fine-tuning's length
-    assert long_phase.pretrain == pretrain.pretrain and long_phase.seed == pretrain.seed
-    assert long_phase.data.max_length == demo.data.max_length > pretrain.data.max_length
     assert demo.data == load_config(DEMO).data and demo.train == load_config(DEMO).train
     # pretrained without dropout; fine-tuned with the scratch recipe's
-    assert pretrain.model.dropout == long_phase.model.encoder_dropout == 0
-    assert demo.model.encoder_dropout == load_config(DEMO).model.dropout
+    assert pretrain.model.dropout == 0 and demo.model.encoder_dropout == load_config(DEMO).model.dropout
 
 
 def test_overrides_are_read_as_yaml():
