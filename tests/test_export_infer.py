@@ -187,7 +187,6 @@ def test_an_export_without_onnx_is_served_by_paddle_and_says_why(model_dir, tmp_
     assert main(["predict", "--model-dir", str(tmp_path / "plain"), "--text", "好", "--backend", "paddle"]) == 0
 
 
-
 def test_paddles_out_tensor_warning_is_dropped_and_nothing_else():
     from paddle_ft.export import without_known_warnings
 
