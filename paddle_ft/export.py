@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -59,9 +58,8 @@ def _export(model_dir: Path, output_dir: Path, tolerance: float, onnx: bool) -> 
     model, meta = bundle.model, bundle.meta
     _drop_dropout(model)
     with atomic_directory(output_dir) as tmp:
-        with native_output_captured() as printed:
+        with native_output_captured(write_back=without_known_warnings):
             paddle.jit.save(model, str(tmp / "model"), input_spec=INPUT_SPEC)
-        sys.stderr.write(without_known_warnings(printed()))
         bundle.tokenizer.save_pretrained(str(tmp))
         bundle.label_map.save(tmp)
         info = ExportInfo(meta, program_file(tmp).name, paddle.__version__, str(model_dir),

@@ -16,9 +16,10 @@ def log(message: str) -> None:
 
 
 @contextlib.contextmanager
-def native_output_captured() -> Iterator[Callable[[], str]]:
+def native_output_captured(write_back: Callable[[str], str] | None = None) -> Iterator[Callable[[], str]]:
     """File descriptors 1 and 2 (what C++ code prints to, and Python's own streams) redirected for the block;
-    yields a function that returns what was written, once the block is over."""
+    yields a function that returns what was written, once the block is over. With `write_back`, what it keeps
+    of that text goes to stderr as the block ends, also when an exception ends it (the context of the error)."""
     written: list[str] = []
     with tempfile.TemporaryFile(mode="w+b") as file:
         sys.stdout.flush()
@@ -37,3 +38,5 @@ def native_output_captured() -> Iterator[Callable[[], str]]:
                 os.close(fd)
             file.seek(0)
             written.append(file.read().decode("utf-8", errors="replace"))
+            if write_back is not None:
+                sys.stderr.write(write_back(written[0]))

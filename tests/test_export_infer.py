@@ -224,3 +224,17 @@ def test_a_failed_onnx_conversion_shows_what_paddle2onnx_printed(exported, tmp_p
     with pytest.raises(UserError, match="paddle2onnx could not convert .* \\(conversion failed\\); export with"):
         write_onnx(program_file(folder), tmp_path / "model.onnx")
     assert "no converter for op frobnicate" in capfd.readouterr().err
+
+
+def test_a_failed_jit_save_still_shows_what_paddle_printed(model_dir, tmp_path, monkeypatch, capfd):
+    import os
+
+    def fail(*args, **kwargs):
+        os.write(2, b"E1202 22:13:18.000000 1 pir.cc:1] cannot trace op frobnicate\n")  # as Paddle's C++ does
+        raise RuntimeError("trace failed")
+
+    monkeypatch.setattr(paddle.jit, "save", fail)
+    with pytest.raises(RuntimeError, match="trace failed"):
+        export_model(model_dir, tmp_path / "broken")
+    assert "cannot trace op frobnicate" in capfd.readouterr().err
+    assert not (tmp_path / "broken").exists()
