@@ -79,6 +79,15 @@ def write_splits(folder: Path, sizes: tuple[int, int, int]) -> Path:
     return folder
 
 
+@pytest.fixture(autouse=True)
+def in_an_empty_working_folder(tmp_path_factory, monkeypatch) -> Path:
+    """Every test runs in a new, empty working folder: a relative path a test names (out/pretrain-demo/best,
+    ./encoder) never meets what a user's commands left in the checkout (make demo, then make test)."""
+    folder = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(folder)
+    return folder
+
+
 @pytest.fixture
 def vocab_file(tmp_path) -> Path:
     return write_vocab(tmp_path / "vocab.txt")

@@ -1,8 +1,11 @@
 """Pretrained backbones: loading and its account, the checks before training, and the fine-tuning controls."""
+from pathlib import Path
+
 import numpy as np
 import paddle
 import pytest
 
+from conftest import ROOT
 from paddle_ft.build import build_model, build_tokenizer, freeze, resolve_backbone
 from paddle_ft.config import load_config
 from paddle_ft.engine.optim import build_optimizer, learning_rate_ratio
@@ -176,3 +179,9 @@ def test_recompute_gives_bit_identical_gradients_dropout_included(fast_linear, m
 
     plain, recomputed = gradients(False), gradients(True)
     assert plain.keys() == recomputed.keys() and all(np.array_equal(plain[k], recomputed[k]) for k in plain)
+
+
+def test_tests_run_outside_the_checkout_so_make_demo_then_make_test_passes(in_an_empty_working_folder):
+    """make demo writes out/pretrain-demo/best into the checkout; the relative paths above must not find it."""
+    assert Path.cwd() == in_an_empty_working_folder and ROOT not in Path.cwd().parents
+    assert list(Path.cwd().iterdir()) == []
