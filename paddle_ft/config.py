@@ -18,6 +18,7 @@ from typing import Any, Callable
 import yaml
 
 from paddle_ft.errors import ConfigError, ConfigErrors, UserError
+from paddle_ft.io import write_text_atomically
 
 ARCHITECTURES = ("bert", "ernie", "roberta")
 TASKS = ("single_label", "multi_label")
@@ -416,8 +417,7 @@ def config_to_dict(config) -> dict:
 
 
 def save_config(config: Config, path: Path) -> None:
-    path.write_text(yaml.safe_dump(config_to_dict(config), allow_unicode=True, sort_keys=False),
-                    encoding="utf-8")
+    write_text_atomically(path, yaml.safe_dump(config_to_dict(config), allow_unicode=True, sort_keys=False))
 
 
 def _parse_override(item: str) -> tuple[str, Any]:

@@ -1,6 +1,6 @@
-"""Atomic folder writes, their crash recovery, and the guards every command runs on a path it writes.
+"""Atomic folder and file writes, their crash recovery, and the guards every command runs on a path it writes.
 
-Rules: nothing is written in place (a folder is built beside its final name and renamed into place),
+Rules: nothing is written in place (a folder or a file is built beside its final name and renamed into place),
 nothing paddle_ft did not write is ever deleted, and a path that cannot be written is a one-line
 `UserError` naming the option it came from, before any work starts.
 """
@@ -11,12 +11,15 @@ import errno
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 from paddle_ft.errors import UserError
 
-# `.NAME.tmp-PID` is a folder being written; `.NAME.old-PID` is the folder it replaces, between the two renames
-_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)$")
+# `.NAME.tmp-PID[.SUFFIX]` is a folder or file being written; `.NAME.old-PID` is the folder it replaces, between
+# the two renames
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)(\.\w+)?$")
 
 
 @contextlib.contextmanager
@@ -45,21 +48,59 @@ def atomic_directory(final: Path):
         tmp.rename(final)
 
 
+@contextlib.contextmanager
+def atomic_file(final: str | Path, newline: str | None = None) -> Iterator[TextIO]:
+    """Yield a text file (UTF-8) open beside `final`; it replaces `final` only once the block finishes and the
+    bytes are on disk. A full disk or a crash mid-write leaves the previous file whole, never a torn one."""
+    final = Path(final)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    try:
+        with tmp.open("w", encoding="utf-8", newline=newline) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(final)  # a failed write or fsync names no file: the error line should
+        raise
+
+
+def write_text_atomically(final: str | Path, text: str) -> None:
+    with atomic_file(final) as handle:
+        handle.write(text)
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | Path) -> Iterator[Path]:
+    """A path beside `final` for a library that writes a file by name (a picture, a database); renamed to
+    `final` once the block finishes."""
+    final = Path(final)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}{final.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def recover_leftovers(folder: Path, log=None) -> None:
-    """Undo what a killed process left in `folder`: delete half-written `.NAME.tmp-PID` folders and put
-    back a `.NAME.old-PID` whose replacement never arrived. Folders of a live process are left alone."""
+    """Undo what a killed process left in `folder`: delete half-written `.NAME.tmp-PID` folders and files, and
+    put back a `.NAME.old-PID` whose replacement never arrived. What a live process writes is left alone."""
     if not folder.is_dir():
         return
     for path in sorted(folder.iterdir()):
         match = _LEFTOVER.match(path.name)
-        if not match or not path.is_dir() or _is_alive(int(match["pid"])):
+        if not match or _is_alive(int(match["pid"])) or (match["kind"] == "old" and not path.is_dir()):
             continue
         final = folder / match["name"]
         if match["kind"] == "old" and not final.exists():
             path.rename(final)
             message = f"restored {final} (a replacement was interrupted)"
         else:
-            shutil.rmtree(path)
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
             message = f"removed {path} (left by an interrupted write)"
         if log is not None:
             log(message)

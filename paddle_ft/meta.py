@@ -17,6 +17,7 @@ from paddle_ft.config import LONG_TEXTS, POOLINGS, TASKS, WINDOW_POOLINGS
 from paddle_ft.data.features import Truncation
 from paddle_ft.data.readers import Columns
 from paddle_ft.errors import UserError
+from paddle_ft.io import write_text_atomically
 
 FORMAT_VERSION = 2
 """1: paddle_ft 0.1 (untyped paddle_ft.json, labels only in label_map.json); 2: `ModelMeta`."""
@@ -227,7 +228,7 @@ def _upgrade_export(data: dict, path: Path) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")
+    write_text_atomically(path, json.dumps(data, ensure_ascii=False, indent=2))
 
 
 def _read_json(path: Path, fix: str) -> dict:

@@ -34,7 +34,7 @@ def test_scoring_a_saved_model_imports_nothing_of_the_training_loop():
 
 # the pipeline's layers, lowest first; a module may import from its own layer and those below it. infer sits
 # below export because export proves itself with the Predictor (the parity check).
-LAYERS = [("errors", "arguments", "log", "io", "runtime"), ("config",), ("data",), ("model", "convert", "backbone"),
+LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("config",), ("data",), ("model", "convert", "backbone"),
           ("meta",), ("bundle",), ("build",), ("engine",), ("analysis",), ("tensorrt", "backends", "infer"),
           ("export", "quantize"), ("classifier",),
           ("serve",), ("commands",), ("bench", "gpu_check"), ("cli", "__main__")]

@@ -97,8 +97,9 @@ def test_a_sweep_never_writes_into_a_training_run(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text("", encoding="utf-8")
+    (run / ".paddle_ft-owner").write_text('{"kind": "train"}', encoding="utf-8")
     space = tmp_path / "space.yaml"
     space.write_text(SPACE, encoding="utf-8")
-    with pytest.raises(UserError, match="holds a training run; give the sweep its own -o output_dir"):
+    with pytest.raises(UserError, match=r"holds a training run \(its .paddle_ft-owner\); give this sweep its own"):
         sweep.run(DEMO, [f"output_dir={run}"], str(space))
-    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]  # nothing written beside it
+    assert sorted(p.name for p in run.iterdir()) == [".paddle_ft-owner", "metrics.jsonl"]  # nothing written beside

@@ -16,6 +16,7 @@ import numpy as np
 
 from paddle_ft.analysis.audit import NO_PROBLEMS, label_counts
 from paddle_ft.engine.metrics import expected_calibration_error
+from paddle_ft.io import atomic_path, write_text_atomically
 
 REPORT_PAGE, REPORT_FOLDER = "report.html", "report"
 WORST = 10  # mistakes listed
@@ -54,7 +55,7 @@ def write_report(run_dir: Path, answers: Answers | None, data_summary: dict | No
 
 def write_page(path: Path, title: str, sections: list[str]) -> Path:
     """A self-contained page (inline style; pictures by relative path) of HTML `sections`."""
-    path.write_text(_page(title, sections), encoding="utf-8")
+    write_text_atomically(path, _page(title, sections))
     return path
 
 
@@ -138,7 +139,8 @@ def _save(figure, path: Path) -> str:
     import matplotlib.pyplot as plt
 
     figure.tight_layout()
-    figure.savefig(path, dpi=90)
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, dpi=90)
     plt.close(figure)
     return f"{REPORT_FOLDER}/{path.name}"
 

@@ -12,18 +12,21 @@ from paddle_ft.analysis.audit import NO_PROBLEMS, audit, table
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.build import build_tokenizer, read_dataset, resolve_backbone
 from paddle_ft.config import load_config
-from paddle_ft.io import check_output_folder
+from paddle_ft.ownership import owned_folder
+from paddle_ft.io import write_text_atomically
 
 
 def run(config_path: str, overrides: list[str], output: str | None, strict: bool) -> int:
     config = load_config(config_path, overrides)
-    folder = Path(output) if output else Path(config.output_dir) / "audit"
-    check_output_folder(folder, "--output")
+    with owned_folder(Path(output) if output else Path(config.output_dir) / "audit", "audit", "--output") as folder:
+        return _audit(config_path, config, folder, strict)
+
+
+def _audit(config_path: str, config, folder: Path, strict: bool) -> int:
     dataset = read_dataset(config.data, config.task)
     tokenizer = build_tokenizer(resolve_backbone(config.model))
     report = audit(dataset.examples, tokenizer, config.data.max_length)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "audit.json").write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+    write_text_atomically(folder / "audit.json", json.dumps(report, ensure_ascii=False, indent=2))
     print(table(report), end="")
     problems = "".join(f"<li>{html.escape(line)}</li>" for line in report["problems"] or [NO_PROBLEMS])
     page = write_page(folder / "audit.html", f"audit of {config_path}",

@@ -9,17 +9,21 @@ from paddle_ft.analysis.cv import markdown, stratified_folds, summarise
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.build import columns_of, read_dataset
 from paddle_ft.commands import train
-from paddle_ft.commands.session import refuse_a_run_folder
 from paddle_ft.config import load_config
 from paddle_ft.data.readers import write_examples
 from paddle_ft.errors import ConfigError
+from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
+from paddle_ft.ownership import OUTPUT_DIR, owned_folder
 
 
 def run(config_path: str, overrides: list[str], folds: int) -> int:
     config = load_config(config_path, overrides)
-    root = Path(config.output_dir)
-    refuse_a_run_folder(root, "cross-validation")
+    with owned_folder(config.output_dir, "cv", OUTPUT_DIR) as root:
+        return _cross_validate(config_path, overrides, config, folds, root)
+
+
+def _cross_validate(config_path: str, overrides: list[str], config, folds: int, root: Path) -> int:
     dataset = read_dataset(config.data, config.task)
     pool = dataset.examples.get("train", []) + dataset.examples.get("dev", [])
     if folds < 2 or folds > len(pool):
@@ -41,10 +45,10 @@ def run(config_path: str, overrides: list[str], folds: int) -> int:
                                     f"data.dev={data / f'dev{suffix}'}", *resume])
         results.append(json.loads((folder / "results.json").read_text(encoding="utf-8")))
     summary = summarise(results)
-    (root / "cv.json").write_text(json.dumps({"folds": folds, "summary": summary}, ensure_ascii=False, indent=2),
-                                  encoding="utf-8")
+    write_text_atomically(root / "cv.json", json.dumps({"folds": folds, "summary": summary}, ensure_ascii=False,
+                                                       indent=2))
     table = markdown(summary)
-    (root / "cv.md").write_text(table, encoding="utf-8")
+    write_text_atomically(root / "cv.md", table)
     links = "".join(f'<li><a href="fold-{i}/report.html">fold {i}</a></li>' for i in range(1, folds + 1))
     page = write_page(root / "report.html", f"{folds}-fold cross-validation", [
         "<h2>Every metric over the folds</h2>", table_html(table), f"<h2>The folds' own reports</h2><ul>{links}</ul>"])

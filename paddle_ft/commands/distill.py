@@ -10,7 +10,7 @@ import numpy as np
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.bundle import load_bundle
 from paddle_ft.commands.report import write_run_report
-from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
+from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import read_corpus
 from paddle_ft.data.features import Features, tokenize
@@ -25,7 +25,11 @@ def run(config_path: str, overrides: list[str], teacher: str | None) -> int:
     config = load_config(config_path, [*overrides, *([f"distill.teacher={teacher}"] if teacher else [])])
     _check(config)
     teacher_bundle = load_bundle(config.distill.teacher)
-    dist, folder, resume_from = open_run(config)
+    with opened_run(config, "distill") as (dist, folder, resume_from):
+        return _distill(config, teacher_bundle, dist, folder, resume_from)
+
+
+def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
     dataset = read_dataset(config.data, config.task)
     if dataset.label_map.names != teacher_bundle.meta.labels:
         raise ConfigError("data.labels", f"the student's labels {list(dataset.label_map.names)} are not the "

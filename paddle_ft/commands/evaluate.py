@@ -10,7 +10,7 @@ from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import format_of, read_examples
 from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.evaluate import evaluate
-from paddle_ft.io import check_output_file
+from paddle_ft.io import atomic_file, check_output_file
 
 
 def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int) -> dict:
@@ -27,7 +27,7 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
                              temperature=meta.temperature)
     answers = _label_sets(probs, meta.label_thresholds, label_map.names) if meta.multi_label else \
         [((label_map.name(i),), row[i]) for i, row in zip(probs.argmax(axis=1), probs)]
-    with errors.open("w", encoding="utf-8") as out:
+    with atomic_file(errors) as out:
         out.write("line\ttext\tgold\tpredicted\tscore\n")
         for example, (predicted, score) in zip(examples, answers):
             gold = example.label_names

@@ -1,6 +1,7 @@
 """`predict`: classify texts with an exported folder; one JSON object per text."""
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.infer import Predictor, check_texts, program_file
-from paddle_ft.io import check_output_file
+from paddle_ft.io import atomic_file, check_output_file
 from paddle_ft.meta import read_export_info
 
 
@@ -25,15 +26,11 @@ def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_
         check_output_file(output_path, "--output")
     predictor = Predictor(model_dir, **predictor_options)
     results = predictor.predict(texts, batch_size, pairs=pairs or None)
-    out = Path(output_path).open("w", encoding="utf-8") if output_path else sys.stdout
-    try:
+    with atomic_file(output_path) if output_path else contextlib.nullcontext(sys.stdout) as out:
         for i, (text, result) in enumerate(zip(texts, results)):
             record = {"text": text, **({"text_pair": pairs[i]} if pairs else {}), **_answer(result),
                       **({"windows": result.windows} if result.windows > 1 else {})}
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    finally:
-        if output_path:
-            out.close()
     return 0
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from paddle_ft.backbone import PRETRAINING_HEAD, load_pretraining_weights
 from paddle_ft.build import build_encoder, build_tokenizer
-from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
+from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import held_out, pretraining_features, read_corpus
 from paddle_ft.data.features import Features, Splits
@@ -21,7 +21,11 @@ from paddle_ft.model import MaskedLanguageModel, ReplacedTokenDetection
 def run(config_path: str, overrides: list[str]) -> int:
     config = load_config(config_path, overrides)
     _check(config)
-    dist, folder, resume_from = open_run(config)
+    with opened_run(config, "pretrain") as (dist, folder, resume_from):
+        return _pretrain(config, dist, folder, resume_from)
+
+
+def _pretrain(config: Config, dist, folder, resume_from) -> int:
     texts = read_corpus(config.pretrain.corpus, config.pretrain.text_column)
     model_config = shared_backbone(config.model, dist)
     tokenizer = build_tokenizer(model_config)

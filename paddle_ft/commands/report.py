@@ -12,15 +12,20 @@ from paddle_ft.data.features import tokenize
 from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.errors import UserError
+from paddle_ft.ownership import owned_folder, owner_of, require_owner
+
+CLASSIFIER_RUNS = ("train", "distill")  # the runs whose best/ is a classifier to report on
 
 
 def run(run_dir: str) -> int:
     folder = Path(run_dir)
-    if not (folder / "results.json").is_file() or not (folder / "config.yaml").is_file():
-        raise UserError(f"{folder} is not a finished training run (no results.json or config.yaml); give the "
-                        "output_dir of a run that finished")
-    config = load_config(folder / "config.yaml")
-    page = write_run_report(folder, config, read_dataset(config.data, config.task))
+    require_owner(folder, CLASSIFIER_RUNS, "report the output_dir of a training or distillation run")
+    with owned_folder(folder, owner_of(folder), "OUT"):
+        if not (folder / "results.json").is_file() or not (folder / "config.yaml").is_file():
+            raise UserError(f"{folder} is not a finished training run (no results.json or config.yaml); give the "
+                            "output_dir of a run that finished")
+        config = load_config(folder / "config.yaml")
+        page = write_run_report(folder, config, read_dataset(config.data, config.task))
     print(f"wrote {page}")
     return 0
 

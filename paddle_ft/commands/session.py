@@ -3,6 +3,7 @@ apply the runtime settings, write the run's config, and turn the exits a user me
 how to go on."""
 from __future__ import annotations
 
+import contextlib
 import random
 from pathlib import Path
 
@@ -19,34 +20,30 @@ from paddle_ft.engine.cpu_linear import use_fast_linear
 from paddle_ft.engine.evaluate import NonFiniteScores
 from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.recompute import use_recompute
-from paddle_ft.engine.run_folder import METRICS_FILE, RunFolder
+from paddle_ft.engine.run_folder import RunFolder
 from paddle_ft.engine.trainer import TrainingDiverged, train
 from paddle_ft.errors import UserError
 from paddle_ft.io import describe_os_error
 from paddle_ft.log import log
+from paddle_ft.ownership import OUTPUT_DIR, owned_folder
 
 
-def open_run(config: Config):
-    """(the distributed context, the run folder, the checkpoint to resume or None), the folder created or
-    recovered, every RNG seeded."""
+@contextlib.contextmanager
+def opened_run(config: Config, kind: str):
+    """(the distributed context, the run folder, the checkpoint to resume or None) for the block: the folder
+    owned by `kind` and locked by rank 0 (`ownership`), created or recovered, every RNG seeded."""
     check_amp_supported(config.train.amp, paddle.device.get_device())
     dist = distributed.from_environment()
     folder = RunFolder(Path(config.output_dir))
-    resuming = config.train.resume is not None
-    if resuming and dist.is_main:
-        folder.recover()  # a run killed while saving: put best/ back, drop half-written folders
-    resume_from = folder.resume_checkpoint(config.train.resume)
-    if dist.is_main:
-        folder.prepare(resuming)
-    seed_everything(config.seed)
-    return dist, folder, resume_from
-
-
-def refuse_a_run_folder(root: Path, command: str) -> None:
-    """cv and sweep write their own files (and a report.html) beside the runs they start: a folder that is itself
-    a training run is not theirs to write into."""
-    if (root / METRICS_FILE).exists():
-        raise UserError(f"{root} holds a training run; give {command} its own -o output_dir=...")
+    with owned_folder(folder.path, kind, OUTPUT_DIR) if dist.is_main else contextlib.nullcontext():
+        resuming = config.train.resume is not None
+        if resuming and dist.is_main:
+            folder.recover()  # a run killed while saving: put best/ back, drop half-written folders
+        resume_from = folder.resume_checkpoint(config.train.resume)
+        if dist.is_main:
+            folder.prepare(resuming)
+        seed_everything(config.seed)
+        yield dist, folder, resume_from
 
 
 def shared_backbone(model: ModelConfig, dist) -> ModelConfig:

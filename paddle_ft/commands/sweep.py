@@ -16,10 +16,11 @@ from pathlib import Path
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.analysis.space import Space, load_space
 from paddle_ft.commands import train
-from paddle_ft.commands.session import refuse_a_run_folder
 from paddle_ft.config import load_config, save_config
 from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
+from paddle_ft.ownership import OUTPUT_DIR, owned_folder
 
 HEARTBEAT_SECONDS = 10  # a trial whose process stops beating this long (x2) counts as cut off
 
@@ -35,9 +36,14 @@ def run(config_path: str, overrides: list[str], space_path: str, storage: str | 
     if config.data.dev is None:
         raise ConfigError("data.dev", "a sweep scores each trial on dev; set data.dev")
     space = load_space(Path(space_path))
-    root = Path(config.output_dir)
-    refuse_a_run_folder(root, "the sweep")
-    root.mkdir(parents=True, exist_ok=True)
+    with owned_folder(config.output_dir, "sweep", OUTPUT_DIR) as root:
+        return _search(config_path, overrides, config, space, root, storage, trials)
+
+
+def _search(config_path: str, overrides: list[str], config, space: Space, root: Path, storage: str | None,
+            trials: int | None) -> int:
+    import optuna
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage or f"sqlite:///{(root / 'study.db').resolve()}"
     study = optuna.create_study(
@@ -120,7 +126,7 @@ def _write_outcome(study, space: Space, config_path: str, overrides: list[str], 
         value = f"{t.value:.4f}" if t.value is not None else "pruned"
         lines.append(f"| {rank} | {t.number} | {value} | {t.state.name.lower()} | "
                      + " | ".join(str(t.params.get(p.key)) for p in space.params) + " |")
-    (root / "sweep.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text_atomically(root / "sweep.md", "\n".join(lines) + "\n")
     write_page(root / "report.html", f"sweep {root.name}", [
         "<h2>Trials, best first</h2>", table_html("\n".join(lines)),
         f'<p>The best trial\'s own report: <a href="{Path(best.user_attrs["folder"]).name}/report.html">trial '

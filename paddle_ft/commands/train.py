@@ -5,7 +5,7 @@ from paddle_ft.analysis.audit import leakage
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.report import write_run_report
 from paddle_ft.data.augment import augmented
-from paddle_ft.commands.session import open_run, ready_to_train, run_engine, shared_backbone
+from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import TASK_METRICS, load_config
 from paddle_ft.engine.evaluate import Classification, MultiLabelClassification
 from paddle_ft.engine.losses import class_weights
@@ -22,7 +22,11 @@ def run(config_path: str, overrides: list[str], on_eval=None) -> int:
     if metric in TASK_METRICS["pretraining"]:  # the config checked the rest against the task
         raise ConfigError("train.evaluation.metric", f"{metric} is pretraining's; a classifier is picked by "
                           f"{' or '.join(TASK_METRICS[config.task])}")
-    dist, folder, resume_from = open_run(config)
+    with opened_run(config, "train") as (dist, folder, resume_from):
+        return _train(config, dist, folder, resume_from, on_eval)
+
+
+def _train(config, dist, folder, resume_from, on_eval) -> int:
     dataset = read_dataset(config.data, config.task)
     if dist.is_main:
         warn_on_leakage(dataset)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paddle_ft.errors import UserError
+from paddle_ft.io import write_text_atomically
 
 NEGATIVE, POSITIVE = "负面", "正面"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -81,7 +82,7 @@ def write_if_changed(path: Path, text: str) -> bool:
     does not redo what depends on it (the demo's pretrained encoder) after the data is rebuilt identically."""
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
-    path.write_text(text, encoding="utf-8")
+    write_text_atomically(path, text)
     return True
 
 

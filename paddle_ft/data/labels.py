@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Iterable
 
 from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.io import write_text_atomically
 
 LABEL_MAP_FILE = "label_map.json"
 
@@ -35,7 +36,7 @@ class LabelMap:
     def save(self, directory: Path) -> None:
         # label name -> id, in id order
         text = json.dumps(self._ids, ensure_ascii=False, indent=2)
-        (directory / LABEL_MAP_FILE).write_text(text, encoding="utf-8")
+        write_text_atomically(directory / LABEL_MAP_FILE, text)
 
     @classmethod
     def load(cls, directory: str | Path) -> "LabelMap":

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from paddle_ft.errors import DataError
+from paddle_ft.io import atomic_file
 
 FORMATS = ("tsv", "csv", "jsonl")
 MAX_SKIPPED_SHARE = 0.05
@@ -149,7 +150,7 @@ def write_examples(path: Path, fmt: str, columns: Columns, examples: list[Exampl
         return {name: value for name, value in fields.items() if name is not None}
 
     names = [n for n in (columns.text, columns.text_pair, columns.label) if n is not None]
-    with path.open("w", encoding="utf-8", newline="") as out:
+    with atomic_file(path, newline="") as out:
         if fmt == "jsonl":
             out.writelines(json.dumps(record(e), ensure_ascii=False) + "\n" for e in examples)
         elif fmt == "csv":

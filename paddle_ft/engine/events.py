@@ -5,6 +5,8 @@ import json
 import math
 from pathlib import Path
 
+from paddle_ft.io import write_text_atomically
+
 
 class EventLog:
     def __init__(self, output_dir: Path, keep_until_step: int | None = None):
@@ -16,7 +18,7 @@ class EventLog:
         if keep_until_step is not None and path.is_file():
             kept = [line for line in path.read_text(encoding="utf-8").splitlines()
                     if line.strip() and _is_before(json.loads(line), keep_until_step)]
-            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            write_text_atomically(path, "".join(line + "\n" for line in kept))
         self._jsonl = path.open("a" if keep_until_step is not None else "w", encoding="utf-8")
         self._vdl = LogWriter(logdir=str(output_dir / "vdl"))
 

@@ -25,7 +25,7 @@ from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine.checkpoint import newest_verified_checkpoint, verify_checkpoint
 from paddle_ft.engine.events import EventLog
 from paddle_ft.errors import ConfigError, UserError
-from paddle_ft.io import recover_leftovers
+from paddle_ft.io import recover_leftovers, write_text_atomically
 from paddle_ft.log import log
 from paddle_ft.meta import MODEL_META, ModelMeta
 
@@ -167,7 +167,7 @@ class RunFolder:
         self.load_model_weights(model, self.best_dir)
 
     def write_results(self, results: dict) -> None:
-        (self.path / RESULTS_FILE).write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
+        write_text_atomically(self.path / RESULTS_FILE, json.dumps(results, ensure_ascii=False, indent=2))
 
 
 def _decided_on_dev(meta: ModelMeta, dev_report: dict) -> ModelMeta:

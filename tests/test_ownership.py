@@ -1,0 +1,190 @@
+"""Nothing lost (issue 27, roots 1 and 2): one owner check and one lock for every folder a command writes, and
+every file a command writes put in place whole or not at all."""
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DEMO, ROOT, export_tiny_model, overrides, write_tsv, synthetic_rows
+from paddle_ft.cli import main
+from paddle_ft.errors import UserError
+from paddle_ft.io import atomic_file
+from paddle_ft.ownership import LOCK_FILE, OWNER_FILE, owned_folder, owner_of
+
+SPACE = "sampler: random\ntrials: 1\nparams:\n  train.optimizer.learning_rate: {type: float, low: 1.0e-3, high: 3.0e-3}\n"
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def commands_into(folder: Path, tiny_config_args: list[str], tmp_path: Path) -> dict[str, list[str]]:
+    """Each command that writes a folder, pointed at `folder`."""
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE, encoding="utf-8")
+    config = overrides([a for a in tiny_config_args if not a.startswith("output_dir=")] + [f"output_dir={folder}"])
+    return {"train": ["train", "--config", DEMO, *config],
+            "cv": ["cv", "--config", DEMO, "--folds", "2", *config],
+            "sweep": ["sweep", "--config", DEMO, "--space", str(space), *config],
+            "audit": ["audit", "--config", DEMO, *config, "--output", str(folder)],
+            "report": ["report", str(folder)]}
+
+
+@pytest.mark.parametrize("command, users_file", [("train", "notes.txt"), ("cv", "cv.md"), ("sweep", "sweep.md"),
+                                                  ("audit", "audit.json"), ("report", "report.html")])
+def test_a_folder_holding_a_users_files_is_refused_and_left_untouched(command, users_file, tiny_config_args,
+                                                                       tmp_path, capsys):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / users_file).write_text("my own work", encoding="utf-8")
+    if command == "report":  # a folder that looks like a finished run, but no paddle_ft command wrote it
+        for name in ("results.json", "config.yaml"):
+            (folder / name).write_text("{}", encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert main(commands_into(folder, tiny_config_args, tmp_path)[command]) == 2
+    line = one_error_line(capsys)
+    assert (f"holds files paddle_ft did not write ({users_file}" in line) if command != "report" else \
+        "is no folder a paddle_ft command wrote" in line
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # no marker, no lock, nothing
+
+
+@pytest.mark.parametrize("owner, command", [("cv", "train"), ("sweep", "cv"), ("train", "sweep"), ("train", "audit"),
+                                            ("pretrain", "report"), ("audit", "cv")])
+def test_a_folder_owned_by_another_kind_of_command_is_refused(owner, command, tiny_config_args, tmp_path, capsys):
+    folder = tmp_path / "taken"
+    with owned_folder(folder, owner, "--output"):
+        (folder / "theirs.json").write_text("{}", encoding="utf-8")
+    assert main(commands_into(folder, tiny_config_args, tmp_path)[command]) == 2
+    line = one_error_line(capsys)
+    assert f"{folder}" in line and ("holds a" in line or f"is a {owner}" in line or "is an" in line), line
+    assert sorted(p.name for p in folder.iterdir()) == [LOCK_FILE, OWNER_FILE, "theirs.json"]
+
+
+def test_paddle_ft_sub_folders_do_not_make_a_folder_foreign(tmp_path):
+    """audit writes OUT/audit before train writes OUT: the run may start there."""
+    with owned_folder(tmp_path / "out" / "audit", "audit", "--output"):
+        pass
+    with owned_folder(tmp_path / "out", "train", "output_dir"):
+        pass
+    assert owner_of(tmp_path / "out") == "train" and owner_of(tmp_path / "out" / "audit") == "audit"
+
+
+HOLD = """
+import sys, time
+from paddle_ft.ownership import owned_folder
+with owned_folder(sys.argv[1], "train", "output_dir"):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_folder_in_use_by_a_live_process_is_refused_naming_its_pid_and_a_dead_ones_lock_is_taken_over(
+        tmp_path, capsys):
+    folder = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError, match=rf"output_dir {folder} is being written by another paddle_ft process "
+                                            rf"\(PID {holder.pid}\); wait for it"):
+            with owned_folder(folder, "train", "output_dir"):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with owned_folder(folder, "train", "output_dir"):  # the kernel dropped the dead holder's lock
+        assert (folder / LOCK_FILE).read_text().strip() == str(os.getpid())
+    assert f"took over the lock that process {holder.pid} left" in capsys.readouterr().out
+    assert (folder / LOCK_FILE).read_text() == ""  # released in order: no PID left behind
+
+
+def test_the_lock_is_re_entrant_within_a_process(tmp_path):
+    """cv and sweep run train on their own sub-folders, and a sweep may run a trial's folder again."""
+    with owned_folder(tmp_path / "run", "train", "output_dir"):
+        with owned_folder(tmp_path / "run", "train", "output_dir"):
+            pass
+        assert (tmp_path / "run" / LOCK_FILE).read_text().strip() == str(os.getpid())
+
+
+def comparable(folder: Path) -> dict[str, bytes]:
+    """A run folder's files, less what differs between two equal runs: its own path in config.yaml, speeds in
+    metrics.jsonl, and the report page and VisualDL records, which hold times."""
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        name = str(path.relative_to(folder))
+        if name.startswith("vdl/") or name == "report.html":
+            files[name.split(".")[0]] = b""
+        elif name == "config.yaml":
+            files[name] = path.read_bytes().replace(str(folder).encode(), b"OUT")
+        elif name == "metrics.jsonl":
+            events = [json.loads(line) for line in path.read_text().splitlines()]
+            files[name] = json.dumps([{k: v for k, v in e.items() if not k.endswith("_per_s")} for e in events]).encode()
+        else:
+            files[name] = path.read_bytes()
+    return files
+
+
+@pytest.mark.slow  # starts three training processes
+def test_two_trainings_started_on_one_folder_at_once_one_runs_the_other_is_refused(tiny_config_args, tmp_path):
+    def start(folder: Path) -> subprocess.Popen:
+        args = [a for a in tiny_config_args if not a.startswith(("output_dir=", "train.epochs"))]
+        return subprocess.Popen([sys.executable, str(ROOT / "tools" / "train.py"), "--config", DEMO,
+                                 *overrides(args + [f"output_dir={folder}", "train.epochs=1"])],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    shared, alone = tmp_path / "shared", tmp_path / "alone"
+    first, second = start(shared), start(shared)
+    outcomes = [(job.wait(timeout=600), job.communicate()[1], job.pid) for job in (first, second)]
+    assert sorted(code for code, _, _ in outcomes) == [0, 2], outcomes
+    (_, _, winner), (_, err, _) = sorted(outcomes, key=lambda outcome: outcome[0])
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: config key 'output_dir': {shared} is being written by another paddle_ft process "
+                      f"(PID {winner}); wait for it to finish or stop it, or give this train another folder"], err
+    assert "Traceback" not in err
+    lone = start(alone)
+    assert lone.wait(timeout=600) == 0, lone.communicate()[1]
+    assert comparable(shared) == comparable(alone)
+
+
+def full_disk(monkeypatch):
+    """Every file paddle_ft writes atomically fails as a full disk would, at its last step."""
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+
+
+def test_a_write_that_fails_leaves_the_previous_file_whole(tmp_path, monkeypatch):
+    target = tmp_path / "out.jsonl"
+    target.write_text("the previous answers\n", encoding="utf-8")
+    full_disk(monkeypatch)
+    with pytest.raises(OSError):
+        with atomic_file(target) as out:
+            out.write("half of the new answers")
+    assert target.read_text(encoding="utf-8") == "the previous answers\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+
+
+@pytest.mark.parametrize("command", ["predict", "eval"])
+def test_on_a_full_disk_predict_and_eval_keep_the_previous_output(command, tmp_path, monkeypatch, capsys):
+    export = export_tiny_model(tmp_path / "model")
+    data = write_tsv(tmp_path / "test.tsv", synthetic_rows(20, seed=3))
+    output = tmp_path / "previous.out"
+    output.write_text("kept\n", encoding="utf-8")
+    argv = {"predict": ["predict", "--model-dir", str(export), "--input", str(data), "--output", str(output)],
+            "eval": ["eval", "--model", str(export.parent / "best"), "--data", str(data), "--errors", str(output)]}
+    full_disk(monkeypatch)
+    assert main(argv[command]) == 2
+    assert one_error_line(capsys) == f"error: the disk is full writing {output}; free some space, then run the " \
+                                     "command again"
+    assert output.read_text(encoding="utf-8") == "kept\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "previous.out", "test.tsv"]
