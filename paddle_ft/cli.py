@@ -148,6 +148,8 @@ def _add_analysis(commands) -> None:
     cv.add_argument("--folds", type=positive_int, default=5, help="number of folds (default 5)")
     cv.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config key (dotted path, YAML value); repeatable")
+    cv.add_argument("--restart", action="store_true", help="delete the folds an earlier cv left in OUTPUT_DIR and "
+                                                           "start afresh (a rerun otherwise resumes them)")
     cv.set_defaults(run=_cv)
     sweep = commands.add_parser("sweep", help="hyperparameter search with Optuna (resumable; see README)")
     sweep.add_argument("--config", required=True, help="the YAML recipe to tune")
@@ -157,6 +159,8 @@ def _add_analysis(commands) -> None:
                                          "several machines)")
     sweep.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key (dotted path, YAML value); repeatable")
+    sweep.add_argument("--restart", action="store_true", help="delete the study and trials an earlier sweep left "
+                                                              "and start afresh (a rerun otherwise resumes them)")
     sweep.set_defaults(run=_sweep)
     report = commands.add_parser("report", help="write OUT/report.html for a finished training run")
     report.add_argument("run_dir", metavar="OUT", help="the output_dir of a finished run")
@@ -206,13 +210,13 @@ def _audit(args) -> int:
 def _cv(args) -> int:
     import paddle_ft.commands.cv as command
 
-    return command.run(args.config, args.override, args.folds)
+    return command.run(args.config, args.override, args.folds, args.restart)
 
 
 def _sweep(args) -> int:
     import paddle_ft.commands.sweep as command
 
-    return command.run(args.config, args.override, args.space, args.storage, args.trials)
+    return command.run(args.config, args.override, args.space, args.storage, args.trials, args.restart)
 
 
 def _report(args) -> int:

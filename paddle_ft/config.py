@@ -416,6 +416,17 @@ def config_to_dict(config) -> dict:
     return plain(dataclasses.asdict(config))
 
 
+def flat_config(tree: dict, prefix: str = "") -> dict:
+    """{"model.scratch.num_layers": 2, ...} from the nested dict of a config (`config_to_dict`)."""
+    flat = {}
+    for name, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flat_config(value, f"{prefix}{name}."))
+        else:
+            flat[prefix + name] = value
+    return flat
+
+
 def save_config(config: Config, path: Path) -> None:
     write_text_atomically(path, yaml.safe_dump(config_to_dict(config), allow_unicode=True, sort_keys=False))
 

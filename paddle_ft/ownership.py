@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,6 +65,16 @@ def owned_folder(folder: str | Path, kind: str, option: str) -> Iterator[Path]:
         _held[key][1] -= 1
         if _held[key][1] == 0:
             _release(_held.pop(key)[0])
+
+
+def clear(folder: Path) -> None:
+    """Everything in an owned folder but its marker and lock: a command starting its work afresh (--restart).
+    Only a folder a paddle_ft command owns is cleared, and only while this process holds it."""
+    if owner_of(folder) is None or Path(folder).resolve() not in _held:
+        raise ValueError(f"{folder} is not a folder this process owns")
+    for path in Path(folder).iterdir():
+        if path.name not in (OWNER_FILE, LOCK_FILE):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def require_owner(folder: Path, kinds: tuple[str, ...], what: str) -> None:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from paddle_ft.analysis.cv import markdown, stratified_folds, summarise
+from paddle_ft.analysis.fingerprint import check_same_work, fingerprint
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.build import columns_of, read_dataset
 from paddle_ft.commands import train
@@ -14,13 +15,25 @@ from paddle_ft.data.readers import write_examples
 from paddle_ft.errors import ConfigError
 from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
-from paddle_ft.ownership import OUTPUT_DIR, owned_folder
+from paddle_ft.ownership import OUTPUT_DIR, clear, owned_folder
+
+FINGERPRINT = "cv-fingerprint.json"
 
 
-def run(config_path: str, overrides: list[str], folds: int) -> int:
+def run(config_path: str, overrides: list[str], folds: int, restart: bool = False) -> int:
     config = load_config(config_path, overrides)
     with owned_folder(config.output_dir, "cv", OUTPUT_DIR) as root:
+        if restart:
+            clear(root)
+        work = fingerprint(config, folds=folds)
+        check_same_work(root, _read_fingerprint(root), work, "cross-validation")
+        write_text_atomically(root / FINGERPRINT, json.dumps(work, ensure_ascii=False, indent=2))
         return _cross_validate(config_path, overrides, config, folds, root)
+
+
+def _read_fingerprint(root: Path) -> dict | None:
+    path = root / FINGERPRINT
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def _cross_validate(config_path: str, overrides: list[str], config, folds: int, root: Path) -> int:

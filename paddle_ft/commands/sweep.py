@@ -10,9 +10,12 @@ sweep ends with the same study as an uninterrupted one. Several machines can sha
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 from pathlib import Path
 
+from paddle_ft.analysis.fingerprint import check_same_work, fingerprint
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.analysis.space import Space, load_space
 from paddle_ft.commands import train
@@ -20,13 +23,13 @@ from paddle_ft.config import load_config, save_config
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
-from paddle_ft.ownership import OUTPUT_DIR, owned_folder
+from paddle_ft.ownership import OUTPUT_DIR, clear, owned_folder
 
 HEARTBEAT_SECONDS = 10  # a trial whose process stops beating this long (x2) counts as cut off
 
 
 def run(config_path: str, overrides: list[str], space_path: str, storage: str | None = None,
-        trials: int | None = None) -> int:
+        trials: int | None = None, restart: bool = False) -> int:
     try:
         import optuna
     except ImportError:
@@ -36,22 +39,44 @@ def run(config_path: str, overrides: list[str], space_path: str, storage: str | 
     if config.data.dev is None:
         raise ConfigError("data.dev", "a sweep scores each trial on dev; set data.dev")
     space = load_space(Path(space_path))
+    _check_space_values(space, Path(space_path), config_path, overrides)
     with owned_folder(config.output_dir, "sweep", OUTPUT_DIR) as root:
-        return _search(config_path, overrides, config, space, root, storage, trials)
+        if restart:
+            clear(root)
+        return _search(config_path, overrides, config, space, root, storage, trials, restart)
+
+
+def _check_space_values(space: Space, path: Path, config_path: str, overrides: list[str]) -> None:
+    """Every value the space can give (each choice, each end of a range) loads as the config: a wrong key or value
+    is found before trial 0, not when Optuna draws it."""
+    for param in space.params:
+        for value in param.choices if param.type == "categorical" else (param.low, param.high):
+            value = int(value) if param.type == "int" else value
+            try:
+                load_config(config_path, [*overrides, f"{param.key}={value}"])
+            except ConfigError as exc:
+                raise UserError(f"{path}: params.{param.key}: the value {value!r} is refused by the config ({exc}); "
+                                "fix the space") from None
 
 
 def _search(config_path: str, overrides: list[str], config, space: Space, root: Path, storage: str | None,
-            trials: int | None) -> int:
+            trials: int | None, restart: bool) -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage or f"sqlite:///{(root / 'study.db').resolve()}"
+    rdb = optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=2 * HEARTBEAT_SECONDS)
+    if restart and storage:  # a shared database: the study is not in the folder just cleared
+        with contextlib.suppress(KeyError):
+            optuna.delete_study(study_name=root.name, storage=rdb)
     study = optuna.create_study(
-        storage=optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_SECONDS,
-                                           grace_period=2 * HEARTBEAT_SECONDS),
-        study_name=root.name, direction="maximize", load_if_exists=True,
+        storage=rdb, study_name=root.name, direction="maximize", load_if_exists=True,
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2) if space.pruner == "median" else
         optuna.pruners.NopPruner())
+    ranges = {f"params.{p.key}": {k: v for k, v in dataclasses.asdict(p).items() if k != "key"} for p in space.params}
+    work = fingerprint(config, space={**ranges, "sampler": space.sampler, "pruner": space.pruner})
+    check_same_work(root, study.user_attrs.get("fingerprint"), work, "sweep")
+    study.set_user_attr("fingerprint", work)
     target = trials or space.trials
     while (done := len(_finished(study))) < target:
         study.sampler = _sampler(space, config.seed * 1000 + done)

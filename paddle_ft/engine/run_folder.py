@@ -20,7 +20,7 @@ import numpy as np
 
 from paddle_ft.backbone import load_pretraining_weights, save_backbone
 from paddle_ft.bundle import load_weights, save_bundle
-from paddle_ft.config import Config, config_to_dict, load_config, save_config
+from paddle_ft.config import Config, config_to_dict, flat_config, load_config, save_config
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine.checkpoint import newest_verified_checkpoint, verify_checkpoint
 from paddle_ft.engine.events import EventLog
@@ -120,8 +120,8 @@ class RunFolder:
                             "output_dir")
         if not (self.path / CONFIG_FILE).is_file():
             return
-        before = _flat(config_to_dict(load_config(self.path / CONFIG_FILE)))
-        now = _flat(config_to_dict(config))
+        before = flat_config(config_to_dict(load_config(self.path / CONFIG_FILE)))
+        now = flat_config(config_to_dict(config))
         for key in sorted(before.keys() | now.keys()):
             fixed = any(key == name or key.startswith(name + ".") for name in RESUME_FIXED)
             if fixed and before.get(key) != now.get(key):
@@ -177,14 +177,3 @@ def _decided_on_dev(meta: ModelMeta, dev_report: dict) -> ModelMeta:
     if "temperature" in dev_report:
         meta = replace(meta, temperature=dev_report["temperature"])
     return meta
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    """{"model.scratch.num_layers": 2, ...} from the nested dict of a config."""
-    flat = {}
-    for name, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{name}."))
-        else:
-            flat[prefix + name] = value
-    return flat

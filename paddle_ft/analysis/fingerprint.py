@@ -1,0 +1,59 @@
+"""What a resumable multi-run command (cv, sweep) made its results from, so a rerun into the same folder reuses
+finished work only when it was made the same way: the resolved config (less where it is written), the data
+files' checksums, and the command's own settings (folds, search space)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from paddle_ft.config import Config, config_to_dict, flat_config
+from paddle_ft.errors import UserError
+
+NOT_PART_OF_THE_WORK = ("output_dir", "train.resume")  # where a run goes and how it restarts change no result
+
+
+def fingerprint(config: Config, **settings) -> dict:
+    """A JSON-ready record of what the command's results depend on."""
+    flat = {k: v for k, v in flat_config(config_to_dict(config)).items() if k not in NOT_PART_OF_THE_WORK}
+    data = {key: _checksum(Path(value)) for key, value in flat.items()
+            if key.startswith("data.") and isinstance(value, str) and Path(value).is_file()}
+    return json.loads(json.dumps({"config": flat, "data_sha256": data, **settings}, ensure_ascii=False))
+
+
+def differences(before: dict, now: dict) -> list[str]:
+    """`key: then -> now` for every setting that differs, data checksums named by their file's key."""
+    changed = []
+    for group in sorted(before.keys() | now.keys()):
+        old, new = before.get(group), now.get(group)
+        if isinstance(old, dict) and isinstance(new, dict):
+            for key in sorted(old.keys() | new.keys()):
+                if old.get(key) == new.get(key):
+                    continue
+                if group == "data_sha256":
+                    changed.append(f"the file of {key} (its checksum)")
+                else:
+                    name = key if group == "config" else f"{group} {key}"
+                    changed.append(f"{name}: {old.get(key)!r} then, {new.get(key)!r} now")
+        elif old != new:
+            changed.append(f"{group}: {old!r} then, {new!r} now")
+    return changed
+
+
+def check_same_work(folder: Path, before: dict | None, now: dict, command: str) -> None:
+    """Refuse to resume `command` in `folder` when its earlier results were made another way."""
+    if before is None:
+        return
+    changed = differences(before, now)
+    if changed:
+        shown = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
+        raise UserError(f"{folder} holds a {command} made another way ({shown}): rerun with its settings to resume "
+                        "it, pass --restart to start it afresh (its results are deleted), or give another output_dir")
+
+
+def _checksum(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
