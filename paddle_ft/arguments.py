@@ -1,10 +1,12 @@
-"""Command-line parsing with the config's manners: every number is range-checked and finite, and a
-mistake is one `error:` line (argparse's default prints the whole usage block first)."""
+"""Argument checks for the command line and the Python API alike: every number is range-checked and finite, and a
+mistake is one `error:` line (argparse's default prints the whole usage block first) or one `UserError`."""
 from __future__ import annotations
 
 import argparse
 import math
 import sys
+
+from paddle_ft.errors import UserError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -45,4 +47,16 @@ def _integer(text: str, low: int, high: int | None, expected: str) -> int:
         value = None
     if value is None or value < low or (high is not None and value > high):
         raise argparse.ArgumentTypeError(f"expected {expected}, got {text[:40]!r}")
+    return value
+
+
+def require_int(name: str, value, low: int, high: int | None = None, none_allowed: bool = False) -> int | None:
+    """An integer argument of the Python API (Predictor, Classifier, Prediction.top), checked by the CLI's rule:
+    a `UserError` naming it, never a silent empty answer or a setting the engine would misread."""
+    if value is None and none_allowed:
+        return None
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if not whole or value < low or (high is not None and value > high):
+        expected = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+        raise UserError(f"{name}={value!r}: give {expected}" + (" or None" if none_allowed else ""))
     return value

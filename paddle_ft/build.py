@@ -11,8 +11,8 @@ from paddle_ft.data.cache import cached_tokenize
 from paddle_ft.data.features import Features, Splits, Truncation
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, read_examples
-from paddle_ft.data.tokenizer import fastest
-from paddle_ft.errors import ConfigError, first_line
+from paddle_ft.data.tokenizer import NO_TOKEN, fastest, without_tokens
+from paddle_ft.errors import ConfigError, DataError, first_line
 from paddle_ft.log import log
 from paddle_ft.meta import ModelMeta
 from paddle_ft.model import BERTForTextClassification, scratch_encoder
@@ -23,6 +23,8 @@ class Dataset:
     label_map: LabelMap
     examples: dict[str, list[Example]]
     """Split name ("train", "dev", "test") -> rows, for the splits the config names."""
+    paths: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Split name -> the file it was read from, to name a row's FILE:LINE."""
 
 
 def columns_of(data: DataConfig, task: str = "single_label") -> Columns:
@@ -46,7 +48,7 @@ def read_dataset(data: DataConfig, task: str = "single_label") -> Dataset:
             examples[split], report = read_examples(path, data.format, columns, frozenset(label_map.names),
                                                     data.on_bad_row)
             log(report.summary())
-    return Dataset(label_map, examples)
+    return Dataset(label_map, examples, {split: getattr(data, split) for split in examples})
 
 
 def truncation_of(data: DataConfig) -> Truncation:
@@ -60,6 +62,11 @@ def build_splits(dataset: Dataset, tokenizer, max_length: int, cache_dir: str | 
     features: dict[str, Features] = {}
     hits = []
     for name, rows in dataset.examples.items():
+        for column in ([e.text for e in rows], [e.text_pair for e in rows if e.text_pair is not None]):
+            empty = without_tokens(column, tokenizer)
+            if empty:  # a row the model would read as [CLS] [SEP] alone
+                raise DataError(dataset.paths.get(name, f"the {name} split"), rows[empty[0]].line,
+                                f"the text {NO_TOKEN}; fix the row or remove it")
         features[name], hit = cached_tokenize(rows, tokenizer, max_length, dataset.label_map, cache_dir, truncation)
         if hit:
             hits.append(name)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from paddle_ft.arguments import require_int
 from paddle_ft.errors import UserError
 from paddle_ft.infer import Predictor
 from paddle_ft.meta import TRUNCATIONS
@@ -73,14 +74,8 @@ class Classifier:
                 raise UserError("top_k: this multi-label model answers with every label that reaches its threshold; "
                                 "leave top_k out")
             return None
-        if top_k is None:
-            return 1
-        if not isinstance(top_k, int) or not 1 <= top_k <= len(self.labels):
-            raise UserError(f"top_k={top_k!r}: give an integer from 1 to {len(self.labels)} (the number of labels)")
-        return top_k
+        return 1 if top_k is None else require_int("top_k", top_k, 1, len(self.labels))
 
 
 def _positive(batch_size) -> int:
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise UserError(f"batch_size={batch_size!r}: give a positive integer")
-    return batch_size
+    return require_int("batch_size", batch_size, 1)

@@ -13,6 +13,7 @@ from pathlib import Path
 from paddle_ft import runtime
 from paddle_ft.arguments import ArgumentParser, non_negative_float, non_negative_int, positive_int
 from paddle_ft.backends import BACKENDS
+from paddle_ft.config import LONG_TEXTS as TRUNCATIONS
 from paddle_ft.errors import UserError
 from paddle_ft.io import describe_os_error
 
@@ -112,6 +113,8 @@ def _add_predict(commands) -> None:
     source.add_argument("--input", help="a file of texts: .txt (one per line), or .tsv/.csv/.jsonl with a "
                                         "'text' column (and 'text_pair' for a pair model)")
     predict.add_argument("--output", help="JSON Lines file to write (default: standard output)")
+    predict.add_argument("--truncation", choices=TRUNCATIONS, help="how a text longer than the model's max_length is "
+                                                                   "cut (default: as training cut it)")
     predict.add_argument("--batch-size", type=positive_int, default=32)
     predict.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     predict.add_argument("--gpu-id", type=non_negative_int, default=0, help="GPU device id with --device gpu")
@@ -275,7 +278,8 @@ def _predict(args) -> int:
 
     options = {"device": args.device, "gpu_id": args.gpu_id, "cpu_threads": args.threads,
                "precision": args.precision, "use_tensorrt": args.tensorrt, "backend": args.backend}
-    return command.run(args.model_dir, args.text, args.text_pair, args.input, args.output, args.batch_size, options)
+    return command.run(args.model_dir, args.text, args.text_pair, args.input, args.output, args.batch_size, options,
+                       args.truncation)
 
 
 def _serve(args) -> int:

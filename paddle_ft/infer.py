@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
+from paddle_ft.arguments import require_int
 from paddle_ft.backends import PARAMS_FILE, choose_backend, onnxruntime_engine
 from paddle_ft.data.features import Truncation, pad_ids, pool_windows, sigmoid, softmax
-from paddle_ft.data.tokenizer import FastBertTokenizer, fastest
+from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer, fastest, without_tokens
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.meta import REEXPORT, TRUNCATIONS, read_export_info
 from paddle_ft.runtime import cpu_supports_bf16, usable_cores
@@ -41,6 +42,8 @@ class Predictor:
         the request (CPU, fp32, an export with model.onnx), being the faster there, else paddle."""
         from paddlenlp.transformers import AutoTokenizer
 
+        require_int("cpu_threads", cpu_threads, 1, none_allowed=True)
+        require_int("gpu_id", gpu_id, 0)
         model_dir = Path(model_dir)
         program = program_file(model_dir)
         if use_tensorrt:
@@ -101,9 +104,10 @@ class Predictor:
         text pairs. A text longer than max_length is read as training read it (`truncation` None), or by its
         first tokens (`head`), its last ones (`tail`, where reviews often say what they conclude), both ends
         (`head_tail`) or in pooled windows (`sliding_window`); a pair is cut longest-first, as in training."""
-        check_texts(texts)
+        require_int("batch_size", batch_size, 1)
+        texts = self.check_texts(texts)
         if pairs is not None:
-            check_texts(pairs, "second text {}")
+            pairs = self.check_texts(pairs, "second text {}")
         if truncation not in (None, *TRUNCATIONS):
             raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
         self.check_pairs(texts, pairs, truncation)
@@ -134,6 +138,10 @@ class Predictor:
         probs = dict(zip(self.labels, map(float, sigmoid(logits))))
         chosen = [name for name, threshold in zip(self.labels, self.meta.label_thresholds) if probs[name] >= threshold]
         return Prediction(probs, truncated, windows, tuple(sorted(chosen, key=lambda name: -probs[name])))
+
+    def check_texts(self, texts, item: str = "text {}") -> list[str]:
+        """`texts` as a list, refused in one line unless each is a string the model's tokenizer reads."""
+        return check_texts(texts, item, self.tokenizer)
 
     def check_pairs(self, texts: list[str], pairs: list[str] | None, truncation: str | None = None) -> None:
         """Second texts where, and only where, the model was trained on pairs; one per text."""
@@ -185,6 +193,7 @@ class Prediction:
 
     def top(self, k: int) -> list[tuple[str, float]]:
         """The `k` most probable (label, probability), best first; ties keep class-id order."""
+        require_int("k", k, 1, len(self.probabilities))
         return sorted(self.probabilities.items(), key=lambda item: -item[1])[:k]
 
     @property
@@ -235,19 +244,29 @@ def check_tensorrt(program: Path, device: str) -> None:
                         "without --tensorrt")
 
 
-def check_texts(texts: list[str], item: str = "text {}") -> None:
-    """Every text must be a string with a visible character and valid Unicode; the message names the first
-    one that is not, as `item` formatted with its index (the CLI and the HTTP service name them differently)."""
+def check_texts(texts, item: str = "text {}", tokenizer=None) -> list[str]:
+    """`texts` as a list, each a string of valid Unicode; with the model's `tokenizer`, each must also give it at
+    least one token (`without_tokens`: one rule for the CLI, the API and the server). The message names the first
+    text that fails, as `item` formatted with its index (the CLI and the HTTP service name them differently)."""
+    if isinstance(texts, (str, bytes)):
+        raise UserError(f"give a list of texts, not one {type(texts).__name__} ({texts[:20]!r}): a string would be "
+                        "read as one text per character")
+    try:
+        texts = list(texts)  # a tuple, a numpy array of strings, a pandas column...
+    except TypeError:
+        raise UserError(f"give a list of texts, not a {type(texts).__name__}") from None
     for i, text in enumerate(texts):
         if not isinstance(text, str):
-            raise UserError(f"{item.format(i)} is not a string")
-        if not text.strip():
-            raise UserError(f"{item.format(i)} is empty; every text needs at least one visible character")
+            raise UserError(f"{item.format(i)} is not a string ({type(text).__name__})")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise UserError(f"{item.format(i)} holds a lone surrogate ({text[exc.start]!r}), which is not text; "
                             "send valid Unicode") from None
+    empty = without_tokens(texts, tokenizer) if tokenizer is not None else [i for i, t in enumerate(texts) if not t]
+    if empty:
+        raise UserError(f"{item.format(empty[0])} {NO_TOKEN}")
+    return [str(text) for text in texts]
 
 
 def _paddle_engine(program: Path, device: str, cpu_threads: int | None, enable_onednn: bool, gpu_id: int,

@@ -194,7 +194,7 @@ def test_the_discriminator_is_told_exactly_which_tokens_were_replaced(make_model
 
 def test_a_corpus_too_small_to_train_on_is_one_line(tiny_config_args, tmp_path, capsys):
     lonely = tmp_path / "one.txt"
-    lonely.write_text("只有一句\n", encoding="utf-8")
+    lonely.write_text("好棒赞\n", encoding="utf-8")
     assert main(["pretrain", *pretrain_args(tiny_config_args, lonely, tmp_path / "out", *OBJECTIVES["mlm"])]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "config key 'pretrain.corpus'" in err and "all held out" in err

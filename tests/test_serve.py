@@ -110,7 +110,7 @@ def _metric(server, name: str) -> float:
     (b'{"texts": ["ok"], "top_k": 3}', {"content-type": "application/json"}, 422, "top_k=3"),
     (b'{"text": ["ok"]}', {"content-type": "application/json"}, 422, "texts"),
     (b'{"texts": []}', {"content-type": "application/json"}, 422, "texts is empty"),
-    (b'{"texts": ["ok", "  "]}', {"content-type": "application/json"}, 422, "texts[1] is empty"),
+    (b'{"texts": ["ok", "  "]}', {"content-type": "application/json"}, 422, "texts[1] holds no character the model reads"),
     (b'{"texts": ["ok"]}', {"content-type": "text/plain"}, 422, "Content-Type: application/json"),
     (json.dumps({"texts": ["好"] * 17}).encode(), {"content-type": "application/json"}, 422, "limit is 16"),
     (b'{"texts": ["ok"], "top_k": 2.5}', {"content-type": "application/json"}, 422, "valid integer"),

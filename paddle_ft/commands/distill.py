@@ -40,7 +40,7 @@ def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
                           truncation_of(config.data))
     if config.distill.unlabeled:
-        texts = read_corpus(config.distill.unlabeled, config.data.text_column)
+        texts, _ = read_corpus(config.distill.unlabeled, config.data.text_column)
         splits = dataclasses.replace(splits, train=_with_unlabeled(splits.train, texts, tokenizer, config))
         log(f"distillation: {len(texts)} unlabeled texts learnt from the teacher alone")
     teacher_logits = predict_logits(teacher_bundle.model, splits.train, config.train.evaluation.batch_size,

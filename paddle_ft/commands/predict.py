@@ -7,28 +7,39 @@ import sys
 from pathlib import Path
 
 from paddle_ft.data.readers import read_texts
-from paddle_ft.errors import UserError
-from paddle_ft.infer import Predictor, check_texts, program_file
+from paddle_ft.data.tokenizer import NO_TOKEN, without_tokens
+from paddle_ft.errors import DataError, UserError
+from paddle_ft.infer import Predictor, program_file
 from paddle_ft.io import atomic_file, check_output_file
 from paddle_ft.meta import read_export_info
 
 
 def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_path: str | None,
-        output_path: str | None, batch_size: int, predictor_options: dict) -> int:
+        output_path: str | None, batch_size: int, predictor_options: dict, truncation: str | None = None) -> int:
     program_file(Path(model_dir))  # a wrong folder first, before reading any input
+    lines = None
     if texts is None:
         if pairs:
             raise UserError("--text-pair goes with --text; with --input, put the second texts in a text_pair column")
         pair_column = "text_pair" if read_export_info(Path(model_dir)).model.takes_pairs else None
-        texts, pairs = read_texts(Path(input_path), text_pair_column=pair_column)
-    check_texts(texts, "--text {}")
+        texts, pairs, lines = read_texts(Path(input_path), text_pair_column=pair_column)
     if output_path:
         check_output_file(output_path, "--output")
     predictor = Predictor(model_dir, **predictor_options)
-    results = predictor.predict(texts, batch_size, pairs=pairs or None)
+    if lines is None:
+        predictor.check_texts(texts, "--text {}")
+        if pairs:
+            predictor.check_texts(pairs, "--text-pair {}")
+    else:  # a file's texts are named by their line
+        for column in (texts, pairs or []):
+            empty = without_tokens(column, predictor.tokenizer)
+            if empty:
+                raise DataError(input_path, lines[empty[0]], f"the text {NO_TOKEN}")
+    results = predictor.predict(texts, batch_size, truncation, pairs=pairs or None)
     with atomic_file(output_path) if output_path else contextlib.nullcontext(sys.stdout) as out:
         for i, (text, result) in enumerate(zip(texts, results)):
-            record = {"text": text, **({"text_pair": pairs[i]} if pairs else {}), **_answer(result),
+            record = {"text": text, **({"text_pair": pairs[i]} if pairs else {}),
+                      **({"line": lines[i]} if lines else {}), **_answer(result),
                       **({"windows": result.windows} if result.windows > 1 else {})}
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return 0

@@ -8,7 +8,7 @@ from paddle_ft.backbone import PRETRAINING_HEAD, load_pretraining_weights
 from paddle_ft.build import build_encoder, build_tokenizer
 from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import Config, load_config
-from paddle_ft.data.corpus import held_out, pretraining_features, read_corpus
+from paddle_ft.data.corpus import check_maskable, check_unknown_share, held_out, pretraining_features, read_corpus
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.masking import Vocabulary
 from paddle_ft.engine.masked_lm import MaskedLanguageModelling
@@ -26,12 +26,13 @@ def run(config_path: str, overrides: list[str]) -> int:
 
 
 def _pretrain(config: Config, dist, folder, resume_from) -> int:
-    texts = read_corpus(config.pretrain.corpus, config.pretrain.text_column)
+    texts, origins = read_corpus(config.pretrain.corpus, config.pretrain.text_column)
     model_config = shared_backbone(config.model, dist)
     tokenizer = build_tokenizer(model_config)
-    splits = _splits(texts, tokenizer, config)
+    vocabulary = _vocabulary(tokenizer, model_config)
+    splits = _splits(texts, origins, tokenizer, vocabulary, config)
     encoder, report = build_encoder(model_config, tokenizer, config.data.max_length)
-    masking = MaskedLanguageModelling(_vocabulary(tokenizer), tokenizer.pad_token_id, config.seed,
+    masking = MaskedLanguageModelling(vocabulary, tokenizer.pad_token_id, config.seed,
                                       config.pretrain.mask_rate)
     if config.pretrain.objective == "electra":
         model = ReplacedTokenDetection(encoder, _generator(encoder, config.pretrain.generator_layers))
@@ -70,8 +71,10 @@ def _check(config: Config) -> None:
                           f"train.evaluation.metric: {metric}")
 
 
-def _splits(texts: list[str], tokenizer, config: Config) -> Splits:
+def _splits(texts: list[str], origins, tokenizer, vocabulary: Vocabulary, config: Config) -> Splits:
     features = pretraining_features(texts, tokenizer, config.data.max_length, config.pretrain.whole_word)
+    check_maskable(features, vocabulary.special_ids, origins)
+    check_unknown_share(features, tokenizer.unk_token_id, config.pretrain.corpus)
     train, heldout = held_out(len(texts), config.pretrain.heldout, config.seed)
     if len(train) == 0:
         raise ConfigError("pretrain.corpus", f"holds {len(texts)} text(s), all held out for evaluation; give more "
@@ -92,6 +95,15 @@ def _generator(encoder, layers: int):
     return type(encoder)(config)
 
 
-def _vocabulary(tokenizer) -> Vocabulary:
-    special = {tokenizer.convert_tokens_to_ids(t) for t in tokenizer.all_special_tokens}
-    return Vocabulary(len(tokenizer), tokenizer.mask_token_id, frozenset(special))
+def _vocabulary(tokenizer, model_config) -> Vocabulary:
+    """What masking needs of the tokenizer. Every special token must be in the vocabulary itself: a missing [MASK]
+    would silently become [UNK] (masking would teach the model to predict from [UNK])."""
+    vocab = getattr(tokenizer, "slow", tokenizer).get_vocab()
+    missing = [t for t in tokenizer.all_special_tokens if t not in vocab]
+    if missing:
+        where = model_config.scratch.vocab_file if model_config.scratch else model_config.backbone
+        key = "model.scratch.vocab_file" if model_config.scratch else "model.backbone"
+        raise ConfigError(key, f"the vocabulary of {where} lacks the special token(s) {', '.join(missing)}; add them "
+                          "(one per line, at the top of vocab.txt)")
+    special = {vocab[t] for t in tokenizer.all_special_tokens}
+    return Vocabulary(len(tokenizer), vocab[tokenizer.mask_token], frozenset(special))

@@ -9,15 +9,31 @@ import numpy as np
 from paddle_ft.data.features import Features
 from paddle_ft.data.readers import read_texts
 from paddle_ft.data.tokenizer import FastBertTokenizer
-from paddle_ft.errors import ConfigError
+from paddle_ft.errors import ConfigError, DataError
+from paddle_ft.log import log
+
+CHARACTERS_PER_TOKEN = 16
 
 
-def read_corpus(paths: tuple[str, ...], text_column: str) -> list[str]:
-    """Every text of every file: .txt one per line, .tsv/.csv/.jsonl their text column."""
+def read_corpus(paths: tuple[str, ...], text_column: str) -> tuple[list[str], list[tuple[str, int]]]:
+    """Every text of every file (.txt one per line, .tsv/.csv/.jsonl their text column), and the (file, line) each
+    came from."""
     texts: list[str] = []
+    origins: list[tuple[str, int]] = []
     for path in paths:
-        texts += read_texts(Path(path), text_column)[0]
-    return texts
+        read, _, lines = read_texts(Path(path), text_column)
+        texts += read
+        origins += [(str(path), line) for line in lines]
+    return texts, origins
+
+
+def check_maskable(features: Features, special_ids: frozenset[int], origins: list[tuple[str, int]]) -> None:
+    """Every text must hold a token masked-LM can predict: one the tokenizer reads that is not a special token."""
+    specials = np.fromiter(special_ids, dtype=np.int64)
+    for ids, (path, line) in zip(features.input_ids, origins):
+        if np.isin(ids, specials).all():
+            raise DataError(path, line, "the text holds no token to mask (nothing the model reads, or special tokens "
+                                        "only); fix the line or remove it")
 
 
 def held_out(count: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -29,6 +45,10 @@ def held_out(count: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarra
 
 def pretraining_features(texts: list[str], tokenizer, max_length: int, whole_word: bool) -> Features:
     """Token ids of `texts` (no labels); with `whole_word`, each token's word as jieba segments the text."""
+    # a token covers at least one character, so the characters past this many are cut before tokenising: a line
+    # of millions of characters costs no more than one of a few thousand (only blanks between tokens could make
+    # the head shorter than max_length tokens)
+    texts = [text[:max_length * CHARACTERS_PER_TOKEN] for text in texts]
     if not whole_word:
         encoded = tokenizer(texts, max_length=max_length, truncation=True)
         return Features([np.asarray(x, dtype=np.int64) for x in encoded["input_ids"]],
@@ -56,3 +76,22 @@ def _word_of_each_token(text: str, spans: list) -> np.ndarray:
     for index, (_, start, end) in enumerate(jieba.tokenize(text)):
         word_at[start:end] = index
     return np.array([word_at[start] if end > start else -1 for start, end in spans], dtype=np.int64)
+
+
+UNKNOWN_WARN, UNKNOWN_REFUSE = 0.05, 0.30
+"""Shares of [UNK] among a corpus's tokens: above the first the vocabulary barely covers the text (a warning),
+above the second most of what the model would learn is [UNK] (refused)."""
+
+
+def check_unknown_share(features: Features, unk_id: int, corpus: tuple[str, ...]) -> float:
+    """The share of [UNK] among the corpus's tokens (special tokens aside), warned about or refused as above."""
+    tokens = np.concatenate([ids[1:-1] for ids in features.input_ids] or [np.zeros(0, dtype=np.int64)])  # no [CLS]/[SEP]
+    share = float(np.mean(tokens == unk_id)) if len(tokens) else 0.0
+    advice = "the vocabulary does not cover this text: use a vocabulary (model.scratch.vocab_file or the backbone's) " \
+             "built for its language and script"
+    if share > UNKNOWN_REFUSE:
+        raise ConfigError("pretrain.corpus", f"{share:.0%} of its tokens are [UNK] (more than {UNKNOWN_REFUSE:.0%}); "
+                          f"{advice}")
+    if share > UNKNOWN_WARN:
+        log(f"warning: {share:.1%} of the pretraining corpus's tokens are [UNK]; {advice}")
+    return share

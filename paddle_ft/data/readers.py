@@ -117,26 +117,27 @@ def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozense
 
 
 def read_texts(path: Path, text_column: str = "text",
-               text_pair_column: str | None = None) -> tuple[list[str], list[str] | None]:
-    """Texts of a .txt file (one per non-blank line) or of the text column of a .tsv/.csv/.jsonl file, and the
-    second texts of its pair column when one is named."""
+               text_pair_column: str | None = None) -> tuple[list[str], list[str] | None, list[int]]:
+    """Texts of a .txt file (one per non-blank line) or of the text column of a .tsv/.csv/.jsonl file, the second
+    texts of its pair column when one is named, and the line each text came from. A .txt line ends at a line
+    feed (after an optional carriage return) only: a form feed or U+2028 inside a line is part of its text."""
     path = Path(path)
     if path.suffix.lower() in (".tsv", ".csv", ".jsonl"):
         examples, _ = read_examples(path, format_of(path), Columns(text_column, text_pair_column, None))
-        return [e.text for e in examples], [e.text_pair for e in examples] if text_pair_column else None
+        return ([e.text for e in examples], [e.text_pair for e in examples] if text_pair_column else None,
+                [e.line for e in examples])
     if text_pair_column:
         raise DataError(str(path), None, "this model classifies text pairs: give a .tsv/.csv/.jsonl file with "
                                          f"text and {text_pair_column} columns")
-    if not path.is_file():
-        raise DataError(str(path), None, "file not found")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise DataError(str(path), None, f"not UTF-8 (byte {exc.start}); re-save the file as UTF-8") from None
-    texts = [line.strip() for line in lines if line.strip()]
+    texts, lines = [], []
+    for number, text in _decoded_lines(path):
+        if isinstance(text, _BadRow):
+            raise DataError(str(path), number, text.reason)
+        texts.append(text.strip())
+        lines.append(number)
     if not texts:
         raise DataError(str(path), None, "no texts in the file")
-    return texts, None
+    return texts, None, lines
 
 
 def write_examples(path: Path, fmt: str, columns: Columns, examples: list[Example]) -> None:
@@ -173,7 +174,9 @@ def _load_with_paddlenlp(rows) -> list[Example]:
 
 
 def _decoded_lines(path: Path) -> Iterator[tuple[int, str | _BadRow]]:
-    """(line number, text) of each non-blank line; undecodable bytes are a bad row."""
+    """(line number, text) of each non-blank line; undecodable bytes are a bad row. Lines end at b"\n" only."""
+    if not path.is_file():
+        raise DataError(str(path), None, "file not found")
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):

@@ -157,3 +157,20 @@ def fast_tokenizer_for(tokenizer) -> FastBertTokenizer | None:
 def fastest(tokenizer):
     """`tokenizer`'s fast equivalent where there is one, else `tokenizer` itself."""
     return fast_tokenizer_for(tokenizer) or tokenizer
+
+
+NO_TOKEN = ("holds no character the model reads (it is empty, or only blanks, control or format characters); "
+            "give it at least one visible character")
+
+
+def without_tokens(texts: Sequence[str], tokenizer) -> list[int]:
+    """The indices of the texts `tokenizer` reads as nothing: empty, or only blanks, control and format characters
+    (and, where it strips accents, marks). What counts as "a text" is what the tokenizer sees, for training rows,
+    files to predict and requests alike. A letter, digit, punctuation or symbol is always a token to a
+    BERT-family tokenizer (if only [UNK]), so only the texts without one are tokenised to find out."""
+    suspects = [i for i, text in enumerate(texts) if not any(unicodedata.category(c)[0] in "LNPS" for c in text)]
+    if not suspects:
+        return []
+    ids = tokenizer(["", *(texts[i] for i in suspects)], max_length=None, truncation=False)["input_ids"]
+    specials = len(ids[0])  # [CLS] [SEP] of an empty text
+    return [i for i, row in zip(suspects, ids[1:]) if len(row) <= specials]

@@ -24,7 +24,6 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictStr, Wi
 from starlette.exceptions import HTTPException
 
 from paddle_ft.errors import UserError
-from paddle_ft.infer import check_texts
 from paddle_ft.serve.batcher import DynamicBatcher, QueueFull
 from paddle_ft.serve.metrics import Metrics
 from paddle_ft.serve.options import Limits
@@ -241,9 +240,9 @@ def _request_problem(body: ClassifyRequest, predictor, limits: Limits, truncatio
     if not body.texts:
         return "texts is empty; send at least one text"
     try:
-        check_texts(body.texts, "texts[{}]")
+        predictor.check_texts(body.texts, "texts[{}]")
         if body.text_pairs is not None:
-            check_texts(body.text_pairs, "text_pairs[{}]")
+            predictor.check_texts(body.text_pairs, "text_pairs[{}]")
         predictor.check_pairs(body.texts, body.text_pairs, truncation)
     except UserError as exc:
         return str(exc)
