@@ -40,6 +40,13 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def share(text: str) -> float:
+    value = non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text[:40]!r}")
+    return value
+
+
 def _integer(text: str, low: int, high: int | None, expected: str) -> int:
     try:
         value = int(text) if len(text) < 20 else None  # longer than any int64: never a sensible setting

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from paddle_ft import runtime
-from paddle_ft.arguments import ArgumentParser, non_negative_float, non_negative_int, positive_int
+from paddle_ft.arguments import ArgumentParser, non_negative_float, non_negative_int, positive_int, share
 from paddle_ft.backends import BACKENDS
 from paddle_ft.config import LONG_TEXTS as TRUNCATIONS
 from paddle_ft.errors import UserError
@@ -183,6 +183,8 @@ def _add_quantize(commands) -> None:
                                                 "--method static")
     quantize.add_argument("--max-drop", type=non_negative_float, default=1.0,
                           help="accuracy points the int8 model may lose on --data (default 1)")
+    quantize.add_argument("--min-agreement", type=share, default=0.99,
+                          help="the share of --data texts on which int8 must give the fp32 answer (default 0.99)")
     quantize.set_defaults(run=_quantize)
 
 
@@ -267,7 +269,7 @@ def _quantize(args) -> int:
     from paddle_ft.quantize import quantize_export
 
     check = quantize_export(Path(args.model), Path(args.data), Path(args.output), args.method,
-                            Path(args.calibration) if args.calibration else None, args.max_drop)
+                            Path(args.calibration) if args.calibration else None, args.max_drop, args.min_agreement)
     print(f"quantized to {args.output}: accuracy {check['accuracy_int8']:.4f} (fp32 {check['accuracy_fp32']:.4f}), "
           f"the same answer on {check['agreement']:.2%} of {check['texts']} texts")
     return 0

@@ -53,7 +53,8 @@ AUGMENTATIONS = ("swap", "delete", "insert")
 class AugmentConfig:
     """Extra training rows made by editing training texts (EDA's operations that need no downloaded resources)."""
 
-    copies: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    copies: int = field(default=0, metadata=_check(lambda v: 0 <= v <= 20, "an integer from 0 to 20 (EDA's authors "
+                                                                          "found no gain past 16 copies)"))
     """Edited copies of each training row (0 = no augmentation); dev and test are never touched."""
     operations: tuple[str, ...] = field(default=AUGMENTATIONS, metadata=_check(
         lambda v: len(v) > 0 and set(v) <= set(AUGMENTATIONS), "a non-empty list of " + ", ".join(AUGMENTATIONS)))

@@ -98,6 +98,16 @@ class ModelMeta:
         """multi_label: the threshold of each label, in label order."""
         return self.thresholds if self.thresholds is not None else (0.5,) * len(self.labels)
 
+    def reads_differently_from(self, other: ModelMeta) -> list[str]:
+        """How a model made with `other`'s metadata would read texts or name answers unlike this one, as
+        `config key: this, other` (a teacher and its student, a run and its resume): what to set to match."""
+        fields = [("task", self.task, other.task), ("data.labels", list(self.labels), list(other.labels)),
+                  ("data.text_pair_column", self.takes_pairs and "set", other.takes_pairs and "set"),
+                  ("data.long_text", self.truncation, other.truncation)]
+        if self.truncation == other.truncation == "head_tail":
+            fields.append(("data.head_tokens", self.head_tokens, other.head_tokens))
+        return [f"{key}: {mine or 'none'}, {theirs or 'none'}" for key, mine, theirs in fields if mine != theirs]
+
     def as_dict(self) -> dict:
         thresholds = None if self.thresholds is None else list(self.thresholds)
         return {**dataclasses.asdict(self), "labels": list(self.labels), "thresholds": thresholds}

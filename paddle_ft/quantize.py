@@ -6,7 +6,8 @@ The graph is first optimised by ONNX Runtime (its constants become initializers,
 then its MatMul weights are quantized to int8. `dynamic` (the default) quantizes each batch's activations at run
 time, from their own range, so it needs no calibration; `static` fixes the activation ranges from `--calibration`
 texts. On the demo model dynamic was the faster and the more faithful of the two (README Performance). The result
-is written only if its accuracy on `--data` is within `max_drop` points of the fp32 export's.
+is written only if its accuracy on `--data` is within `max_drop` points of the fp32 export's and it gives the fp32
+export's answer on at least `min_agreement` of those texts.
 """
 from __future__ import annotations
 
@@ -33,10 +34,11 @@ class AccuracyDropped(UserError):
 
 
 def quantize_export(export_dir: Path, data: Path, output_dir: Path, method: str = "dynamic",
-                    calibration: Path | None = None, max_drop: float = 1.0) -> dict:
+                    calibration: Path | None = None, max_drop: float = 1.0, min_agreement: float = 0.99) -> dict:
     """Write `output_dir`: the export with its ONNX graph quantized to int8. Returns the accuracy check (also
     in its export.json, key "quantization"). Refused, with nothing written, when accuracy on `data` drops by
-    more than `max_drop` points."""
+    more than `max_drop` points, or when int8 gives the fp32 model's answer (label, or label set) on less than
+    `min_agreement` of its texts: equal accuracy can hide different answers."""
     info = read_export_info(export_dir)
     if info.onnx_file is None or not (export_dir / ONNX_FILE).is_file():
         raise UserError(f"{export_dir} has no {ONNX_FILE} to quantize; {REEXPORT} (without --no-onnx)")
@@ -56,6 +58,10 @@ def quantize_export(export_dir: Path, data: Path, output_dir: Path, method: str 
         check = _compare(reference, Predictor(tmp, backend="onnxruntime"), examples, info.model)
         check.update(method=method, data=str(data), source_export=str(export_dir))
         write_export_info(dataclasses.replace(info, quantization=check), tmp)
+        if check["agreement"] < min_agreement:
+            raise AccuracyDropped(f"int8 gives the fp32 model's answer on {check['agreement']:.2%} of the "
+                                  f"{check['texts']} texts of {data}, less than --min-agreement {min_agreement:g}; "
+                                  f"nothing was written to {output_dir}")
         drop = 100 * (check["accuracy_fp32"] - check["accuracy_int8"])
         if drop > max_drop:
             raise AccuracyDropped(f"int8 accuracy on {data} is {check['accuracy_int8']:.4f} against fp32's "

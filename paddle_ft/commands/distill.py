@@ -34,6 +34,7 @@ def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
     if dataset.label_map.names != teacher_bundle.meta.labels:
         raise ConfigError("data.labels", f"the student's labels {list(dataset.label_map.names)} are not the "
                           f"teacher's {list(teacher_bundle.meta.labels)}: give data.labels in the teacher's order")
+    _check_teacher_reads_as_the_student(teacher_bundle, model_meta(config, dataset.label_map), config)
     model_config = shared_backbone(config.model, dist)
     tokenizer = build_tokenizer(model_config)
     _check_same_vocabulary(tokenizer, teacher_bundle.tokenizer, config.distill.teacher)
@@ -75,6 +76,20 @@ def _check(config: Config) -> None:
         if value != default:
             raise ConfigError(key, f"is {value!r}; distillation is single-label cross-entropy with a teacher for now: "
                               "remove it")
+
+
+def _check_teacher_reads_as_the_student(teacher, student_meta, config: Config) -> None:
+    """The teacher scores the student's own inputs: the same task, inputs, truncation and labels, and positions
+    for every token the student reads."""
+    differences = teacher.meta.reads_differently_from(student_meta)
+    if differences:
+        raise ConfigError(differences[0].split(":")[0], f"the teacher {config.distill.teacher} and this student read "
+                          f"texts differently ({'; '.join(differences)}, teacher first): set the student's as the "
+                          "teacher's")
+    positions = teacher.model.encoder.config.max_position_embeddings
+    if config.data.max_length > positions:
+        raise ConfigError("data.max_length", f"is {config.data.max_length}, but the teacher {config.distill.teacher} "
+                          f"reads at most {positions} tokens; set data.max_length: {positions} or less")
 
 
 def _check_same_vocabulary(student_tokenizer, teacher_tokenizer, teacher: str) -> None:

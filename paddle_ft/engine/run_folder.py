@@ -33,7 +33,8 @@ CONFIG_FILE, METRICS_FILE, RESULTS_FILE = "config.yaml", "metrics.jsonl", "resul
 # files that mark a folder as a run (or a saved model): an export never goes into (or replaces) one
 RUN_FILES = (METRICS_FILE, RESULTS_FILE, CONFIG_FILE, "checkpoints", "best", MODEL_META)
 # what a checkpoint's state depends on: a resume that changes any of them cannot continue the run exactly
-RESUME_FIXED = ("seed", "model", "train.batch_size", "train.accumulate_steps", "data.max_length")
+RESUME_FIXED = ("seed", "task", "model", "train.batch_size", "train.accumulate_steps", "data.max_length",
+                "data.text_pair_column", "data.long_text", "pretrain.objective")
 
 
 @dataclass(frozen=True)
