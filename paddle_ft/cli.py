@@ -41,6 +41,12 @@ def _run(args) -> int:
         for line in exc.lines():
             print(f"error: {line}", file=sys.stderr)
         return 2
+    except ImportError:  # a package beside paddle_ft moved past a pin (huggingface_hub, ...): one line, the fix
+        problem = runtime.broken_pin()
+        if problem is None:
+            raise
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     except OSError as exc:  # a full disk or a read-only folder met while writing; anything else is a bug
         problem = describe_os_error(exc)
         if problem is None:

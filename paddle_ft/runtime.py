@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import re
 import warnings
 
 # glibc mallopt parameters (malloc.h)
@@ -119,3 +120,25 @@ def apply_cpu_settings(threads: int | None = None) -> dict:
 def describe(settings: dict) -> str:
     mkl = f", MKL_DEBUG_CPU_TYPE={settings['mkl_debug_cpu_type']}" if settings["mkl_debug_cpu_type"] else ""
     return f"cpu: {settings['cpu']}, {settings['usable_cores']} usable cores, {settings['threads']} math threads{mkl}"
+
+
+# paddlenlp 2.8.1 fails to import with newer releases of these (setup.py pins them below these versions)
+IMPORT_PINS = {"huggingface_hub": (0, 26), "aistudio-sdk": (0, 3), "datasets": (3,)}
+
+
+def broken_pin() -> str | None:
+    """One line naming an installed package newer than paddle_ft's pin, with the command that fixes it; None
+    when every pin holds (an ImportError then is something else)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for package, below in IMPORT_PINS.items():
+        try:
+            installed = version(package)
+        except PackageNotFoundError:
+            continue
+        numbers = tuple(int(part) for part in re.findall(r"\d+", installed)[:len(below)])
+        if numbers >= below:
+            pin = f"{package}<{'.'.join(map(str, below))}"
+            return (f"{package} {installed} is installed, but paddlenlp 2.8.1 imports only with {pin}: "
+                    f"pip install '{pin}'")
+    return None

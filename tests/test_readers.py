@@ -41,7 +41,7 @@ def test_jsonl_and_utf8_bom(tmp_path):
 
 @pytest.mark.parametrize("name, data, fmt, line, reason", [
     ("missing column in header", "sentence\tlabel\n好\t正面\n", "tsv", 1,
-     "the header has no column 'text' (columns: sentence, label); set data.text_column"),
+     "the header has no column 'text' (tab-separated columns: sentence, label); set data.text_column"),
     ("missing key in jsonl", '{"text": "好", "label": "正面"}\n{"label": "负面"}\n', "jsonl", 2,
      "missing column 'text'"),
     ("empty text", "text\tlabel\n好\t正面\n  \t负面\n", "tsv", 3, "empty text in column 'text'"),

@@ -233,7 +233,7 @@ def _table_records(path: Path, columns: Columns, rows, separator: str):
             yield number, fields
         elif header is None:
             header = [name.strip() for name in fields]
-            _check_header(path, number, header, columns)
+            _check_header(path, number, header, columns, separator)
         elif len(fields) != len(header):
             yield number, _BadRow(number, f"{len(fields)} fields where the header has {len(header)} "
                                           f"(a stray {separator} inside a text?)")
@@ -241,15 +241,20 @@ def _table_records(path: Path, columns: Columns, rows, separator: str):
             yield number, dict(zip(header, fields))
 
 
-def _check_header(path: Path, line: int, header: list[str], columns: Columns) -> None:
+def _check_header(path: Path, line: int, header: list[str], columns: Columns, separator: str) -> None:
     twice = sorted({name for name in header if header.count(name) > 1})
     if twice:
         raise DataError(str(path), line, f"the header names the column '{twice[0]}' twice; rename one of them")
     for role, name in (("text_column", columns.text), ("text_pair_column", columns.text_pair),
                        ("label_column", columns.label)):
         if name is not None and name not in header:
-            raise DataError(str(path), line, f"the header has no column '{name}' (columns: {', '.join(header)}); "
-                            f"set data.{role} or fix the header")
+            other = {"tab": (",", "csv"), "comma": ("\t", "tsv")}[separator]
+            if len(header) == 1 and other[0] in header[0]:  # the file is split by the other delimiter
+                raise DataError(str(path), line, f"read as {separator}-separated, the header is one column "
+                                f"'{header[0]}': the file looks {other[1].upper()}; set data.format: {other[1]} "
+                                f"(or give it a .{other[1]} name)")
+            raise DataError(str(path), line, f"the header has no column '{name}' ({separator}-separated columns: "
+                            f"{', '.join(header)}); set data.{role} or fix the header")
 
 
 def _jsonl_records(path: Path, columns: Columns):
@@ -294,7 +299,8 @@ def _to_example(line: int, record, columns: Columns, labels: frozenset[str] | No
     elif columns.label is not None:
         label = _field(record, columns.label, line).strip()  # a name: surrounding blanks are not part of it
         if labels is not None and label not in labels:
-            raise _BadRow(line, f"label '{label}' is not one of {', '.join(sorted(labels))}")
+            raise _BadRow(line, f"label '{label}' is not one of {', '.join(sorted(labels))} (if it is a real label, "
+                                "add it to data.labels)")
     return Example(text, pair, label, line)
 
 

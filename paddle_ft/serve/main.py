@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def main(args: argparse.Namespace) -> int:
     if args.max_queue < args.max_texts:
         raise UserError(f"--max-queue {args.max_queue} is below --max-texts {args.max_texts}: a full request could "
                         "never be queued; raise --max-queue")
+    check_listen_address(args.host, args.port)
     limits = Limits(args.max_batch_size, args.max_wait_ms, args.max_texts, args.max_body_bytes, args.max_queue,
                     read_timeout_s=args.read_timeout)
     backend = choose_backend(args.backend, model_dir, args.device, args.precision)
@@ -41,6 +43,23 @@ def main(args: argparse.Namespace) -> int:
                             http=protocol_with_head_timeout(limits.read_timeout_s))
     DrainingServer(config).run()
     return 0
+
+
+def check_listen_address(host: str, port: int) -> None:
+    """Bind (and release) the address before loading the model, as uvicorn will: a port in use or a host this
+    machine does not have is one line, not uvicorn's log and exit 3."""
+    try:
+        families = {info[0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host}: not an address of this machine ({exc.strerror}); give an IP address such "
+                        "as 127.0.0.1 or 0.0.0.0") from None
+    with socket.socket(families.pop(), socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UserError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port, or stop what "
+                            "uses it") from None
 
 
 class DrainingServer(uvicorn.Server):

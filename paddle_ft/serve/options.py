@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-wait-ms", type=non_negative_float, default=d.max_wait_ms,
                         help="how long a batch waits for more requests; 0 (default): never, a batch is what "
                              "queued while the predictor was busy")
-    parser.add_argument("--max-texts", type=positive_int, default=d.max_texts, help="texts per request (more: 413)")
+    parser.add_argument("--max-texts", type=positive_int, default=d.max_texts, help="texts per request (more: 422)")
     parser.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes, help="request body size (more: 413)")
     parser.add_argument("--max-queue", type=positive_int, default=d.max_queue_texts,
                         help="texts waiting for a batch (more: 503 with Retry-After)")
