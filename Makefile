@@ -34,12 +34,12 @@ pretrain-demo: $(PRETRAINED)/config.json
 # It runs as 2 gloo processes of 1 thread, 32 texts each: the recipe's steps of 64 texts with the same masks
 # (tests/test_pretrain.py: the same losses and weights as one process), 1.27x faster here than one process of
 # 2 threads, as Paddle runs many CPU ops on one thread. Paddle's launcher is kept quiet; its logs go to
-# out/pretrain-demo/launch.
+# out/pretrain-demo-launch (beside the run folder, which holds only what pretraining writes).
 QUIET_LAUNCH := GLOG_minloglevel=2 PYTHONWARNINGS="ignore:No ccache found" $(PYTHON) -m paddle.distributed.launch \
 	--log_level ERROR
 $(PRETRAINED)/config.json: data/demo/unlabeled.txt data/demo/vocab.txt configs/pretrain-demo.yaml
-	rm -rf out/pretrain-demo
-	$(QUIET_LAUNCH) --nproc_per_node 2 --log_dir out/pretrain-demo/launch tools/pretrain.py \
+	rm -rf out/pretrain-demo out/pretrain-demo-launch
+	$(QUIET_LAUNCH) --nproc_per_node 2 --log_dir out/pretrain-demo-launch tools/pretrain.py \
 		--config configs/pretrain-demo.yaml -o train.batch_size=32
 
 # fine-tunes the pretrained encoder (configs/demo.yaml); the TF-IDF baseline is printed next to it

@@ -76,6 +76,12 @@ def test_a_small_student_learns_from_the_teacher_and_unlabeled_text(corpus, caps
     (["model.scratch.vocab_file={vocab}"], "'model.scratch.vocab_file'.*the student's vocabulary is not the teacher's"),
     (["data.labels=[正面, 负面]"], r"'data.labels'.*the student's labels \['正面', '负面'\] are not the teacher's"),
     (["train.class_weights=auto"], "'train.class_weights'.*distillation is single-label cross-entropy"),
+    # issue 27, root 4: a teacher that reads texts otherwise than its student
+    (["data.text_pair_column=text"], r"'data.text_pair_column'.*read texts differently \(data.text_pair_column: none, "
+                                     r"set, teacher first\)"),
+    (["data.long_text=tail"], r"'data.long_text'.*read texts differently \(data.long_text: head, tail"),
+    (["data.max_length=96", "model.scratch.max_position_embeddings=128"],
+     r"'data.max_length'.*is 96, but the teacher .* reads at most 64 tokens"),
 ])
 def test_a_student_that_cannot_learn_from_this_teacher_is_one_line(corpus, tmp_path, extra, message):
     from paddle_ft.commands import distill

@@ -229,3 +229,40 @@ def test_pretraining_on_two_gloo_workers_is_the_one_process_run(tiny_config_args
     assert [e.get("masked_accuracy") for e in one] == [e.get("masked_accuracy") for e in two]
     a, b = (paddle.load(str(tmp_path / run / "best" / "model_state.pdparams")) for run in ("one", "two"))
     assert max(float(np.abs(a[k].numpy() - b[k].numpy()).max()) for k in a) < 1e-5
+
+
+@pytest.mark.parametrize("corpus_text, vocab_drop, fragment", [
+    (None, "[MASK]", "'model.scratch.vocab_file': the vocabulary of {vocab} lacks the special token(s) [MASK]"),
+    ("好棒\n[SEP] [CLS]\n差\n", None, "{corpus}:2: the text holds no token to mask"),
+    ("好棒\n\u200b\u200b\n差\n", None, "{corpus}:2: the text holds no token to mask"),
+    ("好棒\n" + "好某某某某某某某某某\n" * 3, None, "'pretrain.corpus': 84% of its tokens are [UNK] (more than 30%)")])
+def test_a_vocabulary_or_corpus_pretraining_cannot_learn_from_is_one_line(corpus_text, vocab_drop, fragment,
+                                                                          tiny_config_args, corpus, tmp_path, capsys):
+    """Issue 27, roots 4 and 6: a [MASK] that would silently be [UNK], a line with nothing to mask (it trained at
+    loss 0, then divided by zero), a vocabulary that does not cover the text."""
+    vocab = Path(next(a for a in tiny_config_args if a.startswith("model.scratch.vocab_file=")).split("=", 1)[1])
+    if vocab_drop:
+        vocab = tmp_path / "vocab.txt"
+        vocab.write_text("".join(line + "\n" for line in Path(next(a for a in tiny_config_args if a.startswith(
+            "model.scratch.vocab_file=")).split("=", 1)[1]).read_text().splitlines() if line != vocab_drop))
+    if corpus_text is not None:
+        corpus = tmp_path / "bad.txt"
+        corpus.write_text(corpus_text, encoding="utf-8")
+    args = pretrain_args(tiny_config_args, corpus, tmp_path / "out", *OBJECTIVES["mlm"],
+                         f"model.scratch.vocab_file={vocab}")
+    assert main(["pretrain", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment.format(vocab=vocab, corpus=corpus) in err, err
+
+
+def test_a_line_of_millions_of_characters_is_cut_before_it_is_tokenised(tokenizer):
+    from paddle_ft.data.corpus import CHARACTERS_PER_TOKEN, pretraining_features
+
+    calls = []
+
+    def spy(texts, **options):
+        calls.append([len(t) for t in texts])
+        return tokenizer(texts, **options)
+
+    features = pretraining_features(["好" * 4_900_000, "差坏"], spy, 64, whole_word=False)
+    assert calls == [[64 * CHARACTERS_PER_TOKEN, 2]] and [len(x) for x in features.input_ids] == [64, 4]

@@ -73,3 +73,16 @@ def test_an_export_without_onnx_cannot_be_quantized(trained_export, tmp_path):
     assert main(["export", "--model", str(best), "--output", str(tmp_path / "plain"), "--no-onnx"]) == 0
     with pytest.raises(UserError, match="has no model.onnx to quantize"):
         quantize_export(tmp_path / "plain", test, tmp_path / "int8")
+
+
+def test_equal_accuracy_with_different_answers_is_refused(trained_export, tmp_path, monkeypatch):
+    """Issue 27, root 4: accuracy can stay equal while a third of the answers change."""
+    import paddle_ft.quantize as quantize
+
+    export, test = trained_export
+    real = quantize._compare
+    monkeypatch.setattr(quantize, "_compare", lambda *a: {**real(*a), "agreement": 0.67})
+    with pytest.raises(AccuracyDropped, match=r"int8 gives the fp32 model's answer on 67.00% of the 300 texts of .*, "
+                                              r"less than --min-agreement 0.99; nothing was written"):
+        quantize_export(export, test, tmp_path / "int8")
+    assert not (tmp_path / "int8").exists()

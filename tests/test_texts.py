@@ -1,0 +1,153 @@
+"""What a text is, and what the Python API takes (issue 27, roots 5 and 7): a text is what the tokenizer reads, one
+rule for Predictor, Classifier, predict and the server; a line of a .txt file ends at a line feed; the API checks
+its arguments as the command line does."""
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import DEMO, export_tiny_model, overrides, write_tsv
+from paddle_ft.cli import main
+from paddle_ft.data.corpus import read_corpus
+from paddle_ft.data.tokenizer import NO_TOKEN
+from paddle_ft.errors import UserError
+
+UNREADABLE = ["", "   ", "\u200b\u200b", "\x01\x02", "\u2060\ufeff", "\t\u200d "]
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory):
+    return export_tiny_model(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def predictor(export_dir):
+    from paddle_ft.infer import Predictor
+
+    return Predictor(export_dir, cpu_threads=1)
+
+
+@pytest.fixture(scope="module")
+def classifier(export_dir):
+    from paddle_ft import Classifier
+
+    return Classifier(export_dir, cpu_threads=1)
+
+
+def predict_cli(export_dir, *args) -> tuple[int, list[dict], str]:
+    """(exit status, the JSON records printed, the error lines) of an in-process `predict`."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["predict", "--model-dir", str(export_dir), *args])
+    return code, [json.loads(line) for line in out.getvalue().split("\n") if line], err.getvalue()
+
+
+@pytest.mark.parametrize("text", UNREADABLE)
+def test_a_text_the_tokenizer_reads_as_nothing_is_refused_alike_by_predictor_classifier_and_predict(
+        text, predictor, classifier, export_dir):
+    with pytest.raises(UserError, match=f"^text 1 {re.escape(NO_TOKEN)}$"):
+        predictor.predict(["好", text])
+    with pytest.raises(UserError, match=f"^text 1 {re.escape(NO_TOKEN)}$"):
+        classifier(["好", text])
+    code, records, err = predict_cli(export_dir, "--text", "好", "--text", text)
+    assert (code, records, err) == (2, [], f"error: --text 1 {NO_TOKEN}\n")
+
+
+def test_a_txt_line_ends_at_a_line_feed_only_for_predict_and_pretraining(export_dir, tmp_path):
+    path = tmp_path / "three.txt"
+    path.write_bytes("好\u2028棒\r\n差\x0c坏\n\n烂\n".encode("utf-8"))  # 3 texts: U+2028 and a form feed inside lines
+    code, records, _ = predict_cli(export_dir, "--input", str(path))
+    assert code == 0 and [(r["text"], r["line"]) for r in records] == [("好\u2028棒", 1), ("差\x0c坏", 2), ("烂", 4)]
+    assert read_corpus((str(path),), "text") == (["好\u2028棒", "差\x0c坏", "烂"],
+                                                 [(str(path), 1), (str(path), 2), (str(path), 4)])
+
+
+def test_a_file_line_the_model_reads_as_nothing_is_named_by_file_and_line(export_dir, tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_text("好棒\n\u200b\u200b\n差\n", encoding="utf-8")
+    code, records, err = predict_cli(export_dir, "--input", str(path))
+    assert (code, records, err) == (2, [], f"error: {path}:2: the text {NO_TOKEN}\n")
+
+
+def test_a_training_row_the_model_reads_as_nothing_is_named_by_file_and_line(tiny_config_args, tmp_path, capsys):
+    bad = write_tsv(tmp_path / "bad.tsv", [("好棒", "正面"), ("\u200b\x01", "负面"), ("差", "负面")])
+    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + [f"data.train={bad}"])]) == 2
+    assert capsys.readouterr().err == f"error: {bad}:3: the text {NO_TOKEN}; fix the row or remove it\n"
+
+
+def test_the_python_api_checks_its_arguments_as_the_cli_does(predictor, classifier, export_dir):
+    from paddle_ft import Classifier
+    from paddle_ft.infer import Predictor
+
+    with pytest.raises(UserError, match=r"give a list of texts, not one str \('很好'\): a string would be read as "
+                                        "one text per character"):
+        predictor.predict("很好")
+    as_list = predictor.predict(["很好", "差"])
+    assert predictor.predict(np.array(["很好", "差"])) == as_list  # a numpy array of strings is a list of texts
+    assert predictor.predict(("很好", "差")) == as_list
+    with pytest.raises(UserError, match=r"^k=0: give an integer from 1 to 2$"):
+        as_list[0].top(0)
+    with pytest.raises(UserError, match=r"^batch_size=0: give an integer >= 1$"):
+        predictor.predict(["好"], batch_size=0)
+    with pytest.raises(UserError, match=r"^cpu_threads=0: give an integer >= 1 or None$"):
+        Classifier(export_dir, cpu_threads=0)
+    with pytest.raises(UserError, match=r"^gpu_id=-1: give an integer >= 0$"):
+        Predictor(export_dir, gpu_id=-1)
+    with pytest.raises(UserError, match=r"^top_k=True: give an integer from 1 to 2$"):
+        classifier("好", top_k=True)
+
+
+PROPERTY_BUDGET = settings(max_examples=int(os.environ.get("PADDLE_FT_PROPERTY_EXAMPLES") or 60),
+                           derandomize="PADDLE_FT_PROPERTY_EXAMPLES" not in os.environ, deadline=None,
+                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+# any code point but surrogates (not text) and line breaks (a --text is one line), weighted towards the ones that
+# make a text unreadable: blanks, controls, format characters
+unicode_texts = st.text(st.one_of(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"),
+                                  st.sampled_from("\u200b\u200d\u2060\ufeff\x01\x7f \t\u3000好差")), max_size=12)
+
+
+@pytest.fixture(scope="module")
+def server(export_dir, tmp_path_factory):
+    from test_serve import Server
+
+    server = Server(export_dir, tmp_path_factory.mktemp("log") / "server.log", "--max-wait-ms", "1")
+    yield server
+    assert server.stop() == 0
+
+
+@pytest.mark.slow  # starts a server
+@PROPERTY_BUDGET
+@given(texts=st.lists(unicode_texts, min_size=1, max_size=4))
+def test_every_text_gets_one_prediction_from_all_four_or_is_refused_by_all_four_alike(
+        texts, predictor, classifier, server, export_dir):
+    def refusal(call) -> str | None:
+        """The message after the text's name (`text 2`, `--text 2`, `texts[2]`), or None when answered."""
+        try:
+            call()
+        except UserError as exc:
+            return str(exc).split(" ", 2)[-1] if str(exc).startswith(("text ", "--text ")) else str(exc)
+        return None
+
+    refused = refusal(lambda: predictor.predict(texts))
+    assert refusal(lambda: classifier(texts)) == refused
+    code, records, err = predict_cli(export_dir, *[arg for text in texts for arg in ("--text", text)])
+    response = server.classify(texts)
+    if refused is not None:
+        assert code == 2 and err.count("\n") == 1 and err.endswith(f" {refused}\n"), err
+        assert response.status_code == 422 and response.json()["error"]["message"].endswith(f"] {refused}")
+        return
+    expected = predictor.predict(texts)
+    assert code == 0 and len(records) == len(texts) == len(expected)  # N texts in, N predictions out
+    assert [r["label"] for r in records] == [p.label for p in expected]
+    assert [answer[0]["label"] for answer in classifier(texts)] == [p.label for p in expected]
+    served = response.json()["results"]
+    assert [r["label"] for r in served] == [p.label for p in expected]
+    for record, from_server, prediction in zip(records, served, expected):
+        assert abs(record["score"] - prediction.score) < 1e-5 and abs(from_server["score"] - prediction.score) < 1e-5
