@@ -233,8 +233,8 @@ def test_pretraining_on_two_gloo_workers_is_the_one_process_run(tiny_config_args
 
 @pytest.mark.parametrize("corpus_text, vocab_drop, fragment", [
     (None, "[MASK]", "'model.scratch.vocab_file': the vocabulary of {vocab} lacks the special token(s) [MASK]"),
-    ("好棒\n[SEP] [CLS]\n差\n", None, "{corpus}:2: the text holds no token to mask"),
-    ("好棒\n\u200b\u200b\n差\n", None, "{corpus}:2: the text holds no token to mask"),
+    ("[SEP]\n[CLS]\n[SEP] [CLS]\n[MASK]\n", None, "'pretrain.corpus': its training texts hold no token to mask"),
+    ("好棒\n\u200b\u200b\n差\n", None, "{corpus}:2: the text holds no character the model reads"),
     ("好棒\n" + "好某某某某某某某某某\n" * 3, None, "'pretrain.corpus': 84% of its tokens are [UNK] (more than 30%)")])
 def test_a_vocabulary_or_corpus_pretraining_cannot_learn_from_is_one_line(corpus_text, vocab_drop, fragment,
                                                                           tiny_config_args, corpus, tmp_path, capsys):

@@ -8,7 +8,7 @@ from paddle_ft.backbone import PRETRAINING_HEAD, load_pretraining_weights
 from paddle_ft.build import build_encoder, build_tokenizer
 from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import Config, load_config
-from paddle_ft.data.corpus import check_maskable, check_unknown_share, held_out, pretraining_features, read_corpus
+from paddle_ft.data.corpus import check_unknown_share, held_out, pretraining_features, read_corpus, unmaskable
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.masking import Vocabulary
 from paddle_ft.engine.masked_lm import MaskedLanguageModelling
@@ -73,9 +73,13 @@ def _check(config: Config) -> None:
 
 def _splits(texts: list[str], origins, tokenizer, vocabulary: Vocabulary, config: Config) -> Splits:
     features = pretraining_features(texts, tokenizer, config.data.max_length, config.pretrain.whole_word)
-    check_maskable(features, vocabulary.special_ids, origins)
+    nothing = unmaskable(features, vocabulary.special_ids, origins)
     check_unknown_share(features, tokenizer.unk_token_id, config.pretrain.corpus)
     train, heldout = held_out(len(texts), config.pretrain.heldout, config.seed)
+    for name, part in (("training", train), ("held-out", heldout)):
+        if len(part) and nothing[part].all():  # a loss of 0 to train on, or nothing to score (a division by 0)
+            raise ConfigError("pretrain.corpus", f"its {name} texts hold no token to mask (only [UNK] or special "
+                              "tokens): use a vocabulary that covers the text")
     if len(train) == 0:
         raise ConfigError("pretrain.corpus", f"holds {len(texts)} text(s), all held out for evaluation; give more "
                           "unlabeled text")

@@ -8,7 +8,7 @@ import numpy as np
 
 from paddle_ft.data.features import Features
 from paddle_ft.data.readers import read_texts
-from paddle_ft.data.tokenizer import FastBertTokenizer
+from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer
 from paddle_ft.errors import ConfigError, DataError
 from paddle_ft.log import log
 
@@ -27,13 +27,21 @@ def read_corpus(paths: tuple[str, ...], text_column: str) -> tuple[list[str], li
     return texts, origins
 
 
-def check_maskable(features: Features, special_ids: frozenset[int], origins: list[tuple[str, int]]) -> None:
-    """Every text must hold a token masked-LM can predict: one the tokenizer reads that is not a special token."""
+def unmaskable(features: Features, special_ids: frozenset[int], origins: list[tuple[str, int]]) -> np.ndarray:
+    """The texts masked-LM can predict nothing of: a text the tokenizer reads as nothing is refused (FILE:LINE); one of
+    special tokens only ([UNK] included: a line of characters the vocabulary lacks) stays in, learns nothing, and is
+    counted in a warning. Returns a mask [texts] of them, so the caller can check every split keeps something."""
     specials = np.fromiter(special_ids, dtype=np.int64)
-    for ids, (path, line) in zip(features.input_ids, origins):
-        if np.isin(ids, specials).all():
-            raise DataError(path, line, "the text holds no token to mask (nothing the model reads, or special tokens "
-                                        "only); fix the line or remove it")
+    nothing = np.array([bool(np.isin(ids, specials).all()) for ids in features.input_ids], dtype=bool)
+    for i in np.flatnonzero(nothing):
+        if len(features.input_ids[i]) <= 2:  # [CLS] [SEP] alone
+            path, line = origins[i]
+            raise DataError(path, line, f"the text {NO_TOKEN}; fix the line or remove it")
+    if nothing.any():
+        path, line = origins[int(np.flatnonzero(nothing)[0])]
+        log(f"warning: {int(nothing.sum())} corpus texts hold no token to mask, only [UNK] or other special tokens "
+            f"(first: {path}:{line}); they teach nothing")
+    return nothing
 
 
 def held_out(count: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
