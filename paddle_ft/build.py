@@ -10,7 +10,7 @@ from paddle_ft.config import Config, DataConfig, ModelConfig
 from paddle_ft.data.cache import cached_tokenize
 from paddle_ft.data.features import Features, Splits, Truncation
 from paddle_ft.data.labels import LabelMap, resolve_labels
-from paddle_ft.data.readers import Columns, Example, read_examples
+from paddle_ft.data.readers import Columns, Example, format_of, read_examples
 from paddle_ft.data.tokenizer import NO_TOKEN, fastest, without_tokens
 from paddle_ft.errors import ConfigError, DataError, first_line
 from paddle_ft.log import log
@@ -32,21 +32,27 @@ def columns_of(data: DataConfig, task: str = "single_label") -> Columns:
     return Columns(data.text_column, data.text_pair_column, data.label_column, delimiter, data.allow_no_label)
 
 
+def format_of_split(data: DataConfig, path: str) -> str:
+    """data.format, or where it is not set the file's own extension (tsv for any other)."""
+    return data.format or format_of(path, "tsv")
+
+
 def read_dataset(data: DataConfig, task: str = "single_label") -> Dataset:
     """Read every configured split; labels come from `data.labels` or from train."""
     columns = columns_of(data, task)
     examples, given = {}, None if data.labels is None else resolve_labels(data.labels, None)
     if data.train is not None:
         examples["train"], report = read_examples(
-            data.train, data.format, columns, frozenset(given.names) if given else None, data.on_bad_row)
+            data.train, format_of_split(data, data.train), columns, frozenset(given.names) if given else None,
+            data.on_bad_row)
         log(report.summary())
     label_map = given or resolve_labels(None, [name for e in examples.get("train", []) for name in e.label_names]
                                         or None)
     for split in ("dev", "test"):
         path = getattr(data, split)
         if path is not None:
-            examples[split], report = read_examples(path, data.format, columns, frozenset(label_map.names),
-                                                    data.on_bad_row)
+            examples[split], report = read_examples(path, format_of_split(data, path), columns,
+                                                    frozenset(label_map.names), data.on_bad_row)
             log(report.summary())
     return Dataset(label_map, examples, {split: getattr(data, split) for split in examples})
 
@@ -178,7 +184,8 @@ def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
     """What a saved model must remember about its labels and how its data was read (for eval and export)."""
     data = config.data
     return ModelMeta(labels=label_map.names, max_length=data.max_length, text_column=data.text_column,
-                     text_pair_column=data.text_pair_column, label_column=data.label_column, format=data.format,
+                     text_pair_column=data.text_pair_column, label_column=data.label_column,
+                     format=format_of_split(data, data.train or data.dev or ""),
                      dropout=config.model.dropout, pooling=config.model.pooling, truncation=data.long_text,
                      head_tokens=data.head_tokens, stride=data.stride, window_pooling=data.window_pooling,
                      task=config.task, label_delimiter=data.label_delimiter, allow_no_label=data.allow_no_label)

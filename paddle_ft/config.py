@@ -74,8 +74,8 @@ class DataConfig:
     """Dev file: evaluated during training, picks the best checkpoint."""
     test: str | None = None
     """Optional test file, scored once with the best model."""
-    format: str = field(default="tsv", metadata=_one_of("tsv", "csv", "jsonl"))
-    """File format of all splits."""
+    format: str | None = field(default=None, metadata=_one_of("tsv", "csv", "jsonl"))
+    """File format of all splits; null = each file's extension says (.tsv, .csv, .jsonl; any other is read as tsv)."""
     text_column: str = "text"
     """Column (or JSONL key) holding the text."""
     text_pair_column: str | None = None

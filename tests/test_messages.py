@@ -98,3 +98,13 @@ def test_a_non_utf8_corpus_line_is_named_by_file_and_line(tiny_config_args, tmp_
                                                            "data.dev=null", "data.test=null",
                                                            "train.evaluation.metric=masked_accuracy"])]) == 2
     assert error_line(capsys) == f"error: {corpus}:3: bytes that are not UTF-8 at byte 0; re-save the file as UTF-8"
+
+
+def test_without_data_format_each_file_is_read_by_its_extension(tmp_path):
+    from paddle_ft.build import read_dataset
+
+    (tmp_path / "train.csv").write_text('text,label\n"好,棒",正面\n差,负面\n', encoding="utf-8")
+    write_tsv(tmp_path / "dev.tsv", [("好", "正面"), ("差", "负面")])
+    config = load_config(None, [f"data.train={tmp_path / 'train.csv'}", f"data.dev={tmp_path / 'dev.tsv'}"])
+    dataset = read_dataset(config.data)
+    assert [e.text for e in dataset.examples["train"]] == ["好,棒", "差"] and len(dataset.examples["dev"]) == 2

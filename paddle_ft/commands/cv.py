@@ -8,7 +8,7 @@ from pathlib import Path
 from paddle_ft.analysis.cv import markdown, stratified_folds, summarise
 from paddle_ft.analysis.fingerprint import check_same_work, fingerprint
 from paddle_ft.analysis.report import table_html, write_page
-from paddle_ft.build import columns_of, read_dataset
+from paddle_ft.build import columns_of, format_of_split, read_dataset
 from paddle_ft.commands import train
 from paddle_ft.config import load_config
 from paddle_ft.data.readers import write_examples
@@ -42,16 +42,17 @@ def _cross_validate(config_path: str, overrides: list[str], config, folds: int, 
     if folds < 2 or folds > len(pool):
         raise ConfigError("--folds", f"is {folds}: give 2 to {len(pool)} (the labelled rows of train and dev)")
     parts = stratified_folds([e.label_key for e in pool], folds, config.seed)
-    columns, suffix = columns_of(config.data, config.task), f".{config.data.format}"
+    fmt = format_of_split(config.data, config.data.train)
+    columns, suffix = columns_of(config.data, config.task), f".{fmt}"
     results = []
     for number, held_out in enumerate(parts, start=1):
         folder, data = root / f"fold-{number}", root / "folds" / f"fold-{number}"
         if not (folder / "results.json").is_file():
             data.mkdir(parents=True, exist_ok=True)
             kept = set(held_out.tolist())
-            write_examples(data / f"train{suffix}", config.data.format, columns,
+            write_examples(data / f"train{suffix}", fmt, columns,
                            [e for i, e in enumerate(pool) if i not in kept])
-            write_examples(data / f"dev{suffix}", config.data.format, columns, [pool[i] for i in held_out])
+            write_examples(data / f"dev{suffix}", fmt, columns, [pool[i] for i in held_out])
             log(f"cv: fold {number} of {folds}: {len(pool) - len(held_out)} rows to train, {len(held_out)} held out")
             resume = ["train.resume=auto"] if (folder / "metrics.jsonl").exists() else []
             train.run(config_path, [*overrides, f"output_dir={folder}", f"data.train={data / f'train{suffix}'}",
