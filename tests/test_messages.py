@@ -105,6 +105,7 @@ def test_without_data_format_each_file_is_read_by_its_extension(tmp_path):
 
     (tmp_path / "train.csv").write_text('text,label\n"好,棒",正面\n差,负面\n', encoding="utf-8")
     write_tsv(tmp_path / "dev.tsv", [("好", "正面"), ("差", "负面")])
-    config = load_config(None, [f"data.train={tmp_path / 'train.csv'}", f"data.dev={tmp_path / 'dev.tsv'}"])
+    config = load_config(DEMO, [f"data.train={tmp_path / 'train.csv'}", f"data.dev={tmp_path / 'dev.tsv'}",
+                                "data.test=null"])
     dataset = read_dataset(config.data)
     assert [e.text for e in dataset.examples["train"]] == ["好,棒", "差"] and len(dataset.examples["dev"]) == 2
