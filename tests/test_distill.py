@@ -100,3 +100,15 @@ def test_distillation_without_a_teacher_says_how_to_give_one():
 
     with pytest.raises(ConfigError, match="'distill.teacher'.*pass --teacher OUT/best"):
         distill.run(DEMO, [], None)
+
+
+def test_a_multi_label_or_pair_teacher_reads_texts_otherwise_than_a_single_text_student():
+    """Issue 27, root 4: the whole metadata is compared, not the label names alone."""
+    from conftest import tiny_meta
+
+    student = tiny_meta()
+    assert tiny_meta(task="multi_label").reads_differently_from(student) == ["task: multi_label, single_label"]
+    assert tiny_meta(text_pair_column="second").reads_differently_from(student) == ["data.text_pair_column: set, none"]
+    assert tiny_meta(truncation="head_tail", head_tokens=20).reads_differently_from(
+        tiny_meta(truncation="head_tail", head_tokens=30)) == ["data.head_tokens: 20, 30"]
+    assert student.reads_differently_from(tiny_meta()) == []
