@@ -1,6 +1,6 @@
 """What a resumable multi-run command (cv, sweep) made its results from, so a rerun into the same folder reuses
-finished work only when it was made the same way: the resolved config (less where it is written), the data
-files' checksums, and the command's own settings (folds, search space)."""
+finished work only when it was made the same way: the resolved config (less where it is written), the checksums of
+the files it names, and the command's own settings (folds, search space)."""
 from __future__ import annotations
 
 import hashlib
@@ -16,13 +16,14 @@ NOT_PART_OF_THE_WORK = ("output_dir", "train.resume")  # where a run goes and ho
 def fingerprint(config: Config, **settings) -> dict:
     """A JSON-ready record of what the command's results depend on."""
     flat = {k: v for k, v in flat_config(config_to_dict(config)).items() if k not in NOT_PART_OF_THE_WORK}
+    # every file the config names (the splits, a label file, a vocabulary) by its content, not its name
     data = {key: _checksum(Path(value)) for key, value in flat.items()
-            if key.startswith("data.") and isinstance(value, str) and Path(value).is_file()}
+            if isinstance(value, str) and Path(value).is_file()}
     return json.loads(json.dumps({"config": flat, "data_sha256": data, **settings}, ensure_ascii=False))
 
 
 def differences(before: dict, now: dict) -> list[str]:
-    """`key: then -> now` for every setting that differs, data checksums named by their file's key."""
+    """`key: THEN then, NOW now` for every setting that differs; a file whose content changed is named by its key."""
     changed = []
     for group in sorted(before.keys() | now.keys()):
         old, new = before.get(group), now.get(group)

@@ -12,8 +12,8 @@ from paddle_ft.analysis.audit import NO_PROBLEMS, audit, table
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.build import build_tokenizer, read_dataset, resolve_backbone
 from paddle_ft.config import load_config
-from paddle_ft.ownership import owned_folder
 from paddle_ft.io import write_text_atomically
+from paddle_ft.ownership import owned_folder
 
 
 def run(config_path: str, overrides: list[str], output: str | None, strict: bool) -> int:

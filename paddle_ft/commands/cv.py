@@ -27,8 +27,7 @@ def run(config_path: str, overrides: list[str], folds: int, restart: bool = Fals
             clear(root)
         work = fingerprint(config, folds=folds)
         check_same_work(root, _read_fingerprint(root), work, "cross-validation")
-        write_text_atomically(root / FINGERPRINT, json.dumps(work, ensure_ascii=False, indent=2))
-        return _cross_validate(config_path, overrides, config, folds, root)
+        return _cross_validate(config_path, overrides, config, folds, root, work)
 
 
 def _read_fingerprint(root: Path) -> dict | None:
@@ -36,11 +35,12 @@ def _read_fingerprint(root: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def _cross_validate(config_path: str, overrides: list[str], config, folds: int, root: Path) -> int:
+def _cross_validate(config_path: str, overrides: list[str], config, folds: int, root: Path, work: dict) -> int:
     dataset = read_dataset(config.data, config.task)
     pool = dataset.examples.get("train", []) + dataset.examples.get("dev", [])
     if folds < 2 or folds > len(pool):
         raise ConfigError("--folds", f"is {folds}: give 2 to {len(pool)} (the labelled rows of train and dev)")
+    write_text_atomically(root / FINGERPRINT, json.dumps(work, ensure_ascii=False, indent=2))  # what the folds are of
     parts = stratified_folds([e.label_key for e in pool], folds, config.seed)
     fmt = format_of_split(config.data, config.data.train)
     columns, suffix = columns_of(config.data, config.task), f".{fmt}"

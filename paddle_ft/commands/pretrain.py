@@ -74,7 +74,7 @@ def _check(config: Config) -> None:
 def _splits(texts: list[str], origins, tokenizer, vocabulary: Vocabulary, config: Config) -> Splits:
     features = pretraining_features(texts, tokenizer, config.data.max_length, config.pretrain.whole_word)
     nothing = unmaskable(features, vocabulary.special_ids, origins)
-    check_unknown_share(features, tokenizer.unk_token_id, config.pretrain.corpus)
+    check_unknown_share(features, tokenizer.unk_token_id)
     train, heldout = held_out(len(texts), config.pretrain.heldout, config.seed)
     for name, part in (("training", train), ("held-out", heldout)):
         if len(part) and nothing[part].all():  # a loss of 0 to train on, or nothing to score (a division by 0)

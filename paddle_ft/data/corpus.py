@@ -28,9 +28,9 @@ def read_corpus(paths: tuple[str, ...], text_column: str) -> tuple[list[str], li
 
 
 def unmaskable(features: Features, special_ids: frozenset[int], origins: list[tuple[str, int]]) -> np.ndarray:
-    """The texts masked-LM can predict nothing of: a text the tokenizer reads as nothing is refused (FILE:LINE); one of
-    special tokens only ([UNK] included: a line of characters the vocabulary lacks) stays in, learns nothing, and is
-    counted in a warning. Returns a mask [texts] of them, so the caller can check every split keeps something."""
+    """The texts masked-LM can predict nothing of: a text the tokenizer reads as nothing is refused (FILE:LINE);
+    one of special tokens only ([UNK] included: a line of characters the vocabulary lacks) stays in, learns nothing,
+    and is counted in a warning. Returns a mask [texts] of them, so the caller can check each split keeps some."""
     specials = np.fromiter(special_ids, dtype=np.int64)
     nothing = np.array([bool(np.isin(ids, specials).all()) for ids in features.input_ids], dtype=bool)
     for i in np.flatnonzero(nothing):
@@ -91,9 +91,10 @@ UNKNOWN_WARN, UNKNOWN_REFUSE = 0.05, 0.30
 above the second most of what the model would learn is [UNK] (refused)."""
 
 
-def check_unknown_share(features: Features, unk_id: int, corpus: tuple[str, ...]) -> float:
+def check_unknown_share(features: Features, unk_id: int) -> float:
     """The share of [UNK] among the corpus's tokens (special tokens aside), warned about or refused as above."""
-    tokens = np.concatenate([ids[1:-1] for ids in features.input_ids] or [np.zeros(0, dtype=np.int64)])  # no [CLS]/[SEP]
+    inner = [ids[1:-1] for ids in features.input_ids]  # without [CLS] and [SEP]
+    tokens = np.concatenate(inner) if inner else np.zeros(0, dtype=np.int64)
     share = float(np.mean(tokens == unk_id)) if len(tokens) else 0.0
     advice = "the vocabulary does not cover this text: use a vocabulary (model.scratch.vocab_file or the backbone's) " \
              "built for its language and script"
