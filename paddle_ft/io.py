@@ -118,11 +118,16 @@ def _is_alive(pid: int) -> bool:
     return True
 
 
-def check_output_file(path: str | Path, option: str) -> Path:
-    """A file a command will create or overwrite: its folder must exist and it must not be a folder."""
+def check_output_file(path: str | Path, option: str, inputs: dict[str, str | Path] | None = None) -> Path:
+    """A file a command will create or overwrite: its folder must exist, it must not be a folder, and it must not be
+    one of the command's `inputs` ({option: path}), which it would replace."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{option} {path} is a folder; give a file path")
+    for source_option, source in (inputs or {}).items():
+        if source is not None and path.exists() and Path(source).exists() and path.samefile(source):
+            raise UserError(f"{option} {path} is the {source_option} file: writing it would replace what is read; "
+                            "choose another path")
     parent = path.parent
     if not parent.is_dir():
         what = "is a file" if parent.exists() else "does not exist"

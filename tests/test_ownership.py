@@ -188,3 +188,17 @@ def test_on_a_full_disk_predict_and_eval_keep_the_previous_output(command, tmp_p
                                      "command again"
     assert output.read_text(encoding="utf-8") == "kept\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "previous.out", "test.tsv"]
+
+
+@pytest.mark.parametrize("command", ["predict", "eval"])
+def test_an_output_that_is_the_commands_own_input_is_refused_and_the_input_kept(command, tmp_path, capsys):
+    export = export_tiny_model(tmp_path / "model")
+    data = write_tsv(tmp_path / "test.tsv", synthetic_rows(20, seed=3))
+    before = data.read_bytes()
+    argv = {"predict": ["predict", "--model-dir", str(export), "--input", str(data), "--output", str(data)],
+            "eval": ["eval", "--model", str(export.parent / "best"), "--data", str(data), "--errors", str(data)]}
+    assert main(argv[command]) == 2
+    option, source = {"predict": ("--output", "--input"), "eval": ("--errors", "--data")}[command]
+    assert one_error_line(capsys) == (f"error: {option} {data} is the {source} file: writing it would replace what is "
+                                      "read; choose another path")
+    assert data.read_bytes() == before

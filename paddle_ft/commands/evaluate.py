@@ -17,7 +17,7 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     model_dir = Path(model_dir)
     errors = Path(errors_path) if errors_path else model_dir.parent / f"misclassified-{Path(data_path).stem}.tsv"
     bundle = load_bundle(model_dir)
-    check_output_file(errors, "--errors")  # before minutes of scoring, not after
+    check_output_file(errors, "--errors", {"--data": data_path})  # before minutes of scoring, not after
     meta, label_map, tokenizer = bundle.meta, bundle.label_map, fastest(bundle.tokenizer)
     examples, _ = read_examples(data_path, format_of(data_path, meta.format), meta.columns,
                                 frozenset(label_map.names))

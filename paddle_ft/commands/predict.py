@@ -24,7 +24,7 @@ def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_
         pair_column = "text_pair" if read_export_info(Path(model_dir)).model.takes_pairs else None
         texts, pairs, lines = read_texts(Path(input_path), text_pair_column=pair_column)
     if output_path:
-        check_output_file(output_path, "--output")
+        check_output_file(output_path, "--output", {"--input": input_path})
     predictor = Predictor(model_dir, **predictor_options)
     if lines is None:
         predictor.check_texts(texts, "--text {}")
