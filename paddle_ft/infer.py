@@ -159,16 +159,23 @@ class Predictor:
         """(input_ids, token_type_ids, truncated, documents): a row per text ([CLS] body [SEP], the body cut as
         `truncation` says; documents None), or with sliding_window a row per window, `documents` [rows] giving
         the text of each."""
-        if truncation == "head" and isinstance(self.tokenizer, FastBertTokenizer):
-            return (*self.tokenizer.encode(texts, max_length=self.max_length), None)
         # the head_tail split training used; asked for on a model trained otherwise, half the text from each end
         head_tokens = self.meta.head_tokens if self.meta.truncation == "head_tail" else (self.max_length - 2) // 2
         rule = Truncation(truncation, head_tokens, self.meta.stride, self.meta.window_pooling)
-        whole = self.tokenizer(list(texts), max_length=None, truncation=False)["input_ids"]
+        read = [rule.characters_read(text, self.max_length) for text in texts]
+        cut_short = [len(part) < len(text) for part, text in zip(read, texts)]
+        if truncation == "head" and isinstance(self.tokenizer, FastBertTokenizer):
+            ids, types, truncated = self.tokenizer.encode(read, max_length=self.max_length)
+            return ids, types, [a or b for a, b in zip(truncated, cut_short)], None
+        whole = self.tokenizer(read, max_length=None, truncation=False)["input_ids"]
         ids, documents = rule.apply(whole, self.max_length)
-        return ids, [[0] * len(x) for x in ids], [len(x) > self.max_length for x in whole], documents
+        truncated = [len(x) > self.max_length or short for x, short in zip(whole, cut_short)]
+        return ids, [[0] * len(x) for x in ids], truncated, documents
 
     def _encode_pairs(self, texts: list[str], pairs: list[str]):
+        head = Truncation("head")  # longest-first keeps the head of each text
+        texts = [head.characters_read(text, self.max_length) for text in texts]
+        pairs = [head.characters_read(pair, self.max_length) for pair in pairs]
         if isinstance(self.tokenizer, FastBertTokenizer):
             return self.tokenizer.encode(texts, pairs, max_length=self.max_length)
         whole = self.tokenizer(list(texts), text_pair=list(pairs), max_length=None, truncation=False)["input_ids"]

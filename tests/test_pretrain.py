@@ -256,7 +256,8 @@ def test_a_vocabulary_or_corpus_pretraining_cannot_learn_from_is_one_line(corpus
 
 
 def test_a_line_of_millions_of_characters_is_cut_before_it_is_tokenised(tokenizer):
-    from paddle_ft.data.corpus import CHARACTERS_PER_TOKEN, pretraining_features
+    from paddle_ft.data.corpus import pretraining_features
+    from paddle_ft.data.features import CHARACTERS_PER_TOKEN
 
     calls = []
 

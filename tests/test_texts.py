@@ -151,3 +151,20 @@ def test_every_text_gets_one_prediction_from_all_four_or_is_refused_by_all_four_
     assert [r["label"] for r in served] == [p.label for p in expected]
     for record, from_server, prediction in zip(records, served, expected):
         assert abs(record["score"] - prediction.score) < 1e-5 and abs(from_server["score"] - prediction.score) < 1e-5
+
+
+@pytest.mark.parametrize("mode, kept", [("head", "好" * 1024), ("tail", "差" * 1024), ("head_tail", "好" * 1024 + "差" * 1024),
+                                        ("sliding_window", None)])
+def test_a_text_of_millions_of_characters_is_cut_to_what_its_kept_tokens_can_come_from(mode, kept):
+    """Issue 27, root 6: a 4.9M-character text was tokenised whole before truncation (3.7 GB)."""
+    from paddle_ft.data.features import CHARACTERS_PER_TOKEN, Truncation
+
+    text = "好" * 2_000_000 + "差" * 2_000_000
+    assert CHARACTERS_PER_TOKEN * 64 == 1024
+    assert Truncation(mode).characters_read(text, 64) == (kept if kept is not None else text)
+    assert Truncation(mode).characters_read("好差" * 100, 64) == "好差" * 100  # short texts are read whole
+
+
+def test_the_predictor_reads_a_huge_text_as_its_head_and_says_it_was_cut(predictor):
+    huge, head = predictor.predict(["好棒" * 1_000_000, "好棒" * 32])
+    assert huge.probabilities == pytest.approx(head.probabilities, abs=1e-6) and huge.truncated and head.truncated

@@ -6,13 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.data.features import Features
+from paddle_ft.data.features import Features, Truncation
 from paddle_ft.data.readers import read_texts
 from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer
 from paddle_ft.errors import ConfigError, DataError
 from paddle_ft.log import log
-
-CHARACTERS_PER_TOKEN = 16
 
 
 def read_corpus(paths: tuple[str, ...], text_column: str) -> tuple[list[str], list[tuple[str, int]]]:
@@ -53,10 +51,7 @@ def held_out(count: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarra
 
 def pretraining_features(texts: list[str], tokenizer, max_length: int, whole_word: bool) -> Features:
     """Token ids of `texts` (no labels); with `whole_word`, each token's word as jieba segments the text."""
-    # a token covers at least one character, so the characters past this many are cut before tokenising: a line
-    # of millions of characters costs no more than one of a few thousand (only blanks between tokens could make
-    # the head shorter than max_length tokens)
-    texts = [text[:max_length * CHARACTERS_PER_TOKEN] for text in texts]
+    texts = [Truncation("head").characters_read(text, max_length) for text in texts]  # a long line costs no more
     if not whole_word:
         encoded = tokenizer(texts, max_length=max_length, truncation=True)
         return Features([np.asarray(x, dtype=np.int64) for x in encoded["input_ids"]],

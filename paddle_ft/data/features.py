@@ -9,6 +9,9 @@ import numpy as np
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import Example
 
+CHARACTERS_PER_TOKEN = 16
+"""Characters of a text read per token it can keep (`Truncation.characters_read`)."""
+
 
 @dataclass(frozen=True)
 class Truncation:
@@ -39,6 +42,20 @@ class Truncation:
         body, inner = max_length - 2, ids[1:-1]
         step = min(self.stride, body)  # a wider step would skip the tokens between two windows
         return [[ids[0], *inner[start:start + body], ids[-1]] for start in range(0, len(inner) - body + step, step)]
+
+    def characters_read(self, text: str, max_length: int) -> str:
+        """The part of `text` its kept tokens come from, cut before tokenising: a token covers at least one
+        character, so past CHARACTERS_PER_TOKEN per kept token the rest is never read, and a line of millions of
+        characters costs what a line of a few thousand does. (Only more blanks than that between tokens could
+        leave fewer tokens than max_length.) Sliding windows read every character."""
+        reach = max_length * CHARACTERS_PER_TOKEN
+        if self.mode == "sliding_window" or len(text) <= reach * (2 if self.mode == "head_tail" else 1):
+            return text
+        if self.mode == "head":
+            return text[:reach]
+        if self.mode == "tail":
+            return text[-reach:]
+        return text[:reach] + text[-reach:]
 
     def cut(self, ids: list[int], max_length: int) -> list[int]:
         if len(ids) <= max_length:
@@ -97,8 +114,11 @@ class Splits:
 
 def tokenize(examples: Sequence[Example], tokenizer, max_length: int,
              label_map: LabelMap | None = None, truncation: Truncation = Truncation()) -> Features:
-    texts = [e.text for e in examples]
     pairs = [e.text_pair for e in examples] if examples and examples[0].text_pair is not None else None
+    reads = Truncation() if pairs is not None else truncation  # a pair is cut longest-first: each keeps its head
+    texts = [reads.characters_read(e.text, max_length) for e in examples]
+    if pairs is not None:
+        pairs = [reads.characters_read(pair, max_length) for pair in pairs]
     labels = label_ids(examples, label_map)
     if truncation.mode == "head" or pairs is not None:
         encoded = tokenizer(texts, text_pair=pairs, max_length=max_length, truncation=True)
