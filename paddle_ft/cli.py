@@ -116,8 +116,8 @@ def _add_predict(commands) -> None:
     source.add_argument("--text", action="append", help="a text to classify; repeatable")
     predict.add_argument("--text-pair", action="append", help="the second text of a --text, in the same order, "
                                                               "for a model trained on text pairs; repeatable")
-    source.add_argument("--input", help="a file of texts: .txt (one per line), or .tsv/.csv/.jsonl with a "
-                                        "'text' column (and 'text_pair' for a pair model)")
+    source.add_argument("--input", help="a file of texts: .txt (one per line), or .tsv/.csv/.jsonl with the text "
+                                        "column the model was trained with (and its pair column for a pair model)")
     predict.add_argument("--output", help="JSON Lines file to write (default: standard output)")
     predict.add_argument("--truncation", choices=TRUNCATIONS, help="how a text longer than the model's max_length is "
                                                                    "cut (default: as training cut it)")

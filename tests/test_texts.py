@@ -168,3 +168,13 @@ def test_a_text_of_millions_of_characters_is_cut_to_what_its_kept_tokens_can_com
 def test_the_predictor_reads_a_huge_text_as_its_head_and_says_it_was_cut(predictor):
     huge, head = predictor.predict(["好棒" * 1_000_000, "好棒" * 32])
     assert huge.probabilities == pytest.approx(head.probabilities, abs=1e-6) and huge.truncated and head.truncated
+
+
+def test_predict_reads_a_table_by_the_text_column_the_model_was_trained_on(tmp_path):
+    export = export_tiny_model(tmp_path / "model")
+    meta = json.loads((export / "export.json").read_text(encoding="utf-8"))
+    meta["model"]["text_column"] = "review"  # as if trained with data.text_column: review
+    (export / "export.json").write_text(json.dumps(meta), encoding="utf-8")
+    table = write_tsv(tmp_path / "reviews.tsv", [("好棒", "x"), ("差坏", "y")], header=("review", "id"))
+    code, records, _ = predict_cli(export, "--input", str(table))
+    assert code == 0 and [(r["text"], r["line"]) for r in records] == [("好棒", 2), ("差坏", 3)]

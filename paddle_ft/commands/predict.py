@@ -21,8 +21,8 @@ def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_
     if texts is None:
         if pairs:
             raise UserError("--text-pair goes with --text; with --input, put the second texts in a text_pair column")
-        pair_column = "text_pair" if read_export_info(Path(model_dir)).model.takes_pairs else None
-        texts, pairs, lines = read_texts(Path(input_path), text_pair_column=pair_column)
+        meta = read_export_info(Path(model_dir)).model  # a table's columns are named as in training
+        texts, pairs, lines = read_texts(Path(input_path), meta.text_column, meta.text_pair_column)
     if output_path:
         check_output_file(output_path, "--output", {"--input": input_path})
     predictor = Predictor(model_dir, **predictor_options)
