@@ -1,5 +1,5 @@
 """Which command owns an output folder, and which process is writing it: the one check every command that
-writes a folder goes through (train, pretrain, distill, cv, sweep, audit; report writes into a run's folder).
+writes a folder goes through (train, pretrain, distill, cv, sweep, audit, bench; report adds to a run's folder).
 
     .paddle_ft-owner   {"kind": "cv"}: written when a command first takes a folder; later commands of another
                        kind, and any command on a folder holding files paddle_ft did not write, are refused
@@ -25,9 +25,9 @@ from paddle_ft.io import check_output_folder, write_text_atomically
 from paddle_ft.log import log
 
 OWNER_FILE, LOCK_FILE = ".paddle_ft-owner", ".paddle_ft-lock"
-KINDS = ("train", "pretrain", "distill", "cv", "sweep", "audit")
+KINDS = ("train", "pretrain", "distill", "cv", "sweep", "audit", "bench")
 DESCRIPTIONS = {"train": "a training run", "pretrain": "a pretraining run", "distill": "a distillation run",
-                "cv": "a cross-validation", "sweep": "a sweep", "audit": "an audit"}
+                "cv": "a cross-validation", "sweep": "a sweep", "audit": "an audit", "bench": "a benchmark"}
 
 OUTPUT_DIR = "config key 'output_dir':"  # how the errors name the folder of train, pretrain, distill, cv and sweep
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paddle_ft.bench.inference import ENGINES
+from paddle_ft.io import atomic_path
 
 TRAIN_ENGINES = ("paddle_ft", "paddlenlp_trainer", "hf_trainer", "hf_trainer_group_by_length")
 TRAIN_TITLES = {"paddle_ft": "paddle_ft engine", "paddlenlp_trainer": "PaddleNLP Trainer (defaults)",
@@ -156,5 +157,6 @@ def chart(results: dict, path: Path) -> None:
     m = results["machine"]
     figure.suptitle(f"paddle_ft bench: {m['cpu']}, {m['threads']} threads, Paddle {m['paddle_version']}")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, dpi=100)
     plt.close(figure)

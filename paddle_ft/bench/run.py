@@ -15,6 +15,8 @@ from paddle_ft import runtime
 from paddle_ft.bench import report
 from paddle_ft.bench.shape import BATCH_SIZE, MAX_LENGTH, RESULT_MARK, SHAPE_VARIABLE, model_shape, train_steps
 from paddle_ft.errors import UserError
+from paddle_ft.io import write_text_atomically
+from paddle_ft.ownership import owned_folder
 
 HF_SCRIPT = Path(__file__).with_name("hf_trainer.py")
 DEFAULT_PEERS_PYTHON = ".venv-peers/bin/python"
@@ -53,7 +55,11 @@ def main(args: argparse.Namespace) -> int:
             model_shape()
         except ValueError:
             raise UserError(f"--model-shape {args.model_shape}: give four integers, e.g. 4,256,4,1024") from None
-    output = Path(args.output)
+    with owned_folder(args.output, "bench", "--output") as output:
+        return _bench(args, demo, output)
+
+
+def _bench(args: argparse.Namespace, demo: Path, output: Path) -> int:
     workdir = output / "work"
     (output / "logs").mkdir(parents=True, exist_ok=True)
     threads = args.threads or runtime.usable_cores()
@@ -87,9 +93,9 @@ def main(args: argparse.Namespace) -> int:
                            "paddlenlp_trainer_steps": slow_steps,
                            "quick": args.quick, "seconds": round(time.perf_counter() - started, 1)}
     results["ratios"] = report.ratios(results)
-    (output / "bench.json").write_text(json.dumps(results, indent=2, ensure_ascii=False), encoding="utf-8")
+    write_text_atomically(output / "bench.json", json.dumps(results, indent=2, ensure_ascii=False))
     table = report.markdown(results)
-    (output / "bench.md").write_text(table, encoding="utf-8")
+    write_text_atomically(output / "bench.md", table)
     report.chart(results, output / "bench.png")
     print(table)
     print(f"wrote {output / 'bench.json'}, {output / 'bench.md'}, {output / 'bench.png'} "
