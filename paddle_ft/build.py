@@ -69,7 +69,7 @@ def build_splits(dataset: Dataset, tokenizer, max_length: int, cache_dir: str | 
     hits = []
     for name, rows in dataset.examples.items():
         for column in ([e.text for e in rows], [e.text_pair for e in rows if e.text_pair is not None]):
-            empty = without_tokens(column, tokenizer)
+            empty = without_tokens(column)
             if empty:  # a row the model would read as [CLS] [SEP] alone
                 raise DataError(dataset.paths.get(name, f"the {name} split"), rows[empty[0]].line,
                                 f"the text {NO_TOKEN}; fix the row or remove it")

@@ -105,9 +105,9 @@ class Predictor:
         first tokens (`head`), its last ones (`tail`, where reviews often say what they conclude), both ends
         (`head_tail`) or in pooled windows (`sliding_window`); a pair is cut longest-first, as in training."""
         require_int("batch_size", batch_size, 1)
-        texts = self.check_texts(texts)
+        texts = check_texts(texts)
         if pairs is not None:
-            pairs = self.check_texts(pairs, "second text {}")
+            pairs = check_texts(pairs, "second text {}")
         if truncation not in (None, *TRUNCATIONS):
             raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
         self.check_pairs(texts, pairs, truncation)
@@ -138,10 +138,6 @@ class Predictor:
         probs = dict(zip(self.labels, map(float, sigmoid(logits))))
         chosen = [name for name, threshold in zip(self.labels, self.meta.label_thresholds) if probs[name] >= threshold]
         return Prediction(probs, truncated, windows, tuple(sorted(chosen, key=lambda name: -probs[name])))
-
-    def check_texts(self, texts, item: str = "text {}") -> list[str]:
-        """`texts` as a list, refused in one line unless each is a string the model's tokenizer reads."""
-        return check_texts(texts, item, self.tokenizer)
 
     def check_pairs(self, texts: list[str], pairs: list[str] | None, truncation: str | None = None) -> None:
         """Second texts where, and only where, the model was trained on pairs; one per text."""
@@ -251,10 +247,10 @@ def check_tensorrt(program: Path, device: str) -> None:
                         "without --tensorrt")
 
 
-def check_texts(texts, item: str = "text {}", tokenizer=None) -> list[str]:
-    """`texts` as a list, each a string of valid Unicode; with the model's `tokenizer`, each must also give it at
-    least one token (`without_tokens`: one rule for the CLI, the API and the server). The message names the first
-    text that fails, as `item` formatted with its index (the CLI and the HTTP service name them differently)."""
+def check_texts(texts, item: str = "text {}") -> list[str]:
+    """`texts` as a list, each a string of valid Unicode that the model reads as at least one token
+    (`data.tokenizer.readable`: one rule for the CLI, the API and the server). The message names the first text that
+    fails, as `item` formatted with its index (the CLI and the HTTP service name them differently)."""
     if isinstance(texts, (str, bytes)):
         raise UserError(f"give a list of texts, not one {type(texts).__name__} ({texts[:20]!r}): a string would be "
                         "read as one text per character")
@@ -270,7 +266,7 @@ def check_texts(texts, item: str = "text {}", tokenizer=None) -> list[str]:
         except UnicodeEncodeError as exc:
             raise UserError(f"{item.format(i)} holds a lone surrogate ({text[exc.start]!r}), which is not text; "
                             "send valid Unicode") from None
-    empty = without_tokens(texts, tokenizer) if tokenizer is not None else [i for i, t in enumerate(texts) if not t]
+    empty = without_tokens(texts)
     if empty:
         raise UserError(f"{item.format(empty[0])} {NO_TOKEN}")
     return [str(text) for text in texts]

@@ -4,6 +4,7 @@ its arguments as the command line does."""
 import json
 import os
 import re
+import unicodedata
 
 import numpy as np
 import pytest
@@ -137,7 +138,7 @@ def test_every_text_gets_one_prediction_from_all_four_or_is_refused_by_all_four_
 
     refused = refusal(lambda: predictor.predict(texts))
     assert refusal(lambda: classifier(texts)) == refused
-    code, records, err = predict_cli(export_dir, *[arg for text in texts for arg in ("--text", text)])
+    code, records, err = predict_cli(export_dir, *[f"--text={text}" for text in texts])  # "-x" is no option
     response = server.classify(texts)
     if refused is not None:
         assert code == 2 and err.count("\n") == 1 and err.endswith(f" {refused}\n"), err
@@ -178,3 +179,20 @@ def test_predict_reads_a_table_by_the_text_column_the_model_was_trained_on(tmp_p
     table = write_tsv(tmp_path / "reviews.tsv", [("好棒", "x"), ("差坏", "y")], header=("review", "id"))
     code, records, _ = predict_cli(export, "--input", str(table))
     assert code == 0 and [(r["text"], r["line"]) for r in records] == [("好棒", 2), ("差坏", 3)]
+
+
+@pytest.mark.slow  # a few hundred examples
+@PROPERTY_BUDGET
+@given(text=unicode_texts)
+def test_the_rule_is_the_tokenizers_view_every_text_it_refuses_reads_as_no_token_and_back(text, predictor):
+    """`readable` (a letter, digit, punctuation or symbol) against what PaddleNLP's BERT tokenizer makes of the text:
+    a readable text gives a token; one that is not gives none (spacing marks aside, which it keeps as [UNK] and the
+    rule refuses: a text of marks on nothing is no text)."""
+    from paddle_ft.data.tokenizer import readable
+
+    slow = predictor.tokenizer.slow  # PaddleNLP's own tokenizer, under the Rust one
+    tokens = slow.tokenize(text)
+    if readable(text):
+        assert tokens, text
+    elif not any(unicodedata.category(c) in ("Mc", "Me") for c in text):
+        assert tokens == [], text

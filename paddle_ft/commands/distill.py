@@ -43,7 +43,7 @@ def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
                           truncation_of(config.data))
     if config.distill.unlabeled:
         texts, origins = read_corpus(config.distill.unlabeled, config.data.text_column)
-        empty = without_tokens(texts, tokenizer)
+        empty = without_tokens(texts)
         if empty:
             raise DataError(*origins[empty[0]], f"the text {NO_TOKEN}; fix the line or remove it")
         splits = dataclasses.replace(splits, train=_with_unlabeled(splits.train, texts, tokenizer, config))

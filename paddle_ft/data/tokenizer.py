@@ -159,18 +159,37 @@ def fastest(tokenizer):
     return fast_tokenizer_for(tokenizer) or tokenizer
 
 
-NO_TOKEN = ("holds no character the model reads (it is empty, or only blanks, control or format characters); "
-            "give it at least one visible character")
+NO_TOKEN = ("holds no character the model reads (no letter, digit, punctuation or symbol: it is empty, or only "
+            "blanks, control or format characters); give it at least one")
+_READABLE = "LNPS"  # the Unicode categories of letters, numbers, punctuation and symbols
 
 
-def without_tokens(texts: Sequence[str], tokenizer) -> list[int]:
-    """The indices of the texts `tokenizer` reads as nothing: empty, or only blanks, control and format characters
-    (and, where it strips accents, marks). What counts as "a text" is what the tokenizer sees, for training rows,
-    files to predict and requests alike. A letter, digit, punctuation or symbol is always a token to a
-    BERT-family tokenizer (if only [UNK]), so only the texts without one are tokenised to find out."""
-    suspects = [i for i, text in enumerate(texts) if not any(unicodedata.category(c)[0] in "LNPS" for c in text)]
-    if not suspects:
-        return []
-    ids = tokenizer(["", *(texts[i] for i in suspects)], max_length=None, truncation=False)["input_ids"]
-    specials = len(ids[0])  # [CLS] [SEP] of an empty text
-    return [i for i, row in zip(suspects, ids[1:]) if len(row) <= specials]
+def readable(text: str) -> bool:
+    """What counts as "a text", for training rows, files to predict, the API and requests alike: one with at least
+    one letter, digit, punctuation mark or symbol. Each of those is a token to a BERT-family tokenizer (if only
+    [UNK]); blanks, control, format and unassigned characters are dropped by it, and so is a text of them alone."""
+    return any(unicodedata.category(c)[0] in _READABLE for c in text)
+
+
+def without_tokens(texts: Sequence[str]) -> list[int]:
+    """The indices of the texts that are not `readable`: the model would read them as [CLS] [SEP] alone."""
+    return [i for i, text in enumerate(texts) if not readable(text)]
+
+
+@functools.lru_cache(maxsize=1)
+def readable_pattern() -> str:
+    """`readable` as a JSON Schema (ECMA-262) pattern, for the HTTP service's schema: a class of every character
+    of those categories, by this Python's Unicode tables (code points above U+FFFF written as themselves)."""
+    def spelled(code: int) -> str:
+        return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)
+
+    ranges, start = [], None
+    for code in range(sys.maxunicode + 2):
+        inside = code <= sys.maxunicode and not 0xD800 <= code <= 0xDFFF and \
+            unicodedata.category(chr(code))[0] in _READABLE
+        if inside and start is None:
+            start = code
+        elif not inside and start is not None:
+            ranges.append(spelled(start) if start == code - 1 else f"{spelled(start)}-{spelled(code - 1)}")
+            start = None
+    return "[" + "".join(ranges) + "]"

@@ -23,17 +23,18 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictStr, WithJsonSchema
 from starlette.exceptions import HTTPException
 
+from paddle_ft.data.tokenizer import readable_pattern
 from paddle_ft.errors import UserError
+from paddle_ft.infer import check_texts
 from paddle_ft.serve.batcher import DynamicBatcher, QueueFull
 from paddle_ft.serve.metrics import Metrics
 from paddle_ft.serve.options import Limits
 
 # Text and count limits are documented in the schema but checked by the handler, not by pydantic, so
-# that each answer says how to fix the request. "Visible" is as Python's str.isspace() sees it, which
-# differs from a JSON Schema (ECMA-262) \s: the blanks are spelled out.
-_BLANKS = "".join(f"\\u{code:04x}" for code in range(0x3001) if chr(code).isspace())  # none lies above U+3000
-VisibleText = Annotated[StrictStr, WithJsonSchema({"type": "string", "pattern": f"[^{_BLANKS}]",
-                                                   "description": "a text with at least one visible character"})]
+# that each answer says how to fix the request. The pattern is the rule the handler applies (`readable`).
+VisibleText = Annotated[StrictStr, WithJsonSchema({"type": "string", "pattern": readable_pattern(),
+                                                   "description": "a text with at least one letter, digit, "
+                                                                  "punctuation mark or symbol"})]
 
 
 def _json_integer(value):
@@ -240,9 +241,9 @@ def _request_problem(body: ClassifyRequest, predictor, limits: Limits, truncatio
     if not body.texts:
         return "texts is empty; send at least one text"
     try:
-        predictor.check_texts(body.texts, "texts[{}]")
+        check_texts(body.texts, "texts[{}]")
         if body.text_pairs is not None:
-            predictor.check_texts(body.text_pairs, "text_pairs[{}]")
+            check_texts(body.text_pairs, "text_pairs[{}]")
         predictor.check_pairs(body.texts, body.text_pairs, truncation)
     except UserError as exc:
         return str(exc)
