@@ -67,9 +67,11 @@ test: $(VENV)/.installed $(PEERS)/.installed
 test-fast: $(VENV)/.installed
 	$(PYTHON) -m pytest -q -m "not slow" tests
 
-# in the official Paddle GPU image: pip install . first, then python tools/gpu_check.py (this target uses the venv)
-gpu-check: $(VENV)/.installed
-	$(PYTHON) tools/gpu_check.py --output out/gpu_check
+# the environment's own paddle, never the venv's CPU wheel: in the official Paddle GPU image (or after
+# pip install '.[gpu]') run `pip install .` first. Without a GPU it fails, as a GPU check that checked nothing should.
+GPU_PYTHON ?= python3
+gpu-check:
+	$(GPU_PYTHON) tools/gpu_check.py --output out/gpu_check
 
 bench: $(VENV)/.installed data/demo/train.tsv
 	$(PYTHON) tools/bench.py --output out/bench --serve

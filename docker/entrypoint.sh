@@ -3,6 +3,13 @@
 # (e.g. --max-batch-size 64). With arguments that start with something other than "-", runs them
 # instead (e.g. `python -m paddle_ft train ...`).
 set -eu
+# `docker run --user $(id -u):$(id -g)` (to write files the host user owns) gives an arbitrary uid HOME=/, and
+# PaddleNLP, pip and the caches write under ~: give such a uid a home of its own
+if [ -z "${HOME:-}" ] || [ "$HOME" = "/" ] || [ ! -w "$HOME" ]; then
+    HOME="${TMPDIR:-/tmp}/paddle_ft-home-$(id -u)"
+    mkdir -p "$HOME"
+    export HOME
+fi
 if [ "$#" -gt 0 ] && [ "${1#-}" = "$1" ]; then
     exec "$@"
 fi

@@ -48,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import paddle
 
+    gpus = paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0
+    if args.device == "gpu" and gpus == 0:  # a GPU check that checked nothing is no pass
+        build = "a CUDA build" if paddle.is_compiled_with_cuda() else "the CPU build, without CUDA"
+        print(f"error: no CUDA GPU found (paddle {paddle.__version__}, {build}): gpu-check checked nothing; run it "
+              "where nvidia-smi lists a GPU with paddle's GPU build (the official Paddle GPU image, or "
+              "pip install '.[gpu]'), or pass --device cpu for the plumbing only", file=sys.stderr)
+        return 1
     work = Path(args.output)
     if work.exists() and any(work.iterdir()) and not (work / "data" / "config.yaml").is_file():
         # only an earlier gpu-check folder (its corpus is written first) is ever deleted
@@ -55,12 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     shutil.rmtree(work, ignore_errors=True)
     config = write_corpus(work / "data", args.steps)
-    gpus = paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0
-    if args.device == "gpu" and gpus == 0:
-        checks = [Check("environment", "skip", "no CUDA GPU visible (or a paddle build without CUDA): nothing of "
-                                               "the GPU path can be checked here; --device cpu runs the plumbing")]
-    else:
-        checks = run_checks(work, config, args.device, gpus)
+    checks = run_checks(work, config, args.device, gpus)
     report(checks, work / "gpu_check.json")
     return 1 if any(c.status == "fail" for c in checks) else 0
 

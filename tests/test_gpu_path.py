@@ -150,3 +150,14 @@ def test_gpu_check_never_deletes_a_folder_it_did_not_write(tmp_path, capsys):
     assert main(["--output", str(tmp_path), "--device", "cpu"]) == 2
     assert "holds files gpu-check did not write" in capsys.readouterr().err
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.skipif(paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0, reason="a GPU is here")
+def test_gpu_check_without_a_gpu_fails_in_one_line_and_writes_nothing(tmp_path, capsys):
+    """Issue 28: it printed one SKIP and exited 0, a check that could not fail."""
+    from paddle_ft.gpu_check import main
+
+    assert main(["--output", str(tmp_path / "check")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no CUDA GPU found (paddle ") and err.count("\n") == 1 and "checked nothing" in err
+    assert not (tmp_path / "check").exists()

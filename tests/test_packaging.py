@@ -4,6 +4,8 @@ import runpy
 from pathlib import Path
 from unittest import mock
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -40,17 +42,35 @@ def _final_stage(text: str) -> str:
     return text[[m.start() for m in re.finditer(r"^FROM ", text, re.M)][-1]:]
 
 
-def test_dockerfile_serves_as_a_non_root_user_with_a_healthcheck():
+def test_dockerfile_serves_as_a_non_root_user_with_a_readiness_healthcheck():
     text = (ROOT / "docker" / "Dockerfile").read_text()
     final = _final_stage(text)
     users = re.findall(r"^USER (\S+)$", final, re.M)
     assert users and users[-1] not in ("root", "0")
     assert re.search(rf"useradd .*{users[-1]}", final)
     health = re.search(r"^HEALTHCHECK .*\n(?:.*\n)*?\s*CMD (.+)$", final, re.M)
-    assert health and "/healthz" in health.group(1)
+    assert health and "/readyz" in health.group(1)  # healthy = ready: a model that never loads is unhealthy
     assert re.search(r'^ENTRYPOINT \["/usr/local/bin/paddle_ft-serve"\]$', final, re.M)
     assert "docker/entrypoint.sh /usr/local/bin/paddle_ft-serve" in final
     assert re.search(r"^ENV MODEL_DIR=/model PORT=8080", final, re.M) and re.search(r"^EXPOSE 8080$", final, re.M)
     # build tools stay in the build stage: the final stage installs only the wheel built there
     assert "COPY --from=build /wheels /wheels" in final and "pip wheel" not in final
     assert not re.search(r"apt-get install|build-essential|gcc|setup.py", final)
+
+
+@pytest.mark.parametrize("home", ["/", "", "/proc/no-such-home"])
+def test_the_entrypoint_gives_an_arbitrary_uid_a_writable_home(home, tmp_path):
+    """Issue 28: `docker run --user $(id -u):$(id -g)` gives HOME=/, and `import paddlenlp` then fails creating
+    /.paddlenlp. The entrypoint runs a command (anything not starting with "-") with a home it can write."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "HOME": home, "TMPDIR": str(tmp_path)}
+    done = subprocess.run([str(ROOT / "docker" / "entrypoint.sh"), "sh", "-c", 'echo "$HOME"; touch "$HOME/x"'],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{tmp_path}/paddle_ft-home-{os.getuid()}" and (tmp_path / done.stdout.strip() /
+                                                                                    "x").is_file()
+    kept = subprocess.run([str(ROOT / "docker" / "entrypoint.sh"), "sh", "-c", 'echo "$HOME"'],
+                          env={**env, "HOME": str(tmp_path)}, capture_output=True, text=True)
+    assert kept.stdout.strip() == str(tmp_path)  # a home that can be written is kept
