@@ -139,3 +139,17 @@ def test_largest_batch_names_runs_by_precision_and_tells_oom_from_other_failures
     assert largest_batch(other, {}, "bf16", {}) == (32, "exit 1; see log")  # not counted as out of memory
     names = [name for name, _ in oom.names + other.names]
     assert len(names) == len(set(names)) and all("fp16" in n or "bf16" in n for n in names)
+
+
+@pytest.mark.slow  # trains, exports and starts a server
+def test_the_full_size_smoke_trains_exports_predicts_and_serves(tmp_path, capsys):
+    """tools/full_size_smoke.py's plumbing, at a tiny shape here (README has its figures at bert-base's)."""
+    from paddle_ft.bench.full_size import main
+
+    assert main(["--output", str(tmp_path / "smoke"), "--shape", "2,32,2,64", "--vocab-size", "300",
+                 "--steps", "6"]) == 0
+    figures = json.loads((tmp_path / "smoke" / "full_size.json").read_text(encoding="utf-8"))
+    assert figures["parity_paddle"] <= 1e-4 and figures["parity_onnx"] <= 1e-4
+    assert figures["server_status"] == 200 and figures["server_exit"] == 0
+    assert figures["seconds_per_step"] > 0 and figures["peak_rss_mib"] > 0 and figures["export_mib"] >= 0
+    assert len((tmp_path / "smoke" / "data" / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 300

@@ -1,0 +1,127 @@
+"""The toolkit at the size users run it, on this machine: a bert-base-chinese-shaped encoder (12 x 768, a vocabulary
+of 21,128, random weights) trained for a few steps through `train`, exported with parity, predicted at batch 1 and
+served one request. Every other test uses a tiny model; this one measures the real size: peak memory, seconds per
+step, export size, batch-1 latency. `python tools/full_size_smoke.py [--output DIR]`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import time
+from pathlib import Path
+
+from paddle_ft.arguments import ArgumentParser, positive_int
+from paddle_ft.data.demo import SPECIAL_TOKENS
+from paddle_ft.errors import UserError
+from paddle_ft.ownership import owned_folder
+
+BERT_BASE = "12,768,12,3072"  # layers, hidden, heads, intermediate of bert-base-chinese
+VOCAB_SIZE = 21128  # bert-base-chinese's vocabulary
+MAX_LENGTH = 128
+LABELS = ("负面", "正面")  # the recipe's (configs/demo-scratch.yaml)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = ArgumentParser(prog="full_size_smoke", description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default="out/full-size-smoke", help="the folder to create (new or empty)")
+    parser.add_argument("--shape", default=BERT_BASE, metavar="LAYERS,HIDDEN,HEADS,INTERMEDIATE")
+    parser.add_argument("--vocab-size", type=positive_int, default=VOCAB_SIZE)
+    parser.add_argument("--steps", type=positive_int, default=20)
+    parser.add_argument("--batch-size", type=positive_int, default=8)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        layers, hidden, heads, intermediate = (int(x) for x in args.shape.split(","))
+    except ValueError:
+        raise UserError(f"--shape {args.shape}: give four integers, e.g. {BERT_BASE}") from None
+    with owned_folder(args.output, "bench", "--output") as folder:
+        data = _corpus(folder / "data", args.vocab_size, rows=max(64, args.steps * args.batch_size))
+        shape = [f"model.scratch.num_layers={layers}", f"model.scratch.hidden_size={hidden}",
+                 f"model.scratch.num_heads={heads}", f"model.scratch.intermediate_size={intermediate}"]
+        figures = {"shape": args.shape, "vocab_size": args.vocab_size, "max_length": MAX_LENGTH,
+                   "batch_size": args.batch_size, "steps": args.steps}
+        figures.update(_train(folder, data, shape, args.steps, args.batch_size))
+        figures.update(_export_and_predict(folder))
+        figures["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        (folder / "full_size.json").write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    for name, value in figures.items():
+        print(f"{name:28s} {value}")
+    return 0
+
+
+def _corpus(folder: Path, vocab_size: int, rows: int) -> Path:
+    """A vocabulary of `vocab_size` tokens (the specials, then CJK characters) and train/dev files of texts drawn
+    from it, 60-200 characters long so most reach the 128 tokens."""
+    folder.mkdir(parents=True, exist_ok=True)
+    chars = [chr(0x4E00 + i) for i in range(vocab_size - len(SPECIAL_TOKENS))]
+    (folder / "vocab.txt").write_text("\n".join([*SPECIAL_TOKENS, *chars]) + "\n", encoding="utf-8")
+    rng = random.Random(0)
+    for split, count in (("train", rows), ("dev", 32)):
+        texts = ("".join(rng.choices(chars, k=rng.randint(60, 200))) for _ in range(count))
+        lines = ["text\tlabel"] + [f"{text}\t{rng.choice(LABELS)}" for text in texts]
+        (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def _train(folder: Path, data: Path, shape: list[str], steps: int, batch_size: int) -> dict:
+    from paddle_ft.cli import main as cli
+
+    run = folder / "run"
+    overrides = [f"output_dir={run}", f"data.train={data / 'train.tsv'}", f"data.dev={data / 'dev.tsv'}",
+                 "data.test=null", f"data.max_length={MAX_LENGTH}", f"model.scratch.vocab_file={data / 'vocab.txt'}",
+                 "model.scratch.max_position_embeddings=512", *shape, f"train.max_steps={steps}",
+                 f"train.batch_size={batch_size}", "train.runtime.log_every=5", "train.checkpoints.every=0",
+                 # a bert-base fine-tuning's rate (the recipe's is a tiny model's)
+                 "train.optimizer.learning_rate=5e-5"]
+    started = time.perf_counter()
+    if cli(["train", "--config", str(Path(__file__).parents[2] / "configs" / "demo-scratch.yaml"),
+            *[x for item in overrides for x in ("-o", item)]]) != 0:
+        raise UserError("the full-size training failed; see its output above")
+    events = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    speeds = [e["samples_per_s"] for e in events if e["event"] == "train"][1:]  # the first interval warms up
+    losses = [e["loss"] for e in events if e["event"] == "train"]
+    return {"train_seconds": round(time.perf_counter() - started, 1), "loss_first_last": [losses[0], losses[-1]],
+            "seconds_per_step": round(batch_size / (sum(speeds) / len(speeds)), 2) if speeds else None}
+
+
+def _export_and_predict(folder: Path) -> dict:
+    import httpx
+
+    from paddle_ft.cli import main as cli
+    from paddle_ft.infer import Predictor
+    from paddle_ft.serve.process import ServerProcess
+
+    export = folder / "export"
+    started = time.perf_counter()
+    if cli(["export", "--model", str(folder / "run" / "best"), "--output", str(export)]) != 0:
+        raise UserError("the full-size export failed; see its output above")
+    info = json.loads((export / "export.json").read_text(encoding="utf-8"))
+    figures = {"export_seconds": round(time.perf_counter() - started, 1),
+               "export_mib": round(sum(p.stat().st_size for p in export.iterdir()) / 2**20),
+               "parity_paddle": info["parity_max_abs_diff"], "parity_onnx": info.get("parity_max_abs_diff_onnx")}
+    text = "".join(chr(0x4E00 + i) for i in range(40))
+    for backend in ("onnxruntime", "paddle"):
+        predictor = Predictor(export, backend=backend)
+        predictor.predict([text])
+        times = []
+        for _ in range(20):
+            started = time.perf_counter()
+            predictor.predict([text])
+            times.append(time.perf_counter() - started)
+        figures[f"batch1_ms_p50_{backend}"] = round(1000 * sorted(times)[len(times) // 2], 1)
+        del predictor
+    server = ServerProcess(export, folder / "server.log", "--threads", "2")
+    try:
+        answer = httpx.post(f"{server.url}/v1/classify", json={"texts": [text]}, timeout=60)
+    finally:
+        figures["server_exit"] = server.stop()
+    figures["server_status"] = answer.status_code
+    if answer.status_code != 200 or figures["server_exit"] != 0:
+        raise UserError(f"the server answered {answer.status_code} and exited {figures['server_exit']}; see "
+                        f"{folder / 'server.log'}")
+    return figures
