@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
 import resource
 import time
 from pathlib import Path
 
+from paddle_ft import runtime
 from paddle_ft.arguments import ArgumentParser, positive_int
 from paddle_ft.data.demo import SPECIAL_TOKENS
 from paddle_ft.errors import UserError
@@ -20,7 +22,7 @@ from paddle_ft.ownership import owned_folder
 BERT_BASE = "12,768,12,3072"  # layers, hidden, heads, intermediate of bert-base-chinese
 VOCAB_SIZE = 21128  # bert-base-chinese's vocabulary
 MAX_LENGTH = 128
-LABELS = ("负面", "正面")  # the recipe's (configs/demo-scratch.yaml)
+LABELS = ("负面", "正面")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -35,6 +37,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    runtime.configure()  # before paddle is imported: threads, MKL on AMD
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per readiness poll is not the smoke's output
     try:
         layers, hidden, heads, intermediate = (int(x) for x in args.shape.split(","))
     except ValueError:
@@ -69,19 +73,16 @@ def _corpus(folder: Path, vocab_size: int, rows: int) -> Path:
 
 
 def _train(folder: Path, data: Path, shape: list[str], steps: int, batch_size: int) -> dict:
-    from paddle_ft.cli import main as cli
+    from paddle_ft.commands import train
 
     run = folder / "run"
     overrides = [f"output_dir={run}", f"data.train={data / 'train.tsv'}", f"data.dev={data / 'dev.tsv'}",
                  "data.test=null", f"data.max_length={MAX_LENGTH}", f"model.scratch.vocab_file={data / 'vocab.txt'}",
                  "model.scratch.max_position_embeddings=512", *shape, f"train.max_steps={steps}",
                  f"train.batch_size={batch_size}", "train.runtime.log_every=5", "train.checkpoints.every=0",
-                 # a bert-base fine-tuning's rate (the recipe's is a tiny model's)
-                 "train.optimizer.learning_rate=5e-5"]
+                 "train.optimizer.learning_rate=5e-5"]  # a bert-base fine-tuning's rate
     started = time.perf_counter()
-    if cli(["train", "--config", str(Path(__file__).parents[2] / "configs" / "demo-scratch.yaml"),
-            *[x for item in overrides for x in ("-o", item)]]) != 0:
-        raise UserError("the full-size training failed; see its output above")
+    train.run(None, overrides)  # the defaults, a scratch encoder of this shape
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     speeds = [e["samples_per_s"] for e in events if e["event"] == "train"][1:]  # the first interval warms up
     losses = [e["loss"] for e in events if e["event"] == "train"]
@@ -92,14 +93,13 @@ def _train(folder: Path, data: Path, shape: list[str], steps: int, batch_size: i
 def _export_and_predict(folder: Path) -> dict:
     import httpx
 
-    from paddle_ft.cli import main as cli
+    from paddle_ft.export import export_model
     from paddle_ft.infer import Predictor
     from paddle_ft.serve.process import ServerProcess
 
     export = folder / "export"
     started = time.perf_counter()
-    if cli(["export", "--model", str(folder / "run" / "best"), "--output", str(export)]) != 0:
-        raise UserError("the full-size export failed; see its output above")
+    export_model(folder / "run" / "best", export)
     info = json.loads((export / "export.json").read_text(encoding="utf-8"))
     figures = {"export_seconds": round(time.perf_counter() - started, 1),
                "export_mib": round(sum(p.stat().st_size for p in export.iterdir()) / 2**20),
