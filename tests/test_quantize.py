@@ -86,3 +86,21 @@ def test_equal_accuracy_with_different_answers_is_refused(trained_export, tmp_pa
                                               r"less than --min-agreement 0.99; nothing was written"):
         quantize_export(export, test, tmp_path / "int8")
     assert not (tmp_path / "int8").exists()
+
+
+@pytest.mark.slow  # starts a server
+def test_an_int8_export_served_with_device_gpu_runs_on_the_cpu_and_says_so(trained_export, tmp_path):
+    """Issue 28: the image serves with DEVICE=gpu, where an int8 export never became ready (/readyz 503 forever)."""
+    import httpx
+
+    from paddle_ft.serve.process import ServerProcess
+
+    export, test = trained_export
+    quantize_export(export, test, tmp_path / "int8")
+    server = ServerProcess(tmp_path / "int8", tmp_path / "server.log", "--device", "gpu", "--threads", "1")
+    try:
+        assert httpx.post(f"{server.url}/v1/classify", json={"texts": ["好棒"]}).status_code == 200
+    finally:
+        assert server.stop() == 0
+    assert "is an int8 export, which runs on ONNX Runtime on the CPU only: serving it on the CPU" in \
+        (tmp_path / "server.log").read_text()

@@ -17,6 +17,7 @@ import uvicorn
 from paddle_ft.backends import choose_backend
 from paddle_ft.errors import UserError
 from paddle_ft.infer import Predictor, check_device, program_file
+from paddle_ft.meta import read_export_info
 from paddle_ft.serve.app import create_app
 from paddle_ft.serve.options import Limits
 from paddle_ft.serve.protocol import protocol_with_head_timeout
@@ -26,15 +27,21 @@ def main(args: argparse.Namespace) -> int:
     model_dir = Path(args.model_dir)
     # a wrong folder or device is a one-line error now, not a /readyz 503 forever
     program_file(model_dir)
-    check_device(args.device, args.precision)
+    device, precision = args.device, args.precision
+    if read_export_info(model_dir).quantization is not None and device == "gpu":
+        # the image serves with DEVICE=gpu; an int8 export would never load there and /readyz would stay 503
+        print(f"{model_dir} is an int8 export, which runs on ONNX Runtime on the CPU only: serving it on the CPU",
+              file=sys.stderr, flush=True)
+        device, precision = "cpu", "fp32"
+    check_device(device, precision)
     if args.max_queue < args.max_texts:
         raise UserError(f"--max-queue {args.max_queue} is below --max-texts {args.max_texts}: a full request could "
                         "never be queued; raise --max-queue")
     check_listen_address(args.host, args.port)
     limits = Limits(args.max_batch_size, args.max_wait_ms, args.max_texts, args.max_body_bytes, args.max_queue,
                     read_timeout_s=args.read_timeout)
-    backend = choose_backend(args.backend, model_dir, args.device, args.precision)
-    options = {"device": args.device, "cpu_threads": args.threads, "precision": args.precision, "backend": backend}
+    backend = choose_backend(args.backend, model_dir, device, precision)
+    options = {"device": device, "cpu_threads": args.threads, "precision": precision, "backend": backend}
     app = create_app(lambda: Predictor(model_dir, **options), limits, args.truncation)
     print(f"serving {model_dir} on http://{args.host}:{args.port} (POST /v1/classify; {backend}, max batch "
           f"{limits.max_batch_size}, wait {limits.max_wait_ms:g} ms)", file=sys.stderr, flush=True)
