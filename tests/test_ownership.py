@@ -5,16 +5,15 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import DEMO, ROOT, export_tiny_model, overrides, write_tsv, synthetic_rows
+from conftest import DEMO, ROOT, export_tiny_model, overrides, synthetic_rows, write_tsv
 from paddle_ft.cli import main
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_file
-from paddle_ft.ownership import LOCK_FILE, OWNER_FILE, owned_folder, owner_of
+from paddle_ft.ownership import DESCRIPTIONS, LOCK_FILE, OWNER_FILE, owned_folder, owner_of
 
 SPACE = "sampler: random\ntrials: 1\nparams:\n  train.optimizer.learning_rate: {type: float, low: 1.0e-3, high: 3.0e-3}\n"
 
@@ -63,8 +62,11 @@ def test_a_folder_owned_by_another_kind_of_command_is_refused(owner, command, ti
     with owned_folder(folder, owner, "--output"):
         (folder / "theirs.json").write_text("{}", encoding="utf-8")
     assert main(commands_into(folder, tiny_config_args, tmp_path)[command]) == 2
-    line = one_error_line(capsys)
-    assert f"{folder}" in line and ("holds a" in line or f"is a {owner}" in line or "is an" in line), line
+    option = "--output" if command == "audit" else "config key 'output_dir':"
+    expected = (f"error: {folder} is {DESCRIPTIONS[owner]}; give report the output_dir of a training or distillation "
+                "run") if command == "report" else \
+        f"error: {option} {folder} holds {DESCRIPTIONS[owner]} (its {OWNER_FILE}); give this {command} its own folder"
+    assert one_error_line(capsys) == expected
     assert sorted(p.name for p in folder.iterdir()) == [LOCK_FILE, OWNER_FILE, "theirs.json"]
 
 
