@@ -3,12 +3,12 @@ finished work only when it was made the same way: the resolved config (less wher
 the files it names, and the command's own settings (folds, search space)."""
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 from paddle_ft.config import Config, config_to_dict, flat_config
 from paddle_ft.errors import UserError
+from paddle_ft.io import file_sha256
 
 NOT_PART_OF_THE_WORK = ("output_dir", "train.resume")  # where a run goes and how it restarts change no result
 
@@ -17,7 +17,7 @@ def fingerprint(config: Config, **settings) -> dict:
     """A JSON-ready record of what the command's results depend on."""
     flat = {k: v for k, v in flat_config(config_to_dict(config)).items() if k not in NOT_PART_OF_THE_WORK}
     # every file the config names (the splits, a label file, a vocabulary) by its content, not its name
-    data = {key: _checksum(Path(value)) for key, value in flat.items()
+    data = {key: file_sha256(Path(value)) for key, value in flat.items()
             if isinstance(value, str) and Path(value).is_file()}
     return json.loads(json.dumps({"config": flat, "data_sha256": data, **settings}, ensure_ascii=False))
 
@@ -50,11 +50,3 @@ def check_same_work(folder: Path, before: dict | None, now: dict, command: str) 
         shown = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
         raise UserError(f"{folder} holds a {command} made another way ({shown}): rerun with its settings to resume "
                         "it, pass --restart to start it afresh (its results are deleted), or give another output_dir")
-
-
-def _checksum(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

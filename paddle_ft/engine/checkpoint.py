@@ -9,7 +9,6 @@ skips it for the previous one.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import pickle
 import random
@@ -21,7 +20,7 @@ import numpy as np
 import paddle
 
 from paddle_ft.errors import UserError
-from paddle_ft.io import atomic_directory
+from paddle_ft.io import atomic_directory, file_sha256
 from paddle_ft.model import in_dtypes_of
 
 TRAINER_STATE = "trainer_state.json"
@@ -123,7 +122,7 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, 
         rng_states = rng_states or [capture_rng()]
         (tmp / "rng.pdstate").write_bytes(pickle.dumps(rng_states))  # paddle.load cannot read these types back
         (tmp / TRAINER_STATE).write_text(json.dumps(dataclasses.asdict(state), indent=2))
-        manifest = {name: _sha256(tmp / name) for name in STATE_FILES}
+        manifest = {name: file_sha256(tmp / name) for name in STATE_FILES}
         (tmp / MANIFEST).write_text(json.dumps({"sha256": manifest}, indent=2))  # last: marks it complete
     return final
 
@@ -181,14 +180,6 @@ def _rename_keys(state: dict, names: dict[str, str]) -> dict:
             for k, v in state.items()}
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def is_complete(folder: Path) -> bool:
     """Cheap: the manifest, written last, is there (the files are checked by `verify_checkpoint`)."""
     return (folder / MANIFEST).is_file()
@@ -209,7 +200,7 @@ def verify_checkpoint(path: Path) -> None:
                                 "checkpoints/step-N folder or use train.resume=auto") from None
     for name in names:
         file = path / name
-        if not file.is_file() or _sha256(file) != expected[name]:
+        if not file.is_file() or file_sha256(file) != expected[name]:
             problem = "is missing" if not file.is_file() else "is damaged (its checksum differs from the manifest)"
             raise CorruptCheckpoint(f"checkpoint {path}: {name} {problem}; resume from another "
                                     "checkpoints/step-N folder or use train.resume=auto")
