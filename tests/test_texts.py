@@ -74,7 +74,7 @@ def test_a_file_line_the_model_reads_as_nothing_is_named_by_file_and_line(export
     path = tmp_path / "texts.txt"
     path.write_text("好棒\n\u200b\u200b\n差\n", encoding="utf-8")
     code, records, err = predict_cli(export_dir, "--input", str(path))
-    assert (code, records, err) == (2, [], f"error: {path}:2: the text {NO_TOKEN}\n")
+    assert (code, records, err) == (2, [], f"error: {path}:2: the text {NO_TOKEN}; fix the line or remove it\n")
 
 
 def test_a_training_row_the_model_reads_as_nothing_is_named_by_file_and_line(tiny_config_args, tmp_path, capsys):

@@ -15,10 +15,9 @@ from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import read_corpus
 from paddle_ft.data.features import Features, tokenize
 from paddle_ft.data.readers import Example
-from paddle_ft.data.tokenizer import NO_TOKEN, without_tokens
 from paddle_ft.engine.distill import Distillation
 from paddle_ft.engine.evaluate import predict_logits
-from paddle_ft.errors import ConfigError, DataError
+from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 
 
@@ -42,10 +41,7 @@ def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
                           truncation_of(config.data))
     if config.distill.unlabeled:
-        texts, origins = read_corpus(config.distill.unlabeled, config.data.text_column)
-        empty = without_tokens(texts)
-        if empty:
-            raise DataError(*origins[empty[0]], f"the text {NO_TOKEN}; fix the line or remove it")
+        texts, _ = read_corpus(config.distill.unlabeled, config.data.text_column)
         splits = dataclasses.replace(splits, train=_with_unlabeled(splits.train, texts, tokenizer, config))
         log(f"distillation: {len(texts)} unlabeled texts learnt from the teacher alone")
     teacher_logits = predict_logits(teacher_bundle.model, splits.train, config.train.evaluation.batch_size,

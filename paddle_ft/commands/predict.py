@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 from paddle_ft.data.readers import read_texts
-from paddle_ft.data.tokenizer import NO_TOKEN, without_tokens
-from paddle_ft.errors import DataError, UserError
+from paddle_ft.errors import UserError
 from paddle_ft.infer import Predictor, check_texts, program_file
 from paddle_ft.io import atomic_file, check_output_file
 from paddle_ft.meta import read_export_info
@@ -23,15 +22,10 @@ def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_
             raise UserError("--text-pair goes with --text; with --input, put the second texts in a text_pair column")
         meta = read_export_info(Path(model_dir)).model  # a table's columns are named as in training
         texts, pairs, lines = read_texts(Path(input_path), meta.text_column, meta.text_pair_column)
-    if lines is None:
+    if lines is None:  # a file's texts were checked as it was read, named by their line
         check_texts(texts, "--text {}")
         if pairs:
             check_texts(pairs, "--text-pair {}")
-    else:  # a file's texts are named by their line
-        for column in (texts, pairs or []):
-            empty = without_tokens(column)
-            if empty:
-                raise DataError(input_path, lines[empty[0]], f"the text {NO_TOKEN}")
     if output_path:
         check_output_file(output_path, "--output", {"--input": input_path})
     predictor = Predictor(model_dir, **predictor_options)

@@ -8,8 +8,8 @@ import numpy as np
 
 from paddle_ft.data.features import Features, Truncation
 from paddle_ft.data.readers import read_texts
-from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer
-from paddle_ft.errors import ConfigError, DataError
+from paddle_ft.data.tokenizer import FastBertTokenizer
+from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 
 
@@ -26,15 +26,11 @@ def read_corpus(paths: tuple[str, ...], text_column: str) -> tuple[list[str], li
 
 
 def unmaskable(features: Features, special_ids: frozenset[int], origins: list[tuple[str, int]]) -> np.ndarray:
-    """The texts masked-LM can predict nothing of: a text the tokenizer reads as nothing is refused (FILE:LINE);
-    one of special tokens only ([UNK] included: a line of characters the vocabulary lacks) stays in, learns nothing,
-    and is counted in a warning. Returns a mask [texts] of them, so the caller can check each split keeps some."""
+    """The texts masked-LM can predict nothing of: special tokens only ([UNK] included: a line of characters the
+    vocabulary lacks; a text of nothing readable was refused as it was read). They stay in, learn nothing, and are
+    counted in a warning. Returns a mask [texts] of them, so the caller can check each split keeps some."""
     specials = np.fromiter(special_ids, dtype=np.int64)
     nothing = np.array([bool(np.isin(ids, specials).all()) for ids in features.input_ids], dtype=bool)
-    for i in np.flatnonzero(nothing):
-        if len(features.input_ids[i]) <= 2:  # [CLS] [SEP] alone
-            path, line = origins[i]
-            raise DataError(path, line, f"the text {NO_TOKEN}; fix the line or remove it")
     if nothing.any():
         path, line = origins[int(np.flatnonzero(nothing)[0])]
         log(f"warning: {int(nothing.sum())} corpus texts hold no token to mask, only [UNK] or other special tokens "

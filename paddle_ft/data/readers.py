@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from paddle_ft.data.tokenizer import NO_TOKEN, without_tokens
 from paddle_ft.errors import DataError
 from paddle_ft.io import atomic_file
 
@@ -120,8 +121,19 @@ def read_texts(path: Path, text_column: str = "text",
                text_pair_column: str | None = None) -> tuple[list[str], list[str] | None, list[int]]:
     """Texts of a .txt file (one per non-blank line) or of the text column of a .tsv/.csv/.jsonl file, the second
     texts of its pair column when one is named, and the line each text came from. A .txt line ends at a line
-    feed (after an optional carriage return) only: a form feed or U+2028 inside a line is part of its text."""
+    feed (after an optional carriage return) only: a form feed or U+2028 inside a line is part of its text. A text
+    the model would read as nothing (`tokenizer.readable`) is refused at its line: one rule for every file of texts
+    (predict --input, pretraining and distillation corpora, calibration texts)."""
     path = Path(path)
+    texts, pairs, lines = _texts_of(path, text_column, text_pair_column)
+    for column in (texts, pairs or []):
+        empty = without_tokens(column)
+        if empty:
+            raise DataError(str(path), lines[empty[0]], f"the text {NO_TOKEN}; fix the line or remove it")
+    return texts, pairs, lines
+
+
+def _texts_of(path: Path, text_column: str, text_pair_column: str | None):
     if path.suffix.lower() in (".tsv", ".csv", ".jsonl"):
         examples, _ = read_examples(path, format_of(path), Columns(text_column, text_pair_column, None))
         return ([e.text for e in examples], [e.text_pair for e in examples] if text_pair_column else None,
