@@ -2,6 +2,7 @@
 # make test   run the test suite
 # make pretrain-demo   pretrain the demo's encoder on unlabeled text (configs/pretrain-demo.yaml)
 # make test-fast   the suite without the tests that start processes, servers or launchers (the inner loop)
+# make docker-check   build the image with a real Docker engine and run README's container commands (tools/docker_check.py)
 # make gpu-check   on a GPU machine: train fp32/fp16/bf16, resume, export, GPU predictors, 2 GPUs (tools/gpu_check.py)
 # make distill-demo   after make demo: distill the demo model into a 1-layer student (configs/distill-demo.yaml)
 # make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
@@ -10,7 +11,7 @@ PEERS ?= .venv-peers
 PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
 
-.PHONY: demo pretrain-demo distill-demo test test-fast gpu-check bench bench-peers install clean
+.PHONY: demo pretrain-demo distill-demo test test-fast docker-check gpu-check bench bench-peers install clean
 
 install: $(VENV)/.installed
 
@@ -66,6 +67,11 @@ test: $(VENV)/.installed $(PEERS)/.installed
 
 test-fast: $(VENV)/.installed
 	$(PYTHON) -m pytest -q -m "not slow" tests
+
+# as root where no registry is reachable: a stand-in base image from Debian's packages (cached), the image built on
+# it, README's container commands run (needs a running dockerd and debootstrap; .ci/run sets both up)
+docker-check: $(VENV)/.installed
+	$(PYTHON) tools/docker_check.py
 
 # the environment's own paddle, never the venv's CPU wheel: in the official Paddle GPU image (or after
 # pip install '.[gpu]') run `pip install .` first. Without a GPU it fails, as a GPU check that checked nothing should.

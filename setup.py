@@ -10,7 +10,7 @@ setup(
     description="Fine-tune, export and serve BERT-family Chinese text classifiers on PaddlePaddle",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    python_requires=">=3.9",
+    python_requires=">=3.10",  # types.UnionType (config.py); the official Paddle 3.3 GPU image has 3.10
     packages=find_packages(include=["paddle_ft", "paddle_ft.*"]),
     install_requires=[
         "paddlenlp==2.8.1",
@@ -52,11 +52,12 @@ setup(
         # reading a Hugging Face pytorch_model.bin (a torch pickle; model.safetensors needs no torch). 2.13.0 is
         # the CPU build this machine kind keeps on disk; an unpinned torch pulls a CUDA build of several GB
         "torch": ["torch==2.13.0"],
-        # hypothesis: property tests of readers, config and tokenizer; schemathesis: the HTTP service
-        # against its own OpenAPI schema (both find inputs nobody thought to write down)
         # python -m paddle_ft sweep: hyperparameter search (its study in SQLite, or a shared database)
         "sweep": ["optuna>=4"],
-        "test": ["pytest", "snownlp", "jieba", "optuna>=4", "hypothesis>=6.100", "schemathesis>=4,<5"],
+        # hypothesis: property tests of readers, config and tokenizer; schemathesis: the HTTP service
+        # against its own OpenAPI schema (both find inputs nobody thought to write down); vermin: the oldest
+        # Python the code runs on, held to python_requires
+        "test": ["pytest", "snownlp", "jieba", "optuna>=4", "hypothesis>=6.100", "schemathesis>=4,<5", "vermin"],
     },
     entry_points={"console_scripts": ["paddle_ft=paddle_ft.cli:main"]},
 )

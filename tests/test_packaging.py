@@ -74,3 +74,56 @@ def test_the_entrypoint_gives_an_arbitrary_uid_a_writable_home(home, tmp_path):
     kept = subprocess.run([str(ROOT / "docker" / "entrypoint.sh"), "sh", "-c", 'echo "$HOME"'],
                           env={**env, "HOME": str(tmp_path)}, capture_output=True, text=True)
     assert kept.stdout.strip() == str(tmp_path)  # a home that can be written is kept
+
+
+def _docker_check():
+    return runpy.run_path(str(ROOT / "tools" / "docker_check.py"))
+
+
+def _device_free(command: str) -> str:
+    """A container command less what picks the device: README shows the GPU form, docker-check runs the CPU one."""
+    return " ".join(command.replace("--gpus all ", "").replace("-e DEVICE=cpu ", "").split())
+
+
+def test_readme_container_commands_are_the_ones_docker_check_runs():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Container"):readme.index("## Performance")]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    shown = [line.strip() for line in block.splitlines() if line.startswith("docker ")]
+    run = _docker_check()["COMMANDS"]
+    assert {_device_free(c) for c in shown} == {_device_free(c) for c in run.values()}
+    assert run["serve"] in shown  # the CPU serving line verbatim, as docker-check runs it
+    assert all(c in shown or c.replace("docker run ", "docker run --gpus all ", 1) in shown for c in run.values())
+
+
+@pytest.mark.slow
+def test_the_code_runs_on_the_python_setup_py_promises():
+    """The official Paddle 3.3 GPU image ships Python 3.10: python_requires says what the code really needs."""
+    import subprocess
+    import sys
+
+    vermin = Path(sys.executable).with_name("vermin")  # vermin has no __main__
+    done = subprocess.run([str(vermin), "--no-tips", "--eval-annotations", "--violations",
+                           "-t=3.10-", "paddle_ft", "tools", "tests"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Minimum required versions: 3.10" in done.stdout
+    assert setup_kwargs()["python_requires"] == ">=3.10"
+
+
+def _docker_answers() -> bool:
+    import shutil
+    import subprocess
+
+    return shutil.which("docker") is not None and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _docker_answers(), reason="no Docker engine answers here (.ci/run starts one and runs "
+                                                  "make docker-check after the tests)")
+def test_docker_check_builds_the_image_and_runs_readmes_commands():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "docker_check.py")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "docker-check passed" in done.stdout
