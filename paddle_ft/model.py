@@ -79,7 +79,8 @@ class ReplacedTokenDetection(nn.Layer):
         [batch, seq], its replaced-or-not logit per token [batch, seq]). One call, so that DataParallel sees
         the whole step."""
         generator_logits = self.generator(input_ids, token_type_ids, positions)
-        sampled = paddle.argmax(generator_logits.detach().astype("float32") + noise, axis=-1)  # Gumbel-max
+        with paddle.amp.auto_cast(enable=False):  # O2 would run the add in float16, where ties and rounding bias
+            sampled = paddle.argmax(generator_logits.detach().astype("float32") + noise, axis=-1)  # Gumbel-max
         shown = paddle.scatter(input_ids.reshape([-1]), positions, sampled).reshape(input_ids.shape)
         sequence = self.encoder(shown, token_type_ids=token_type_ids)[0]  # [batch, seq, hidden]
         return generator_logits, shown, self.discriminator_head(sequence).squeeze(-1)

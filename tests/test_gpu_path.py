@@ -161,3 +161,61 @@ def test_gpu_check_without_a_gpu_fails_in_one_line_and_writes_nothing(tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith("error: no CUDA GPU found (paddle ") and err.count("\n") == 1 and "checked nothing" in err
     assert not (tmp_path / "check").exists()
+
+
+def test_o2_keeps_float32_gradients_so_micro_batches_are_summed_in_float32(monkeypatch):
+    """Issue 28: O2 decorated without master_grad sums float16/bfloat16 gradients over accumulated micro-batches.
+    Paddle's decorate does nothing on a CPU, so this holds the call; gpu_check asserts the gradients' dtype on a GPU."""
+    from paddle_ft.engine.amp import StepRunner
+
+    calls = []
+    monkeypatch.setattr(paddle.amp, "decorate", lambda **kwargs: calls.append(kwargs) or (kwargs["models"],
+                                                                                         kwargs["optimizers"]))
+    StepRunner(AmpConfig(enabled=True, dtype="bfloat16", level="O2"), 1.0).prepare("model", "optimizer")
+    StepRunner(AmpConfig(enabled=True, dtype="float16", level="O1"), 1.0).prepare("model", "optimizer")
+    assert calls == [{"models": "model", "optimizers": "optimizer", "level": "O2", "dtype": "bfloat16",
+                      "master_weight": True, "master_grad": True}]
+
+
+class NoiseSeen(paddle.nn.Layer):
+    """ELECTRA's model, recording the Gumbel noise it is given."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.noise = inner, []
+
+    def forward(self, ids, types, positions, noise):
+        self.noise.append(noise.numpy())
+        return self.inner(ids, types, positions, noise)
+
+
+def test_electra_noise_differs_per_example_and_is_the_same_however_examples_are_split(make_model, tokenizer):
+    """Issue 28: the noise was one host array per (seed, step), the same rows for every micro-batch and rank. Now each
+    example's rows come from (seed, step, example), drawn by Paddle on the training device, and the global generator
+    (dropout's) is left as it was."""
+    from paddle_ft.data.features import Features
+    from paddle_ft.data.masking import Vocabulary
+    from paddle_ft.engine.electra import ReplacedTokenDetecting
+    from paddle_ft.engine.masked_lm import MaskedLanguageModelling
+    from paddle_ft.model import ReplacedTokenDetection
+
+    model = NoiseSeen(ReplacedTokenDetection(make_model(seed=1).encoder, make_model(seed=2).encoder))
+    vocabulary = Vocabulary(len(tokenizer), tokenizer.mask_token_id, frozenset(range(5)))
+    objective = ReplacedTokenDetecting(MaskedLanguageModelling(vocabulary, 0, seed=3, rate=0.3))
+    ids = [np.array([2, *range(5 + i, 25 + i), 3]) for i in range(3)]
+    features = Features(ids, [np.zeros_like(x) for x in ids], None)
+    paddle.seed(11)
+    expected_dropout_stream = paddle.rand([4]).numpy()
+    paddle.seed(11)
+    for micro_batch in ([0], [1], [2], [0, 1, 2]):  # three micro-batches (or ranks), then one batch of them all
+        objective._forward(model, features, micro_batch, 7, __import__("contextlib").nullcontext)
+    assert np.array_equal(paddle.rand([4]).numpy(), expected_dropout_stream)
+    alone, together = model.noise[:3], model.noise[3]
+    assert all(a.shape == alone[0].shape for a in alone)  # same masked count: on main their rows were equal
+    assert not np.allclose(alone[0], alone[1]) and not np.allclose(alone[1], alone[2])
+    assert np.array_equal(np.concatenate(alone), together)
+    objective._forward(model, features, [1], 8, __import__("contextlib").nullcontext)
+    assert not np.allclose(model.noise[-1], alone[1])  # a new step, new noise
+    gumbel = together.ravel()
+    # Gumbel(0, 1): mean Euler's gamma, standard deviation pi / sqrt(6); within 5 standard errors
+    assert np.isfinite(gumbel).all() and abs(gumbel.mean() - 0.5772) < 5 * 1.2825 / np.sqrt(gumbel.size)

@@ -24,10 +24,12 @@ class StepRunner:
                                             init_loss_scaling=amp.init_loss_scaling)
 
     def prepare(self, model, optimizer):
-        """O2 keeps weights in low precision with fp32 master copies: it needs the decorated pair."""
+        """O2 keeps weights in low precision with fp32 master copies: it needs the decorated pair. master_grad:
+        gradients in float32 too, so that micro-batches are summed (accumulation), clipped and decayed in float32;
+        without it Paddle sums float16/bfloat16 gradients, which loses the small ones of later micro-batches."""
         if self.amp.enabled and self.amp.level == "O2":
             model, optimizer = paddle.amp.decorate(models=model, optimizers=optimizer, level="O2",
-                                                   dtype=self.amp.dtype, master_weight=True)
+                                                   dtype=self.amp.dtype, master_weight=True, master_grad=True)
         return model, optimizer
 
     def autocast(self):

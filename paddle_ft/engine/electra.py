@@ -1,8 +1,10 @@
 """ELECTRA's pretraining objective (replaced-token detection), on the same masks as masked-LM pretraining.
 
-The generator is trained as a masked LM; its samples (Gumbel-max, from (seed, step), so a resumed run draws the
-same ones) replace the masked tokens, and the discriminator learns, for every real token, whether it was
-replaced. Loss: generator loss + `weight` x discriminator loss, each example counting once in both.
+The generator is trained as a masked LM; its samples (Gumbel-max) replace the masked tokens, and the
+discriminator learns, for every real token, whether it was replaced. The Gumbel noise is drawn on the training
+device, each example's from a generator seeded by (seed, step, example): a resumed run draws the same, examples in
+different micro-batches or on different ranks draw different ones, and how the examples are split across
+processes changes nothing. Loss: generator loss + `weight` x discriminator loss, each example counting once in both.
 """
 from __future__ import annotations
 
@@ -28,12 +30,11 @@ class ReplacedTokenDetecting(Objective):
         """(generator token losses [n], weights [n], discriminator logits [b, s], replaced [b, s], real [b, s],
         generator predictions [n], targets [n])."""
         ids, types, flat, targets, weights = self.masking.batch(features, indices, step)
-        rng = np.random.default_rng([self.masking.seed, step, 1])
-        vocab = self.masking.vocabulary.size
-        noise = -np.log(-np.log(rng.uniform(1e-9, 1.0, size=(len(flat), vocab)))).astype(np.float32)
+        masked_per_example = np.bincount(flat // ids.shape[1], minlength=len(indices))
+        noise = gumbel_noise(self.masking.seed, step, indices, masked_per_example, self.masking.vocabulary.size)
         with autocast():
             generator_logits, shown, logits = model(paddle.to_tensor(ids), paddle.to_tensor(types),
-                                                    paddle.to_tensor(flat), paddle.to_tensor(noise))
+                                                    paddle.to_tensor(flat), noise)
         generator_logits = generator_logits.astype("float32")  # [n, vocab]
         token_losses = F.cross_entropy(generator_logits, paddle.to_tensor(targets), reduction="none").reshape([-1])
         original = ids.copy()
@@ -72,3 +73,29 @@ class ReplacedTokenDetecting(Objective):
         f1 = 2 * precision * recall / max(precision + recall, 1e-12)
         return {"replaced_f1": f1, "replaced_precision": precision, "replaced_recall": recall,
                 "masked_accuracy": correct / max(masked, 1), "examples": len(features)}
+
+
+# Mixed into the seed so that the noise's stream is not the masks' (masked_lm seeds those with (seed, step, example)).
+_NOISE_STREAM = 0x6E6F697365
+
+
+def gumbel_noise(seed: int, step: int, indices, counts, vocabulary_size: int) -> paddle.Tensor:
+    """[sum(counts), vocabulary_size] float32 Gumbel noise on the current device: counts[k] rows for example
+    indices[k], drawn from Paddle's generator seeded by (seed, step, that example). Paddle's global generators also
+    drive dropout, so their state is put back afterwards: the noise leaves the rest of training's randomness as
+    it was. (Drawn on the host, this was ~46 MB per micro-batch copied to the GPU, the same rows for every
+    micro-batch and rank.)"""
+    devices = ["cpu", "gpu"] if paddle.is_compiled_with_cuda() else ["cpu"]
+    saved = {device: paddle.get_rng_state(device) for device in devices}
+    rows = []
+    try:
+        for example, count in zip(indices, counts):
+            if count:
+                paddle.seed(int(np.random.SeedSequence([seed, step, int(example), _NOISE_STREAM]).generate_state(1)[0]))
+                rows.append(paddle.rand([int(count), vocabulary_size], dtype="float32"))
+    finally:
+        for device, state in saved.items():
+            paddle.set_rng_state(state, device)
+    if not rows:
+        return paddle.zeros([0, vocabulary_size], dtype="float32")
+    return -paddle.log(-paddle.log(paddle.concat(rows).clip(min=1e-9)))
