@@ -112,3 +112,29 @@ def test_a_multi_label_or_pair_teacher_reads_texts_otherwise_than_a_single_text_
     assert tiny_meta(truncation="head_tail", head_tokens=20).reads_differently_from(
         tiny_meta(truncation="head_tail", head_tokens=30)) == ["data.head_tokens: 20, 30"]
     assert student.reads_differently_from(tiny_meta()) == []
+
+
+def test_each_rank_scores_its_share_of_the_teacher_pass_and_every_rank_gets_all_of_it(make_model, tokenizer,
+                                                                                       monkeypatch):
+    """Issue 28: every rank scored the whole training set with the teacher. Two ranks simulated in one process: each
+    scores rows rank::2 only, and the gathered logits equal one process's, row for row."""
+    from conftest import features_of
+    from paddle_ft.engine import distill, evaluate
+    from paddle_ft.engine.distributed import Distributed
+
+    teacher = make_model(seed=4)
+    features = features_of(synthetic_rows(7, seed=2), tokenizer)
+    alone = evaluate.predict_logits(teacher, features, 3, tokenizer.pad_token_id)
+    scored = []
+    real = evaluate.predict_logits
+    monkeypatch.setattr(distill, "predict_logits", lambda *a, subset: scored.append(list(subset)) or real(*a, subset=subset))
+
+    class TwoRanks(Distributed):
+        def gather(self, part):  # the other rank's part, as it would have computed it
+            other = real(teacher, features, 3, tokenizer.pad_token_id, subset=np.arange(1 - self.rank, 7, 2))
+            return [part, other] if self.rank == 0 else [other, part]
+
+    for rank in (0, 1):
+        logits = distill.teacher_logits_of(teacher, features, 3, tokenizer.pad_token_id, TwoRanks(rank, 2))
+        np.testing.assert_allclose(logits, alone, atol=1e-6)
+    assert scored == [[0, 2, 4, 6], [1, 3, 5]]

@@ -15,8 +15,7 @@ from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import read_corpus
 from paddle_ft.data.features import Features, tokenize
 from paddle_ft.data.readers import Example
-from paddle_ft.engine.distill import Distillation
-from paddle_ft.engine.evaluate import predict_logits
+from paddle_ft.engine.distill import Distillation, teacher_logits_of
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 
@@ -44,8 +43,8 @@ def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
         texts, _ = read_corpus(config.distill.unlabeled, config.data.text_column)
         splits = dataclasses.replace(splits, train=_with_unlabeled(splits.train, texts, tokenizer, config))
         log(f"distillation: {len(texts)} unlabeled texts learnt from the teacher alone")
-    teacher_logits = predict_logits(teacher_bundle.model, splits.train, config.train.evaluation.batch_size,
-                                    tokenizer.pad_token_id)
+    teacher_logits = teacher_logits_of(teacher_bundle.model, splits.train, config.train.evaluation.batch_size,
+                                       tokenizer.pad_token_id, dist)
     model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
     ready_to_train(model, config, folder, dist, resume_from, dataset.label_map)
     folder = folder.with_classifier(tokenizer, model_meta(config, dataset.label_map))

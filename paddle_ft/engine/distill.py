@@ -1,6 +1,6 @@
 """The distillation objective: a student learns the teacher's softened answers (and the labels, where a text has
 one). The teacher's logits of every training row are computed once, before training: it is frozen, so they
-never change, and a step then costs no teacher forward pass."""
+never change, and a step then costs no teacher forward pass. Under several processes each scores its share."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import paddle
 
-from paddle_ft.engine.evaluate import Classification
+from paddle_ft.data.features import Features
+from paddle_ft.engine.distributed import Distributed
+from paddle_ft.engine.evaluate import Classification, predict_logits
 from paddle_ft.engine.losses import distillation_loss
 
 
@@ -25,3 +27,15 @@ class Distillation(Classification):
         logits, batch = self._logits(model, features, indices, autocast)
         return distillation_loss(logits, paddle.to_tensor(self.teacher_logits[indices]),
                                  paddle.to_tensor(batch["labels"]), self.temperature, self.alpha)
+
+
+def teacher_logits_of(teacher, features: Features, batch_size: int, pad_token_id: int,
+                      dist: Distributed) -> np.ndarray:
+    """[rows, classes]: the teacher's logits of every row of `features`, in order. Each rank scores every
+    world_size-th row and the parts are gathered, so N processes share the pass instead of each making all of it."""
+    mine = np.arange(dist.rank, len(features), dist.world_size)
+    parts = dist.gather(predict_logits(teacher, features, batch_size, pad_token_id, subset=mine))
+    logits = np.empty((len(features), parts[0].shape[1]), dtype=np.float32)
+    for rank, part in enumerate(parts):
+        logits[rank::dist.world_size] = part
+    return logits
