@@ -4,7 +4,7 @@ state that depends on how many GPUs are visible."""
 import numpy as np
 import paddle
 import pytest
-from conftest import tiny_meta
+from conftest import DEMO, overrides, tiny_meta
 
 from paddle_ft.config import AmpConfig
 from paddle_ft.engine.amp import check_amp_supported, clip_grad_norm
@@ -219,3 +219,20 @@ def test_electra_noise_differs_per_example_and_is_the_same_however_examples_are_
     gumbel = together.ravel()
     # Gumbel(0, 1): mean Euler's gamma, standard deviation pi / sqrt(6); within 5 standard errors
     assert np.isfinite(gumbel).all() and abs(gumbel.mean() - 0.5772) < 5 * 1.2825 / np.sqrt(gumbel.size)
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_tf32_is_set_from_the_config_whatever_the_process_had(tf32, tiny_config_args):
+    """Issue 28: TF32 was left to Paddle's default (off in 3.3, on in 2.x) while comments said it was on. The switch
+    exists in every build (on a CPU it changes nothing): training sets it from train.amp.tf32."""
+    from paddle.base import core
+
+    from paddle_ft.cli import main
+
+    core.set_cublas_switch(not tf32)
+    try:
+        assert main(["train", "--config", DEMO, *overrides([*tiny_config_args, "train.max_steps=1",
+                                                            f"train.amp.tf32={str(tf32).lower()}"])]) == 0
+        assert core.get_cublas_switch() is tf32
+    finally:
+        core.set_cublas_switch(False)

@@ -15,7 +15,7 @@ from paddle_ft.build import resolve_backbone
 from paddle_ft.config import Config, ModelConfig
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine import distributed
-from paddle_ft.engine.amp import check_amp_supported
+from paddle_ft.engine.amp import check_amp_supported, set_tf32
 from paddle_ft.engine.cpu_linear import use_fast_linear
 from paddle_ft.engine.evaluate import NonFiniteScores
 from paddle_ft.engine.interrupt import TrainingInterrupted
@@ -91,8 +91,10 @@ def run_engine(model, splits, config: Config, folder: RunFolder, dist, resume_fr
 
 
 def apply_runtime(model, config: Config, dist) -> None:
-    """The train.runtime settings: CPU threads, matmul-only linear gradients, activation recomputation."""
+    """The train.runtime settings (CPU threads, matmul-only linear gradients, activation recomputation) and
+    train.amp.tf32."""
     settings = runtime.apply_cpu_settings(config.train.runtime.cpu_threads)
+    set_tf32(config.train.amp.tf32)
     fast = paddle.device.get_device().startswith("cpu") and config.train.runtime.fast_cpu_linear
     if fast:
         use_fast_linear(model)
@@ -100,7 +102,9 @@ def apply_runtime(model, config: Config, dist) -> None:
         use_recompute(model)
     if dist.is_main:
         log(runtime.describe(settings) + (", matmul-only linear gradients" if fast else "")
-            + (", recomputed encoder layers" if config.train.runtime.recompute else ""))
+            + (", recomputed encoder layers" if config.train.runtime.recompute else "")
+            + ((", TF32 matmuls " + ("on" if config.train.amp.tf32 else "off"))
+               if paddle.device.get_device().startswith("gpu") else ""))
 
 
 def seed_everything(seed: int) -> None:

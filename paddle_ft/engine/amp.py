@@ -84,6 +84,14 @@ def clip_grad_norm(parameters, max_norm: float) -> paddle.Tensor:
     return total
 
 
+def set_tf32(enabled: bool) -> None:
+    """TF32 for float32 matmuls (cuBLAS) on GPUs that have it: set from train.amp.tf32, never left to the
+    version's default (Paddle 2.x had it on, 3.3 has it off). A process-wide switch; on a CPU it does nothing."""
+    from paddle.base import core
+
+    core.set_cublas_switch(enabled)
+
+
 def check_amp_supported(amp: AmpConfig, device: str) -> None:
     """Refuse a precision this GPU cannot run: below compute capability 8.0 (V100, T4) bfloat16, and below
     7.0 float16, make `auto_cast` warn and run float32 and `decorate` return the model unchanged, so the
