@@ -3,7 +3,7 @@
 # make pretrain-demo   pretrain the demo's encoder on unlabeled text (configs/pretrain-demo.yaml)
 # make test-fast   the suite without the tests that start processes, servers or launchers (the inner loop)
 # make docker-check   build the image with a real Docker engine and run README's container commands (tools/docker_check.py)
-# make gpu-check   on a GPU machine: train fp32/fp16/bf16, resume, export, GPU predictors, 2 GPUs (tools/gpu_check.py)
+# make gpu-check   on a GPU machine: the GPU acceptance run (every GPU path, bert-base AMP table with asserts, 2 GPUs; tools/gpu_check.py)
 # make distill-demo   after make demo: distill the demo model into a 1-layer student (configs/distill-demo.yaml)
 # make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
 VENV ?= .venv

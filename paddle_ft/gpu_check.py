@@ -1,11 +1,16 @@
-"""`make gpu-check`: prove the GPU path on a GPU machine in one command, with nothing but the image and
-the installed package (it writes its own synthetic corpus).
+"""`make gpu-check`: the GPU acceptance run, in one command, with nothing but the image and the installed package
+(it writes its own synthetic corpora). It fails (exit 1) when a check fails, and when there is no GPU at all.
 
-On one GPU: training with fp32, O1 float16, O2 float16 and O1 bfloat16 (where the GPU has them), an exact
-resume of the O2 run after SIGTERM, export with parity on CPU and GPU, `Predictor` on GPU fp32 / fp16 /
-TensorRT fp16 against the CPU predictor (parity and speed), and a 2-process `--gpus 0,1` job against one
-process when two GPUs are visible. Prints a pass/fail/skip table and writes `gpu_check.json`; every skip
-says why. `--device cpu` runs the same plumbing on a CPU (fp32 only): try it before taking it to a GPU.
+On one GPU, a 4 x 256 model on a learnable corpus: training in fp32, fp16 O1/O2 and bf16 O1/O2 (where the GPU has
+them) reaching dev accuracy 0.9; an exact resume of the O2 run after SIGTERM; every other GPU path for a few steps,
+its loss finite and falling (accumulation under O1 and O2, recompute, masked-LM and ELECTRA pretraining,
+distillation); export of the fp32 and of the O2-trained model with parity on the GPU; `Predictor` on GPU fp32 / fp16
+/ TensorRT against the CPU predictor; the server on the GPU answering as the CPU predictor does. Then at
+bert-base's shape (12 x 768, vocabulary 21,128, 128 tokens): the AMP table (fp32 with TF32 off and on, fp16 and
+bf16 at O1 and O2: samples/s and peak GPU memory), asserting that AMP trains >= 1.3x as fast as fp32 with TF32 off
+and peaks at <= 0.75x its memory, and the largest batch by bisection within a time budget. With 2+ GPUs: `--gpus
+0,1` ends at one process's weights and trains bert-base >= 1.8x as fast. Prints a pass/fail/skip table and writes
+`gpu_check.json`; every skip says why. `--device cpu` runs the plumbing on a CPU (fp32 only, tiny shapes).
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +30,14 @@ CHARS = {"正面": "好棒赞喜爱快美优满意", "负面": "差坏烂慢糟�
 NEUTRAL = "的了是我这个书手机买东西服务质量"
 PRECISIONS = {"fp32": [], "fp16-O1": ["train.amp.enabled=true", "train.amp.dtype=float16", "train.amp.level=O1"],
               "fp16-O2": ["train.amp.enabled=true", "train.amp.dtype=float16", "train.amp.level=O2"],
-              "bf16-O1": ["train.amp.enabled=true", "train.amp.dtype=bfloat16", "train.amp.level=O1"]}
+              "bf16-O1": ["train.amp.enabled=true", "train.amp.dtype=bfloat16", "train.amp.level=O1"],
+              "bf16-O2": ["train.amp.enabled=true", "train.amp.dtype=bfloat16", "train.amp.level=O2"]}
+# the AMP table's rows at bert-base's shape: fp32 twice, as TF32 (off in Paddle 3.3) changes what AMP is compared with
+AMP_ROWS = {"fp32 TF32 off": ["train.amp.tf32=false"], "fp32 TF32 on": ["train.amp.tf32=true"],
+            **{name.replace("-", " "): overrides for name, overrides in PRECISIONS.items() if name != "fp32"}}
+AMP_SPEED_FLOOR, AMP_MEMORY_CEILING, TWO_GPU_SCALING_FLOOR = 1.3, 0.75, 1.8
+# the bert-base runs: steps per row, per-GPU batch, and the time one largest-batch search may take
+BERT_STEPS, BERT_BATCH, BATCH_SEARCH_SECONDS = 40, 32, 150
 # cuBLAS/cuDNN pick among algorithms per run unless told not to: the exact-resume check needs one
 DETERMINISTIC = {"FLAGS_cudnn_deterministic": "1", "FLAGS_embedding_deterministic": "1"}
 
@@ -68,38 +81,267 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_checks(work: Path, config: Path, device: str, gpus: int) -> list[Check]:
-    import paddle
-
     checks = [environment(device, gpus)]
     base = ["--config", str(config)]
     runs = {}
     for name, overrides in PRECISIONS.items():
-        if device == "cpu" and name != "fp32":
-            checks.append(Check(f"train {name}", "skip", "AMP is a GPU matter (Paddle turns it off on CPU)"))
-            continue
-        supported = {"fp16": paddle.amp.is_float16_supported, "bf16": paddle.amp.is_bfloat16_supported}
-        kind = name.split("-")[0]
-        if kind in supported and not supported[kind]("gpu:0"):
-            checks.append(Check(f"train {name}", "skip", f"{kind} is not supported on this GPU (paddle_ft refuses it)"))
+        unsupported = precision_unsupported(name, device)
+        if unsupported:
+            checks.append(Check(f"train {name}", "skip", unsupported))
             continue
         out = work / f"train-{name}"
         checks.append(train_check(name, out, base + overrides, device))
         runs[name] = out
     resumed = "fp16-O2" if "fp16-O2" in runs else "fp32"
-    if resumed in runs:
-        checks.append(resume_check(resumed, runs[resumed], work / f"resume-{resumed}", base + PRECISIONS[resumed],
-                                   device))
+    checks.append(resume_check(resumed, runs[resumed], work / f"resume-{resumed}", base + PRECISIONS[resumed], device))
+    checks.append(o2_gradient_dtype_check(device))
+    checks += path_checks(work, config, runs, device)
     export = work / "export"
-    checks.append(command_check("export", ["export", "--model", str(runs["fp32"] / "best"), "--output", str(export)],
-                                device, lambda: json.loads((export / "export.json").read_text())))
+    checks.append(command_check("export fp32", ["export", "--model", str(runs["fp32"] / "best"), "--output",
+                                                str(export)], device, lambda: export_parity(export)))
+    if "fp16-O2" in runs:  # an O2 run saves float32 weights: its export must be an ordinary float32 program
+        o2 = work / "export-fp16-O2"
+        checks.append(command_check("export of the O2-trained model", ["export", "--model", str(runs["fp16-O2"] / "best"),
+                                                                       "--output", str(o2)], device,
+                                    lambda: export_parity(o2)))
     checks += predictor_checks(export, config.parent, device)
-    checks.append(amp_table_check(work / "bench", config.parent) if device == "gpu" else
-                  Check("bench AMP table", "skip", "the AMP rows need a GPU (on CPU: make bench, fp32 row only)"))
+    checks.append(serving_check(export, config.parent, device, work / "serve.log"))
+    if device == "gpu":
+        checks += bert_base_checks(work / "bert-base", gpus)
+    else:
+        checks.append(Check("bert-base AMP table", "skip", "AMP and GPU memory need a GPU (make bench: the CPU rows)"))
     if gpus >= 2:
         checks.append(two_process_check(work, base))
     else:
         checks.append(Check("2-process --gpus 0,1", "skip", f"{gpus} GPU(s) visible; needs 2"))
     return checks
+
+
+def precision_unsupported(name: str, device: str) -> str | None:
+    """Why this precision cannot run here, or None."""
+    import paddle
+
+    if name.startswith("fp32"):
+        return None
+    if device == "cpu":
+        return "AMP is a GPU matter (Paddle turns it off on CPU)"
+    kind = name.split("-")[0].split(" ")[0]
+    supported = {"fp16": paddle.amp.is_float16_supported, "bf16": paddle.amp.is_bfloat16_supported}[kind]
+    return None if supported("gpu:0") else f"{kind} is not supported on this GPU (paddle_ft refuses it)"
+
+
+def o2_gradient_dtype_check(device: str) -> Check:
+    """O2 keeps float16 weights and float32 gradients (master_grad): two accumulated micro-batches are summed in
+    float32. Paddle's decorate does nothing on a CPU, so only a GPU can show it."""
+    import paddle
+
+    from paddle_ft.config import AmpConfig
+    from paddle_ft.engine.amp import StepRunner
+
+    name = "O2 gradients in float32 (accumulation)"
+    unsupported = precision_unsupported("fp16-O2", device)
+    if unsupported:
+        return Check(name, "skip", unsupported)
+    model = paddle.nn.Sequential(paddle.nn.Linear(64, 64), paddle.nn.LayerNorm(64), paddle.nn.Linear(64, 2))
+    runner = StepRunner(AmpConfig(enabled=True, level="O2", dtype="float16"), 1.0)
+    model, _ = runner.prepare(model, paddle.optimizer.AdamW(parameters=model.parameters()))
+    for _ in range(2):
+        with runner.autocast():
+            loss = model(paddle.randn([8, 64])).astype("float32").mean()
+        runner.backward(loss)
+    weights = sorted({str(p.dtype) for p in model.parameters()})
+    gradients = sorted({str(p.grad.dtype) for p in model.parameters() if p.grad is not None})
+    ok = gradients == ["paddle.float32"] and "paddle.float16" in weights
+    return Check(name, "pass" if ok else "fail", f"weights {weights}, gradients {gradients}")
+
+
+def path_checks(work: Path, config: Path, runs: dict, device: str) -> list[Check]:
+    """Every other GPU path, a few steps each under AMP (fp32 on a CPU): loss finite and falling."""
+    o1 = PRECISIONS["fp16-O1"] if "fp16-O1" in runs else []
+    o2 = PRECISIONS["fp16-O2"] if "fp16-O2" in runs else []
+    few = ["output_dir=OUT", "train.max_steps=60", "train.runtime.log_every=5"]
+    corpus = work / "data" / "corpus.txt"
+    corpus.write_text("\n".join(line.split("\t")[0] for line in
+                                (config.parent / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]) + "\n",
+                      encoding="utf-8")
+    pretraining = [f"pretrain.corpus=[{corpus}]", "data.train=null", "data.dev=null", "data.test=null"]
+    paths = {
+        "accumulation x4 under O1": ("train", [*o1, "train.accumulate_steps=4"]),
+        "accumulation x2 under O2 (float32 gradients)": ("train", [*o2, "train.accumulate_steps=2"]),
+        "recompute under O1": ("train", [*o1, "train.runtime.recompute=true"]),
+        "pretrain masked-LM under O1": ("pretrain", [*o1, *pretraining, "train.evaluation.metric=masked_accuracy"]),
+        "pretrain ELECTRA under O2": ("pretrain", [*o2, *pretraining, "pretrain.objective=electra",
+                                                  "train.evaluation.metric=replaced_f1"]),
+        "distill under O1": ("distill", [*o1, "model.scratch.num_layers=1"]),
+    }
+    checks = []
+    for name, (command, overrides) in paths.items():
+        out = work / ("path-" + "".join(c if c.isalnum() else "-" for c in name.split(" (")[0]))
+        arguments = [command, "--config", str(config)]
+        if command == "distill":
+            arguments += ["--teacher", str(runs["fp32"] / "best")]
+        for override in [*few, *overrides]:
+            arguments += ["-o", override.replace("OUT", str(out))]
+        check = command_check(name, arguments, device, lambda out=out: loss_trend(out), env=DETERMINISTIC)
+        if check.status == "pass" and not check.numbers["falling"]:
+            check.status, check.detail = "fail", f"loss not finite and falling: {check.numbers['losses']}"
+        checks.append(check)
+    return checks
+
+
+def loss_trend(run: Path) -> dict:
+    """The logged training losses of a run (first, last) and whether they are finite and fell."""
+    import math
+
+    losses = [e["loss"] for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+              if e["event"] == "train"]
+    finite = bool(losses) and all(x is not None and math.isfinite(x) for x in losses)
+    return {"losses": [losses[0], losses[-1]] if losses else [], "falling": finite and losses[-1] < losses[0]}
+
+
+def export_parity(export: Path) -> dict:
+    info = json.loads((export / "export.json").read_text())
+    return {key: value for key, value in info.items() if key.startswith("parity")}
+
+
+def serving_check(export: Path, data: Path, device: str, log: Path) -> Check:
+    """`paddle_ft serve` on the device: ready, answers as the CPU predictor does, drains on SIGTERM and exits 0."""
+    import httpx
+    import numpy as np
+
+    from paddle_ft.infer import Predictor, stack_probabilities
+    from paddle_ft.serve.process import ServerProcess
+
+    if not (export / "export.json").is_file():
+        return Check(f"serve on {device}", "skip", "no export to serve (the export check failed)")
+    texts = [line.split("\t")[0] for line in (data / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:33]]
+    expected = stack_probabilities(Predictor(export, cpu_threads=2).predict(texts))
+    try:
+        server = ServerProcess(export, log, "--device", device)
+    except RuntimeError as exc:
+        return Check(f"serve on {device}", "fail", f"never ready: {exc}")
+    try:
+        answer = httpx.post(f"{server.url}/v1/classify", json={"texts": texts}, timeout=120)
+    finally:
+        code = server.stop()
+    if answer.status_code != 200 or code != 0:
+        return Check(f"serve on {device}", "fail", f"HTTP {answer.status_code}, exit {code} after SIGTERM; see {log}")
+    labels = Predictor(export, cpu_threads=1).labels  # the columns of stack_probabilities
+    served = np.array([[r["probabilities"][label] for label in labels] for r in answer.json()["results"]])
+    diff = float(np.abs(served - expected).max())
+    return Check(f"serve on {device}", "pass" if diff <= 1e-3 else "fail",
+                 f"{len(texts)} texts, max prob diff from the CPU predictor {diff:.2g} (bound 1e-3), exit 0 on SIGTERM",
+                 {"max_prob_diff": diff})
+
+
+def largest_batch(fits, start: int, budget_seconds: float, clock=time.monotonic, cap: int = 8192) -> tuple[int, int | None]:
+    """(the largest batch that fit, the smallest that did not or None): doubling from `start` until one does not
+    fit, then bisection between the two, stopping when the budget is spent (the bracket says how close it got)."""
+    deadline = clock() + budget_seconds
+    fit, unfit = 0, None
+    while clock() < deadline:
+        if unfit is None:
+            trial = max(start, 2 * fit)
+            if trial > cap:
+                break
+        elif unfit - fit <= 1:
+            break
+        else:
+            trial = (fit + unfit) // 2
+        if fits(trial):
+            fit = trial
+        else:
+            unfit = trial
+    return fit, unfit
+
+
+def amp_verdict(rows: dict) -> Check:
+    """AMP against fp32 with TF32 off: the fastest AMP row >= AMP_SPEED_FLOOR x its samples/s and the leanest
+    <= AMP_MEMORY_CEILING x its peak memory."""
+    fp32 = rows.get("fp32 TF32 off", {})
+    amp = {name: row for name, row in rows.items() if not name.startswith("fp32") and row.get("samples_per_s")}
+    if not fp32.get("samples_per_s") or not amp:
+        return Check("bert-base AMP >= 1.3x fp32, <= 0.75x memory", "fail", "rows without numbers: "
+                     + ", ".join(name for name, row in rows.items() if not row.get("samples_per_s")))
+    fastest = max(amp, key=lambda name: amp[name]["samples_per_s"])
+    leanest = min(amp, key=lambda name: amp[name]["peak_mib"])
+    speedup = amp[fastest]["samples_per_s"] / fp32["samples_per_s"]
+    memory = amp[leanest]["peak_mib"] / fp32["peak_mib"]
+    ok = speedup >= AMP_SPEED_FLOOR and memory <= AMP_MEMORY_CEILING
+    return Check(f"bert-base AMP >= {AMP_SPEED_FLOOR}x fp32, <= {AMP_MEMORY_CEILING}x memory", "pass" if ok else "fail",
+                 f"{fastest} {speedup:.2f}x the samples/s of fp32 (TF32 off); {leanest} {memory:.2f}x its peak memory",
+                 {"speedup": speedup, "fastest": fastest, "memory_ratio": memory, "leanest": leanest})
+
+
+def bert_base_checks(folder: Path, gpus: int) -> list[Check]:
+    """At bert-base's shape: the AMP table with its assertion, and the largest batch of fp32 and fp16 O1."""
+    from paddle_ft.bench.full_size import BERT_BASE, MAX_LENGTH, VOCAB_SIZE, write_corpus
+
+    data = write_corpus(folder / "data", VOCAB_SIZE, rows=BERT_STEPS * BERT_BATCH * max(gpus, 1))
+    layers, hidden, heads, intermediate = BERT_BASE.split(",")
+    recipe = folder / "bert-base.yaml"  # everything is an override below: the recipe holds the seed only
+    recipe.write_text("seed: 42\n", encoding="utf-8")
+    common = [f"data.train={data / 'train.tsv'}", f"data.dev={data / 'dev.tsv'}", "data.test=null",
+              f"data.max_length={MAX_LENGTH}", "data.group_by_length=false", "model.backbone=null",
+              f"model.scratch.vocab_file={data / 'vocab.txt'}", f"model.scratch.num_layers={layers}",
+              f"model.scratch.hidden_size={hidden}", f"model.scratch.num_heads={heads}",
+              f"model.scratch.intermediate_size={intermediate}", "model.scratch.max_position_embeddings=512",
+              "train.checkpoints.every=0", "train.runtime.log_every=10", "train.optimizer.learning_rate=5e-5"]
+    rows, checks = {}, []
+    for name, overrides in AMP_ROWS.items():
+        unsupported = precision_unsupported(name, "gpu")
+        if unsupported:
+            checks.append(Check(f"bert-base {name}", "skip", unsupported))
+            continue
+        out = folder / name.replace(" ", "-")
+        check = command_check(f"bert-base {name}", train_command(out, ["--config", str(recipe), *common, *overrides,
+                                                                       f"train.max_steps={BERT_STEPS}",
+                                                                       f"train.batch_size={BERT_BATCH}"]),
+                              "gpu", lambda out=out: speed_and_memory(out))
+        checks.append(check)
+        if check.status == "pass":
+            rows[name] = check.numbers
+    checks.append(amp_verdict(rows))
+    for name in ("fp32 TF32 off", "fp16 O1"):
+        if name in rows:
+            checks.append(batch_search_check(folder / f"largest-{name.replace(' ', '-')}",
+                                             ["--config", str(recipe), *common, *AMP_ROWS[name]], name))
+    (folder / "amp.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    if gpus >= 2:
+        checks.append(two_gpu_scaling_check(folder, ["--config", str(recipe), *common], rows))
+    else:
+        checks.append(Check(f"bert-base 2 GPUs >= {TWO_GPU_SCALING_FLOOR}x one", "skip", f"{gpus} GPU visible; needs 2"))
+    return checks
+
+
+def speed_and_memory(run: Path) -> dict:
+    """Mean samples/s after the first log interval (warm-up) and the peak GPU memory, from metrics.jsonl."""
+    events = [e for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if e["event"] == "train"]
+    speeds = [e["samples_per_s"] for e in events[1:]] or [e["samples_per_s"] for e in events]
+    return {"samples_per_s": round(sum(speeds) / len(speeds), 1),
+            "peak_mib": max(e.get("gpu_memory_peak_mib", 0) for e in events)}
+
+
+def batch_search_check(folder: Path, arguments: list[str], name: str) -> Check:
+    """Two optimizer steps at a batch, in a process of its own (an out-of-memory error leaves a process unusable)."""
+    def fits(batch: int) -> bool:
+        out = folder / f"batch-{batch}"
+        process = paddle_ft(train_command(out, [*arguments, "train.max_steps=2",
+                                                f"train.batch_size={batch}", "data.dev=null"]), "gpu")
+        code, stderr = finished(process)
+        if code != 0 and not re.search(r"out of memory|ResourceExhausted|cudaErrorMemoryAllocation", stderr, re.I):
+            raise RuntimeError(stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {code}")
+        return code == 0
+
+    started = time.monotonic()
+    try:
+        fit, unfit = largest_batch(fits, BERT_BATCH, BATCH_SEARCH_SECONDS)
+    except RuntimeError as exc:
+        return Check(f"bert-base largest batch {name}", "fail", f"a probe failed for another reason than memory: {exc}")
+    bracket = f"{unfit} did not" if unfit else f"nothing failed up to {fit}"
+    return Check(f"bert-base largest batch {name}", "pass" if fit >= BERT_BATCH else "fail",
+                 f"{fit} fits, {bracket} ({time.monotonic() - started:.0f} s of a {BATCH_SEARCH_SECONDS} s budget)",
+                 {"largest_batch": fit, "first_unfit": unfit})
 
 
 def write_corpus(folder: Path, steps: int) -> Path:
@@ -247,30 +489,6 @@ def predictor_checks(export: Path, data: Path, device: str) -> list[Check]:
     return checks
 
 
-def amp_table_check(folder: Path, data: Path) -> Check:
-    """The bench's AMP table (fp32 / fp16 / bf16: speed, epoch time, peak GPU memory, largest batch, accuracy
-    after one epoch) on this corpus, with the bench's own model shape and batch."""
-    from paddle_ft import runtime
-    from paddle_ft.bench.run import Jobs, amp_table
-    from paddle_ft.bench.shape import train_steps
-
-    (folder / "logs").mkdir(parents=True)
-    jobs = Jobs(folder, runtime.usable_cores())
-    common = {"demo": str(data), "workdir": str(folder / "work"), "threads": runtime.usable_cores(),
-              "steps": train_steps(2)}
-    fp32 = jobs.paddle("paddle_ft", common)
-    examples = len((data / "train.tsv").read_text(encoding="utf-8").splitlines()) - 1
-    table = amp_table(jobs, common, fp32, examples)
-    (folder / "amp.json").write_text(json.dumps(table, indent=2), encoding="utf-8")
-    missing = [row["precision"] for row in table["rows"]
-               if row["samples_per_s"] is None or row["largest_batch"] is None or row.get("largest_batch_error")]
-    summary = "; ".join(f"{r['precision']}: {r['samples_per_s'] or 0:.0f} samples/s, batch <= {r['largest_batch']}, "
-                        f"accuracy {r['final_accuracy']}" for r in table["rows"])
-    return Check("bench AMP table", "fail" if missing else "pass",
-                 f"rows without numbers: {', '.join(missing)}; see {folder / 'logs'}" if missing else summary,
-                 {"rows": table["rows"]})
-
-
 def two_process_check(work: Path, base: list[str]) -> Check:
     """2 ranks x batch 16 against 1 process x batch 32 (the same global batch), dropout off so that the
     ranks' different dropout streams do not count: the same weights, up to all-reduce rounding."""
@@ -293,6 +511,26 @@ def two_process_check(work: Path, base: list[str]) -> Check:
     worst = max(float(np.abs(a[k].numpy() - b[k].numpy()).max()) for k in a)
     return Check("2-process --gpus 0,1", "pass" if worst < 1e-3 else "fail",
                  f"best/ weights within {worst:.3g} of one process", {"max_abs_weight_diff": worst})
+
+
+def two_gpu_scaling_check(folder: Path, arguments: list[str], rows: dict) -> Check:
+    """`--gpus 0,1` at bert-base's shape, the fastest precision, the same batch per GPU: samples/s of the job
+    against the one-GPU row of the AMP table."""
+    name = max(rows, key=lambda row: rows[row]["samples_per_s"], default=None)
+    title = f"bert-base 2 GPUs >= {TWO_GPU_SCALING_FLOOR}x one"
+    if name is None:
+        return Check(title, "fail", "no one-GPU row to compare with")
+    out = folder / "two-gpus"
+    script = Path(__file__).resolve().parent / "__main__.py"
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--gpus", "0,1", "--log_dir", str(folder / "log"),
+               str(script), *train_command(out, [*arguments, *AMP_ROWS[name], f"train.max_steps={BERT_STEPS}",
+                                                 f"train.batch_size={BERT_BATCH}"])]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        return Check(title, "fail", f"exit {done.returncode}; see {folder / 'log'}")
+    scaling = speed_and_memory(out)["samples_per_s"] / rows[name]["samples_per_s"]
+    return Check(title, "pass" if scaling >= TWO_GPU_SCALING_FLOOR else "fail",
+                 f"{name}: {scaling:.2f}x the samples/s of one GPU", {"scaling": scaling, "precision": name})
 
 
 def report(checks: list[Check], path: Path) -> None:

@@ -236,3 +236,35 @@ def test_tf32_is_set_from_the_config_whatever_the_process_had(tf32, tiny_config_
         assert core.get_cublas_switch() is tf32
     finally:
         core.set_cublas_switch(False)
+
+
+def test_the_largest_batch_search_doubles_then_bisects_and_stops_at_its_budget():
+    from paddle_ft.gpu_check import largest_batch
+
+    tried = []
+
+    def fits(batch):
+        tried.append(batch)
+        return batch <= 300
+
+    assert largest_batch(fits, 32, budget_seconds=60) == (300, 301)
+    assert tried[:6] == [32, 64, 128, 256, 512, 384] and len(tried) == 13  # 5 doublings, then 8 halvings of 256
+    clock = iter(range(100)).__next__  # one second per reading: the budget ends the search with a bracket
+    assert largest_batch(lambda batch: batch <= 300, 32, budget_seconds=7, clock=clock) == (256, 384)  # 6 trials
+    assert largest_batch(lambda batch: True, 32, budget_seconds=60, cap=100) == (64, None)  # nothing failed
+
+
+def test_the_amp_verdict_compares_with_fp32_without_tf32_and_can_fail():
+    from paddle_ft.gpu_check import amp_verdict
+
+    rows = {"fp32 TF32 off": {"samples_per_s": 100, "peak_mib": 8000},
+            "fp32 TF32 on": {"samples_per_s": 180, "peak_mib": 8000},
+            "fp16 O1": {"samples_per_s": 150, "peak_mib": 6500}, "fp16 O2": {"samples_per_s": 140, "peak_mib": 5000}}
+    check = amp_verdict(rows)
+    assert check.status == "pass" and check.numbers == {"speedup": 1.5, "fastest": "fp16 O1", "memory_ratio": 0.625,
+                                                        "leanest": "fp16 O2"}
+    rows["fp16 O1"]["samples_per_s"] = 120  # 1.4x from O2 still passes; only the best AMP row has to reach 1.3x
+    assert amp_verdict(rows).status == "pass"
+    rows["fp16 O2"]["samples_per_s"], rows["fp16 O1"]["samples_per_s"] = 125, 125
+    assert amp_verdict(rows).status == "fail"  # 1.25x
+    assert amp_verdict({"fp32 TF32 off": rows["fp32 TF32 off"]}).status == "fail"  # no AMP row is no pass

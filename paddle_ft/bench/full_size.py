@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         raise UserError(f"--shape {args.shape}: give four integers, e.g. {BERT_BASE}") from None
     with owned_folder(args.output, "bench", "--output") as folder:
-        data = _corpus(folder / "data", args.vocab_size, rows=max(64, args.steps * args.batch_size))
+        data = write_corpus(folder / "data", args.vocab_size, rows=max(64, args.steps * args.batch_size))
         shape = [f"model.scratch.num_layers={layers}", f"model.scratch.hidden_size={hidden}",
                  f"model.scratch.num_heads={heads}", f"model.scratch.intermediate_size={intermediate}"]
         figures = {"shape": args.shape, "vocab_size": args.vocab_size, "max_length": MAX_LENGTH,
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _corpus(folder: Path, vocab_size: int, rows: int) -> Path:
+def write_corpus(folder: Path, vocab_size: int, rows: int) -> Path:
     """A vocabulary of `vocab_size` tokens (the specials, then CJK characters) and train/dev files of texts drawn
     from it, 60-200 characters long so most reach the 128 tokens."""
     folder.mkdir(parents=True, exist_ok=True)

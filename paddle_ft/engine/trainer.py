@@ -153,6 +153,8 @@ def _log_train(events, state: TrainState, plan: RunPlan, lr: float, speed: Throu
     if events is None:
         return
     values["grad_norm"] = float(grad_norm) if grad_norm is not None else None
+    if paddle.device.get_device().startswith("gpu"):  # the allocator's own count: no device sync
+        values["gpu_memory_peak_mib"] = round(paddle.device.cuda.max_memory_allocated() / 2**20)
     events.write("train", state.global_step, **values)
     loss = "n/a" if values["loss"] is None else f"{values['loss']:.4f}"
     log(f"step {state.global_step}/{plan.total_steps} loss {loss} lr {lr:.3g} {values['samples_per_s']:.1f} "
