@@ -98,7 +98,7 @@ def run_checks(cache: Path, work: Path, steps: list[tuple[str, float]]) -> None:
 
     step("a Docker engine answers", require_docker)
     cache.mkdir(parents=True, exist_ok=True)
-    rootfs = step("Debian base image (debootstrap, cached)", debian_image, cache)
+    step("Debian base image (debootstrap, cached)", debian_image, cache)
     wheelhouse = step("wheelhouse for the stand-in's Python (cached)", build_wheelhouse, cache)
     base = step("stand-in Paddle image (cached)", standin_image, wheelhouse)
     step("the build refuses a CPU base unless PADDLE_DEVICE=cpu", refuses_cpu_base_by_default, base)
@@ -109,7 +109,6 @@ def run_checks(cache: Path, work: Path, steps: list[tuple[str, float]]) -> None:
     step(COMMANDS["export"], run_command, COMMANDS["export"], work, user)
     step("every file written belongs to the host user", files_belong_to, work / "out", user)
     step(COMMANDS["serve"] + " (ready, healthy, answers, drains)", serve_and_stop, work, user)
-    del rootfs
 
 
 # --- what the build stands on -----------------------------------------------------------------------------------
@@ -126,7 +125,7 @@ def image_exists(name: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
 
 
-def debian_image(cache: Path) -> Path:
+def debian_image(cache: Path) -> None:
     rootfs = cache / "rootfs-bookworm"
     if not image_exists(DEBIAN_IMAGE):
         if not (rootfs / ".complete").exists():
@@ -139,7 +138,6 @@ def debian_image(cache: Path) -> Path:
             (rootfs / ".complete").touch()
         checked(["sh", "-c", f"tar -C {rootfs} --exclude=./.complete -c . | docker import - {DEBIAN_IMAGE}"],
                 "docker import")
-    return rootfs
 
 
 def debian_mirror() -> str:
@@ -258,7 +256,7 @@ def run_command(command: str, cwd: Path, user: tuple[int, int] | None) -> None:
 
 def files_belong_to(folder: Path, user: tuple[int, int] | None) -> None:
     uid = os.geteuid() if user is None else user[0]
-    written = [p for p in folder.rglob("*")]
+    written = list(folder.rglob("*"))
     if not any(p.name == "model.json" or p.suffix == ".pdmodel" for p in written):
         raise CheckFailed(f"the export command left no exported program under {folder}")
     foreign = [p for p in written if p.lstat().st_uid != uid]

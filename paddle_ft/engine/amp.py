@@ -86,7 +86,7 @@ def clip_grad_norm(parameters, max_norm: float) -> paddle.Tensor:
 
 def set_tf32(enabled: bool) -> None:
     """TF32 for float32 matmuls (cuBLAS) on GPUs that have it: set from train.amp.tf32, never left to the
-    version's default (Paddle 2.x had it on, 3.3 has it off). A process-wide switch; on a CPU it does nothing."""
+    version's default (Paddle 3.3's is off). A process-wide switch; on a CPU it changes nothing."""
     from paddle.base import core
 
     core.set_cublas_switch(enabled)
