@@ -215,7 +215,8 @@ def serving_check(export: Path, data: Path, device: str, log: Path) -> Check:
     if not (export / "export.json").is_file():
         return Check(f"serve on {device}", "skip", "no export to serve (the export check failed)")
     texts = [line.split("\t")[0] for line in (data / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:33]]
-    expected = stack_probabilities(Predictor(export, cpu_threads=2).predict(texts))
+    reference = Predictor(export, cpu_threads=2)
+    expected = stack_probabilities(reference.predict(texts))  # columns in reference.labels' order
     try:
         server = ServerProcess(export, log, "--device", device)
     except RuntimeError as exc:
@@ -226,8 +227,7 @@ def serving_check(export: Path, data: Path, device: str, log: Path) -> Check:
         code = server.stop()
     if answer.status_code != 200 or code != 0:
         return Check(f"serve on {device}", "fail", f"HTTP {answer.status_code}, exit {code} after SIGTERM; see {log}")
-    labels = Predictor(export, cpu_threads=1).labels  # the columns of stack_probabilities
-    served = np.array([[r["probabilities"][label] for label in labels] for r in answer.json()["results"]])
+    served = np.array([[r["probabilities"][label] for label in reference.labels] for r in answer.json()["results"]])
     diff = float(np.abs(served - expected).max())
     return Check(f"serve on {device}", "pass" if diff <= 1e-3 else "fail",
                  f"{len(texts)} texts, max prob diff from the CPU predictor {diff:.2g} (bound 1e-3), exit 0 on SIGTERM",
