@@ -7,11 +7,11 @@ def __getattr__(name):
     # `paddle_ft.Predictor` / `paddle_ft.Classifier` without importing paddle for code that only needs,
     # say, the demo data.
     if name == "Predictor":
-        from paddle_ft.infer import Predictor
+        from paddle_ft.inference.predictor import Predictor
 
         return Predictor
     if name == "Classifier":
-        from paddle_ft.classifier import Classifier
+        from paddle_ft.inference.classifier import Classifier
 
         return Classifier
     raise AttributeError(f"module 'paddle_ft' has no attribute {name!r}")

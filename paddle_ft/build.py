@@ -6,16 +6,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paddle_ft import backbone
+from paddle_ft.artifacts.meta import ModelMeta
 from paddle_ft.config import Config, DataConfig, ModelConfig
 from paddle_ft.data.cache import cached_tokenize
-from paddle_ft.data.features import Features, Splits, Truncation
+from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, format_of, read_examples
 from paddle_ft.data.tokenizer import NO_TOKEN, fastest, without_tokens
 from paddle_ft.errors import ConfigError, DataError, first_line
 from paddle_ft.log import log
-from paddle_ft.meta import ModelMeta
 from paddle_ft.model import BERTForTextClassification, scratch_encoder
+from paddle_ft.text import Truncation
 
 
 @dataclass

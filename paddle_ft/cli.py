@@ -12,10 +12,10 @@ from pathlib import Path
 
 from paddle_ft import runtime
 from paddle_ft.arguments import ArgumentParser, non_negative_float, non_negative_int, positive_int, share
-from paddle_ft.backends import BACKENDS
-from paddle_ft.config import LONG_TEXTS as TRUNCATIONS
 from paddle_ft.errors import UserError
+from paddle_ft.inference.backends import BACKENDS
 from paddle_ft.io import describe_os_error
+from paddle_ft.text import TRUNCATIONS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,7 +272,7 @@ def _export(args) -> int:
 
 
 def _quantize(args) -> int:
-    from paddle_ft.quantize import quantize_export
+    from paddle_ft.inference.quantize import quantize_export
 
     check = quantize_export(Path(args.model), Path(args.data), Path(args.output), args.method,
                             Path(args.calibration) if args.calibration else None, args.max_drop, args.min_agreement)

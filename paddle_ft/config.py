@@ -19,18 +19,15 @@ import yaml
 
 from paddle_ft.errors import ConfigError, ConfigErrors, UserError
 from paddle_ft.io import write_text_atomically
+from paddle_ft.text import POOLINGS, TASKS, TRUNCATIONS, WINDOW_POOLINGS
 
 ARCHITECTURES = ("bert", "ernie", "roberta")
-TASKS = ("single_label", "multi_label")
 # the dev metrics that can pick a model, per kind of run (all: higher is better)
 TASK_METRICS = {"single_label": ("accuracy", "macro_f1"), "multi_label": ("micro_f1", "macro_f1", "subset_accuracy"),
                 "pretraining": ("masked_accuracy", "replaced_f1")}
 METRICS = tuple(dict.fromkeys(m for metrics in TASK_METRICS.values() for m in metrics))
-POOLINGS = ("pooler", "cls", "mean")
 LOSSES = ("cross_entropy", "focal")
 CALIBRATIONS = ("none", "temperature")
-LONG_TEXTS = ("head", "tail", "head_tail", "sliding_window")  # what becomes of a text longer than max_length
-WINDOW_POOLINGS = ("mean", "max")
 
 
 def _check(test: Callable[[Any], bool], expected: str) -> dict:
@@ -93,7 +90,7 @@ class DataConfig:
     """Label names as a list, a file with one name per line, or null to take them from train."""
     max_length: int = field(default=128, metadata=_check(lambda v: v >= 8, "an integer >= 8"))
     """Tokens per example after truncation, [CLS] and [SEP] included."""
-    long_text: str = field(default="head", metadata=_one_of(*LONG_TEXTS))
+    long_text: str = field(default="head", metadata=_one_of(*TRUNCATIONS))
     """What becomes of a text longer than max_length, in training and in the exported model alike: its first
     tokens are kept (head), its last (tail), its first head_tokens and the rest from its end (head_tail), or
     all of it, in overlapping windows whose answers are pooled (sliding_window)."""
@@ -274,19 +271,6 @@ class TrainConfig:
     """Checkpoint cadence and rotation."""
     runtime: RuntimeConfig = RuntimeConfig()
     """Logging cadence and CPU settings."""
-
-
-# keys of earlier versions -> where they live now; an old config gets one line per key naming the new one
-MOVED_KEYS = {
-    "train.learning_rate": "train.optimizer.learning_rate", "train.warmup": "train.optimizer.warmup",
-    "train.weight_decay": "train.optimizer.weight_decay", "train.max_grad_norm": "train.optimizer.max_grad_norm",
-    "train.eval_every": "train.evaluation.every", "train.eval_batch_size": "train.evaluation.batch_size",
-    "train.metric": "train.evaluation.metric",
-    "train.early_stopping_patience": "train.evaluation.early_stopping_patience",
-    "train.save_every": "train.checkpoints.every", "train.save_total_limit": "train.checkpoints.keep",
-    "train.log_every": "train.runtime.log_every", "train.cpu_threads": "train.runtime.cpu_threads",
-    "train.fast_cpu_linear": "train.runtime.fast_cpu_linear", "train.group_by_length": "data.group_by_length",
-}
 
 
 @dataclass(frozen=True)
@@ -485,9 +469,7 @@ def _build(cls, raw: Any, prefix: str, where: Callable[[str], str], problems: li
     values = {}
     for name, value in raw.items():  # in file order, so problems are listed as the file reads
         key = f"{prefix}{name}"
-        if key in MOVED_KEYS:
-            problems.append(ConfigError(key, f"has moved to {MOVED_KEYS[key]}; rename it there", where(key)))
-        elif name not in known:
+        if name not in known:
             problems.append(ConfigError(key, f"unknown key{_did_you_mean(name)}; known keys here: "
                                         f"{', '.join(known)}", where(key)))
         else:

@@ -11,14 +11,15 @@ import numpy as np
 import paddle
 from paddle.static import InputSpec
 
-from paddle_ft.backends import ONNX_FILE, onnx_export_possible, write_onnx
-from paddle_ft.bundle import load_bundle
+from paddle_ft.artifacts.bundle import load_bundle
+from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, ExportInfo, program_file, read_export_info,
+                                               write_export_info)
 from paddle_ft.engine.run_folder import RUN_FILES
 from paddle_ft.errors import UserError
-from paddle_ft.infer import Predictor, program_file
+from paddle_ft.inference.backends import onnx_export_possible, write_onnx
+from paddle_ft.inference.predictor import Predictor
 from paddle_ft.io import atomic_directory, check_output_folder
 from paddle_ft.log import native_output_captured
-from paddle_ft.meta import EXPORT_INFO, ExportInfo, read_export_info, write_export_info
 
 # a warning Paddle's C++ prints on a process's first jit.save of our models (and of others'), which asks nothing of
 # the user: the parity check below is what proves the traced graph

@@ -209,7 +209,7 @@ def serving_check(export: Path, data: Path, device: str, log: Path) -> Check:
     import httpx
     import numpy as np
 
-    from paddle_ft.infer import Predictor, stack_probabilities
+    from paddle_ft.inference.predictor import Predictor, stack_probabilities
     from paddle_ft.serve.process import ServerProcess
 
     if not (export / "export.json").is_file():
@@ -457,7 +457,7 @@ def predictor_checks(export: Path, data: Path, device: str) -> list[Check]:
     import numpy as np
 
     from paddle_ft.errors import UserError
-    from paddle_ft.infer import Predictor, stack_probabilities
+    from paddle_ft.inference.predictor import Predictor, stack_probabilities
 
     if not (export / "export.json").is_file():
         return [Check("predictor", "skip", "no export to load (the export check failed)")]

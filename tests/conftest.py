@@ -40,7 +40,7 @@ def features_of(rows, tokenizer, max_length: int = 64):
 
 def tiny_meta(**fields):
     """The `ModelMeta` of the tiny test models: LABELS, max length 64, no dropout."""
-    from paddle_ft.meta import ModelMeta
+    from paddle_ft.artifacts.meta import ModelMeta
 
     return ModelMeta(**{"labels": LABELS, "max_length": 64, "dropout": 0.0, **fields})
 
@@ -145,7 +145,7 @@ def export_tiny_model(folder: Path, seed: int = 5, text_pair_column: str | None 
     `text_pair_column` it is a text-pair model."""
     from paddlenlp.transformers import BertTokenizer
 
-    from paddle_ft.bundle import save_bundle
+    from paddle_ft.artifacts.bundle import save_bundle
     from paddle_ft.export import export_model
 
     folder.mkdir(parents=True, exist_ok=True)

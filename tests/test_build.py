@@ -1,6 +1,6 @@
 import pytest
-
 from conftest import ROOT
+
 from paddle_ft.build import build_tokenizer
 from paddle_ft.config import load_config
 from paddle_ft.errors import ConfigError
@@ -22,7 +22,7 @@ def test_scoring_a_saved_model_imports_nothing_of_the_training_loop():
     import subprocess
     import sys
 
-    code = ("import sys, paddle_ft.commands.evaluate, paddle_ft.infer, paddle_ft.serve.app; "
+    code = ("import sys, paddle_ft.commands.evaluate, paddle_ft.inference.predictor, paddle_ft.serve.app; "
             "print(' '.join(sorted(m for m in sys.modules if m.startswith('paddle_ft'))))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert "paddle_ft.engine.evaluate" in loaded
@@ -32,12 +32,11 @@ def test_scoring_a_saved_model_imports_nothing_of_the_training_loop():
         assert module not in loaded, module
 
 
-# the pipeline's layers, lowest first; a module may import from its own layer and those below it. infer sits
+# the pipeline's layers, lowest first; a module may import from its own layer and those below it. inference sits
 # below export because export proves itself with the Predictor (the parity check).
-LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("config",), ("data",), ("model", "convert", "backbone"),
-          ("meta",), ("bundle",), ("build",), ("engine",), ("analysis",), ("tensorrt", "backends", "infer"),
-          ("export", "quantize"), ("classifier",),
-          ("serve",), ("commands",), ("bench", "gpu_check"), ("cli", "__main__")]
+LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text",), ("config",), ("data",),
+          ("model", "convert", "backbone"), ("artifacts",), ("build",), ("engine",), ("analysis",), ("inference",),
+          ("export",), ("serve",), ("commands",), ("bench", "gpu_check"), ("cli", "__main__")]
 
 
 def test_imports_run_one_way_through_the_layers():

@@ -5,11 +5,11 @@ import random
 
 import numpy as np
 import pytest
+from conftest import DEMO, LABELS, overrides, synthetic_rows, write_tsv
 
 from paddle_ft.config import load_config
 from paddle_ft.engine.metrics import expected_calibration_error, fit_temperature
 from paddle_ft.errors import ConfigError
-from conftest import DEMO, LABELS, overrides, synthetic_rows, write_tsv
 
 
 def test_expected_calibration_error_is_exact():
@@ -43,7 +43,7 @@ def noisy_rows(n: int, seed: int) -> list[tuple[str, str]]:
 @pytest.mark.slow  # two trainings of a model big enough to memorise its noise (~25 s)
 def test_temperature_from_dev_calibrates_test_and_changes_no_prediction(tiny_config_args, tmp_path, capsys):
     from paddle_ft.cli import main
-    from paddle_ft.infer import Predictor
+    from paddle_ft.inference.predictor import Predictor
 
     data = tmp_path / "noisy"
     data.mkdir()

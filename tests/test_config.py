@@ -51,16 +51,6 @@ def test_unknown_key_names_key_and_line(tmp_path):
                                       "train.optimizer.learning_rate?)")
 
 
-def test_a_key_of_the_old_layout_names_its_new_place(tmp_path):
-    path = write(tmp_path, "model:\n  scratch:\n    vocab_file: v.txt\ntrain:\n  epochs: 2\n  save_total_limit: 3\n")
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    assert str(info.value) == (f"config key 'train.save_total_limit' ({path}:6): has moved to "
-                               "train.checkpoints.keep; rename it there")
-    with pytest.raises(ConfigError, match=r"'train.group_by_length' \(from -o\): has moved to data.group_by_length"):
-        load_config(DEMO, ["train.group_by_length=false"])
-
-
 def test_every_problem_of_a_config_is_reported_at_once(tmp_path, capsys):
     from paddle_ft.cli import main
     from paddle_ft.errors import ConfigErrors

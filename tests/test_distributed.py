@@ -68,7 +68,7 @@ def test_two_gloo_workers_match_one_process_with_the_same_global_batch(per_rank,
 
 
 def test_distributed_dev_metrics_equal_a_single_process_evaluation(job_args, tmp_path):
-    from paddle_ft.bundle import load_bundle
+    from paddle_ft.artifacts.bundle import load_bundle
     from paddle_ft.data.features import tokenize
     from paddle_ft.data.labels import LabelMap
     from paddle_ft.data.readers import Columns, read_examples

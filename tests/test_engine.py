@@ -5,7 +5,7 @@ import paddle
 import pytest
 from conftest import LABELS, features_of, synthetic_rows, tiny_meta
 
-from paddle_ft.bundle import MODEL_STATE
+from paddle_ft.artifacts.bundle import MODEL_STATE
 from paddle_ft.config import AmpConfig, load_config
 from paddle_ft.data.features import Splits
 from paddle_ft.engine.amp import StepRunner
@@ -140,7 +140,7 @@ def test_training_writes_best_results_and_rotates_checkpoints(make_model, tokeni
     assert [e["step"] for e in evals] == [2, 4, 6, 8, 10, 12]
     best = max(evals, key=lambda e: e["accuracy"])  # the first of equals, as training keeps the first
     assert results["best_step"] == best["step"]
-    # the newest save_total_limit checkpoints, plus the best one
+    # the newest train.checkpoints.keep checkpoints, plus the best one
     kept = {"step-10", "step-12", f"step-{best['step']}"}
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == sorted(kept)
     assert results["dev"]["accuracy"] == pytest.approx(best["accuracy"])

@@ -5,12 +5,13 @@ import paddle
 import pytest
 from conftest import LABELS, features_of, synthetic_rows, tiny_meta
 
-from paddle_ft.bundle import load_bundle, save_bundle
+from paddle_ft.artifacts.bundle import load_bundle, save_bundle
+from paddle_ft.artifacts.export_folder import program_file
 from paddle_ft.data.features import pad_batch
 from paddle_ft.engine.evaluate import predict_probabilities
 from paddle_ft.errors import UserError
 from paddle_ft.export import export_model, parity_max_abs_diff
-from paddle_ft.infer import Predictor, program_file, stack_probabilities
+from paddle_ft.inference.predictor import Predictor, stack_probabilities
 
 
 @pytest.fixture
@@ -124,33 +125,16 @@ def test_bf16_runs_where_the_cpu_has_it_and_is_refused_where_not(exported):
             Predictor(folder, precision="bf16")
 
 
-def written_by_paddle_ft_0_1(best):
-    """`best` as paddle_ft 0.1 wrote it: an untyped paddle_ft.json without labels or format version."""
-    (best / "paddle_ft.json").write_text(json.dumps(
-        {"num_classes": 2, "dropout": 0.0, "max_length": 64, "format": "tsv", "text_column": "text",
-         "text_pair_column": None, "label_column": "label"}), encoding="utf-8")
-
-
-def test_a_model_folder_of_the_previous_version_still_loads_and_exports(model_dir, tmp_path):
-    written_by_paddle_ft_0_1(model_dir)
-    bundle = load_bundle(model_dir)
-    assert bundle.meta == tiny_meta()  # the labels come from its label_map.json
-    info = export_model(model_dir, tmp_path / "export")
-    assert info.model == tiny_meta() and info.parity_max_abs_diff < 1e-4
-
-
-def test_an_export_of_the_previous_version_loads_or_says_how_to_re_export(exported):
+def test_metadata_of_another_layout_is_refused_with_how_to_make_it_again(model_dir, exported):
+    (model_dir / "paddle_ft.json").write_text(json.dumps({"num_classes": 2, "max_length": 64}), encoding="utf-8")
+    with pytest.raises(UserError, match=r"paddle_ft.json is damaged \(its fields are not a paddle_ft model's\); "
+                                        "train the model again"):
+        load_bundle(model_dir)
     folder, _ = exported
-    model = json.loads((folder / "export.json").read_text())["model"]
-    old = {"paddle_version": "3.3.0", "program_file": "model.json", "inputs": ["input_ids", "token_type_ids"],
-           "max_length": model["max_length"], "labels": model["labels"], "source_model": "out/best",
-           "parity_max_abs_diff": 1e-7, "text_pair_column": None, "files": ["model.json"]}
-    (folder / "export.json").write_text(json.dumps(old))
-    assert Predictor(folder).predict(["好"])[0].label in LABELS
-    del old["text_pair_column"]  # written before exports recorded whether the model takes text pairs
-    (folder / "export.json").write_text(json.dumps(old))
-    with pytest.raises(UserError, match="did not record whether the model takes text pairs; re-create it with "
-                                        "tools/export.py"):
+    info = json.loads((folder / "export.json").read_text())
+    (folder / "export.json").write_text(json.dumps({**info, "model": {**info["model"], "format_version": 1}}))
+    with pytest.raises(UserError, match=r"export.json is damaged or from a newer paddle_ft \(format_version\); "
+                                        "re-create it with tools/export.py"):
         Predictor(folder)
 
 
@@ -213,7 +197,7 @@ def test_a_failed_onnx_conversion_shows_what_paddle2onnx_printed(exported, tmp_p
 
     import paddle2onnx
 
-    from paddle_ft.backends import write_onnx
+    from paddle_ft.inference.backends import write_onnx
 
     def fail(*args, **kwargs):
         os.write(2, b"[Paddle2ONNX] Oops: no converter for op frobnicate\n")  # as its C++ does

@@ -48,7 +48,7 @@ def test_clipping_matches_paddles_on_float32(make_model, tokenizer):
 
 
 def test_a_float16_model_is_saved_in_float32_and_reloads(make_model, tokenizer, tmp_path):
-    from paddle_ft.bundle import load_bundle, save_bundle
+    from paddle_ft.artifacts.bundle import load_bundle, save_bundle
 
     model = make_model(seed=3)
     model.to(dtype="float16")  # what AMP O2 leaves: float16 weights
@@ -63,7 +63,7 @@ def test_a_float16_model_is_saved_in_float32_and_reloads(make_model, tokenizer, 
 def test_export_computes_both_sides_of_parity_on_the_cpu(make_model, tokenizer, tmp_path, monkeypatch):
     """In a CUDA build the model would load onto the GPU (TF32) while the parity predictor runs on CPU."""
     import paddle_ft.export as export
-    from paddle_ft.bundle import save_bundle
+    from paddle_ft.artifacts.bundle import save_bundle
 
     best = tmp_path / "best"
     save_bundle(best, make_model(seed=5), tokenizer, tiny_meta())
@@ -108,7 +108,7 @@ def test_tensorrt_on_a_paddle_3_export_is_refused_not_silently_ignored(tmp_path)
     from conftest import export_tiny_model
 
     from paddle_ft.errors import UserError
-    from paddle_ft.infer import Predictor
+    from paddle_ft.inference.predictor import Predictor
 
     export = export_tiny_model(tmp_path)
     assert (export / "model.json").is_file()  # Paddle 3 writes PIR programs

@@ -9,7 +9,7 @@ from conftest import DEMO, export_tiny_model, overrides, write_tsv
 from paddle_ft.cli import main
 from paddle_ft.engine.events import EventLog
 from paddle_ft.errors import UserError
-from paddle_ft.infer import Predictor
+from paddle_ft.inference.predictor import Predictor
 
 
 def one_line_error(capsys, *fragments):
@@ -67,7 +67,7 @@ def test_predict_refuses_a_blank_text_like_the_server(model, text, capsys):
 def test_a_model_with_nan_weights_is_never_scored(model, tmp_path, capsys):
     import shutil
 
-    from paddle_ft.bundle import MODEL_STATE
+    from paddle_ft.artifacts.bundle import MODEL_STATE
 
     best, _, data = model
     broken = tmp_path / "best"

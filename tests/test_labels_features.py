@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 
-from paddle_ft.data.features import TrainBatchSampler, eval_batches, micro_batches, pad_batch, tokenize
+from paddle_ft.data.features import eval_batches, pad_batch, tokenize
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Example
+from paddle_ft.engine.batching import TrainBatchSampler, micro_batches
 from paddle_ft.errors import ConfigError, UserError
 
 

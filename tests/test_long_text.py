@@ -5,11 +5,11 @@ import random
 
 import numpy as np
 import pytest
+from conftest import DEMO, NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, overrides, write_tsv
 
 from paddle_ft.config import load_config
-from paddle_ft.data.features import Truncation, pool_windows
 from paddle_ft.errors import ConfigError
-from conftest import DEMO, NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, overrides, write_tsv
+from paddle_ft.text import Truncation, pool_windows
 
 IDS = [101, *range(1, 11), 102]  # [CLS] 1..10 [SEP]
 
@@ -70,7 +70,7 @@ def ending_rows(n: int, seed: int) -> list[tuple[str, str]]:
 
 def test_only_the_rules_that_keep_the_end_learn_a_label_told_at_the_end(tiny_config_args, tmp_path, capsys):
     from paddle_ft.cli import main
-    from paddle_ft.infer import Predictor
+    from paddle_ft.inference.predictor import Predictor
 
     data = tmp_path / "long"
     data.mkdir()

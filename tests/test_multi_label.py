@@ -6,12 +6,12 @@ import random
 
 import numpy as np
 import pytest
+from conftest import DEMO, SPECIAL_TOKENS, overrides
 
 from paddle_ft.config import load_config
 from paddle_ft.data.readers import Columns, read_examples
 from paddle_ft.engine.metrics import multi_label_report, tune_thresholds
 from paddle_ft.errors import ConfigError, DataError
-from conftest import DEMO, SPECIAL_TOKENS, overrides
 
 TOPICS = {"体育": "球", "财经": "股", "科技": "芯", "健康": "药"}  # each label told by its own keyword
 SHARE = {"体育": 0.4, "财经": 0.4, "科技": 0.3, "健康": 0.08}  # 健康 is rare
@@ -152,8 +152,8 @@ def test_thresholds_tuned_on_dev_beat_one_half_and_the_test_set_is_learnt(traine
 
 def test_eval_predict_classifier_and_http_give_the_same_label_sets(trained, capsys):
     from paddle_ft.cli import main
-    from paddle_ft.classifier import Classifier
-    from paddle_ft.infer import Predictor
+    from paddle_ft.inference.classifier import Classifier
+    from paddle_ft.inference.predictor import Predictor
 
     export, rows = trained / "out" / "export", topic_rows(200, 3)
     info = json.loads((export / "export.json").read_text(encoding="utf-8"))
@@ -181,7 +181,7 @@ def test_eval_predict_classifier_and_http_give_the_same_label_sets(trained, caps
 def test_the_http_service_answers_label_sets_and_its_schema_says_so(trained):
     import httpx
 
-    from paddle_ft.infer import Predictor
+    from paddle_ft.inference.predictor import Predictor
     from paddle_ft.serve.process import ServerProcess
 
     export, texts = trained / "out" / "export", [text for text, _ in topic_rows(12, 4)]

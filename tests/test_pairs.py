@@ -10,7 +10,7 @@ from conftest import export_tiny_model, synthetic_rows
 
 from paddle_ft.cli import main
 from paddle_ft.errors import UserError
-from paddle_ft.infer import Predictor, stack_probabilities
+from paddle_ft.inference.predictor import Predictor, stack_probabilities
 
 PAIRS = [("质量很好", "物流很慢"), ("质量很好", "物流很快"), ("差差差", "好好好好"), ("好", "差")]
 
@@ -21,7 +21,7 @@ def pair_export(tmp_path_factory):
 
 
 def test_exported_pair_logits_equal_dygraph(pair_export, tokenizer):
-    from paddle_ft.bundle import load_bundle
+    from paddle_ft.artifacts.bundle import load_bundle
     from paddle_ft.data.features import Features, pad_batch, tokenize
     from paddle_ft.data.readers import Example
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import paddle
 import pytest
-
 from conftest import DEMO, overrides, synthetic_rows
+
 from paddle_ft.cli import main
 from paddle_ft.data.masking import Vocabulary, mask_example, word_ids_of
 
@@ -257,7 +257,7 @@ def test_a_vocabulary_or_corpus_pretraining_cannot_learn_from_is_one_line(corpus
 
 def test_a_line_of_millions_of_characters_is_cut_before_it_is_tokenised(tokenizer):
     from paddle_ft.data.corpus import pretraining_features
-    from paddle_ft.data.features import CHARACTERS_PER_TOKEN
+    from paddle_ft.text import CHARACTERS_PER_TOKEN
 
     calls = []
 

@@ -3,11 +3,11 @@ Runtime only."""
 import json
 
 import pytest
+from conftest import DEMO, overrides, write_splits, write_vocab
 
 from paddle_ft.errors import UserError
-from paddle_ft.infer import Predictor
-from paddle_ft.quantize import AccuracyDropped, quantize_export
-from conftest import DEMO, overrides, write_splits, write_vocab
+from paddle_ft.inference.predictor import Predictor
+from paddle_ft.inference.quantize import AccuracyDropped, quantize_export
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_static_quantization_calibrates_on_the_given_texts(trained_export, tmp_p
 
 
 def test_a_larger_accuracy_drop_than_allowed_writes_nothing(trained_export, tmp_path, monkeypatch):
-    import paddle_ft.quantize as quantize
+    import paddle_ft.inference.quantize as quantize
 
     export, test = trained_export
     real = quantize._compare
@@ -77,7 +77,7 @@ def test_an_export_without_onnx_cannot_be_quantized(trained_export, tmp_path):
 
 def test_equal_accuracy_with_different_answers_is_refused(trained_export, tmp_path, monkeypatch):
     """Issue 27, root 4: accuracy can stay equal while a third of the answers change."""
-    import paddle_ft.quantize as quantize
+    import paddle_ft.inference.quantize as quantize
 
     export, test = trained_export
     real = quantize._compare

@@ -42,7 +42,7 @@ def export_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def predictor(export_dir):
-    from paddle_ft.infer import Predictor
+    from paddle_ft.inference.predictor import Predictor
 
     return Predictor(export_dir, cpu_threads=1)
 

@@ -8,10 +8,10 @@ import unicodedata
 
 import numpy as np
 import pytest
+from conftest import DEMO, export_tiny_model, overrides, write_tsv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import DEMO, export_tiny_model, overrides, write_tsv
 from paddle_ft.cli import main
 from paddle_ft.data.corpus import read_corpus
 from paddle_ft.data.tokenizer import NO_TOKEN
@@ -27,7 +27,7 @@ def export_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def predictor(export_dir):
-    from paddle_ft.infer import Predictor
+    from paddle_ft.inference.predictor import Predictor
 
     return Predictor(export_dir, cpu_threads=1)
 
@@ -85,7 +85,7 @@ def test_a_training_row_the_model_reads_as_nothing_is_named_by_file_and_line(tin
 
 def test_the_python_api_checks_its_arguments_as_the_cli_does(predictor, classifier, export_dir):
     from paddle_ft import Classifier
-    from paddle_ft.infer import Predictor
+    from paddle_ft.inference.predictor import Predictor
 
     with pytest.raises(UserError, match=r"give a list of texts, not one str \('很好'\): a string would be read as "
                                         "one text per character"):
@@ -158,7 +158,7 @@ def test_every_text_gets_one_prediction_from_all_four_or_is_refused_by_all_four_
                                         ("sliding_window", None)])
 def test_a_text_of_millions_of_characters_is_cut_to_what_its_kept_tokens_can_come_from(mode, kept):
     """Issue 27, root 6: a 4.9M-character text was tokenised whole before truncation (3.7 GB)."""
-    from paddle_ft.data.features import CHARACTERS_PER_TOKEN, Truncation
+    from paddle_ft.text import CHARACTERS_PER_TOKEN, Truncation
 
     text = "好" * 2_000_000 + "差" * 2_000_000
     assert CHARACTERS_PER_TOKEN * 64 == 1024

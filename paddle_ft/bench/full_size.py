@@ -94,7 +94,7 @@ def _export_and_predict(folder: Path) -> dict:
     import httpx
 
     from paddle_ft.export import export_model
-    from paddle_ft.infer import Predictor
+    from paddle_ft.inference.predictor import Predictor
     from paddle_ft.serve.process import ServerProcess
 
     export = folder / "export"

@@ -20,10 +20,10 @@ def inference(args: dict) -> dict:
     runtime.configure()
     import paddle
 
-    from paddle_ft.bundle import load_bundle
+    from paddle_ft.artifacts.bundle import load_bundle
     from paddle_ft.data.readers import Columns, read_examples
     from paddle_ft.export import export_model
-    from paddle_ft.infer import Predictor
+    from paddle_ft.inference.predictor import Predictor
 
     threads = args["threads"]
     runtime.apply_cpu_settings(threads)
@@ -60,8 +60,8 @@ def inference(args: dict) -> dict:
 def _int8_predictor(export_dir: Path, int8_dir: Path, test: Path, threads: int):
     """(the export quantized to int8 by `paddle_ft quantize`, served by ONNX Runtime; its accuracy check on the
     demo test split against fp32). The check's bound is lifted: the bench reports the drop, whatever it is."""
-    from paddle_ft.infer import Predictor
-    from paddle_ft.quantize import quantize_export
+    from paddle_ft.inference.predictor import Predictor
+    from paddle_ft.inference.quantize import quantize_export
 
     shutil.rmtree(int8_dir, ignore_errors=True)
     check = quantize_export(export_dir, test, int8_dir, max_drop=100.0)
@@ -76,7 +76,7 @@ def models(args: dict) -> dict:
     runtime.configure()
     from paddle_ft.data.readers import Columns, read_examples
     from paddle_ft.export import export_model
-    from paddle_ft.infer import Predictor
+    from paddle_ft.inference.predictor import Predictor
 
     runtime.apply_cpu_settings(args["threads"])
     rows = read_examples(Path(args["demo"]) / "test.tsv", "tsv", Columns("text", None, "label"))[0]
@@ -99,7 +99,7 @@ def models(args: dict) -> dict:
 def _batch_maker(encoded: dict, pad_token_id: int):
     """batches(size, count): `count` batches of `size` consecutive texts in file order (mixed lengths), each padded
     to its longest; a short file is cycled through."""
-    from paddle_ft.data.features import pad_ids
+    from paddle_ft.text import pad_ids
 
     def batches(size: int, count: int) -> list[tuple[np.ndarray, np.ndarray]]:
         repeat = -(-size * count // len(encoded["input_ids"]))
@@ -146,8 +146,9 @@ def _precision_predictors(export_dir: Path, threads: int) -> tuple[dict, list[st
     """The reduced-precision rows this machine can run, and why the others are missing."""
     import paddle
 
+    from paddle_ft.artifacts.export_folder import program_file
     from paddle_ft.errors import UserError
-    from paddle_ft.infer import Predictor, check_tensorrt, program_file
+    from paddle_ft.inference.predictor import Predictor, check_tensorrt
     from paddle_ft.runtime import cpu_supports_bf16
 
     predictors, skipped = {}, []

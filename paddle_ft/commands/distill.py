@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
-from paddle_ft.bundle import load_bundle
 from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import Config, load_config

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.bundle import load_bundle
+from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.data.features import tokenize
-from paddle_ft.data.readers import format_of, read_examples
+from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.io import atomic_file, check_output_file
@@ -19,7 +19,7 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     bundle = load_bundle(model_dir)
     check_output_file(errors, "--errors", {"--data": data_path})  # before minutes of scoring, not after
     meta, label_map, tokenizer = bundle.meta, bundle.label_map, fastest(bundle.tokenizer)
-    examples, _ = read_examples(data_path, format_of(data_path, meta.format), meta.columns,
+    examples, _ = read_examples(data_path, format_of(data_path, meta.format), Columns.of_model(meta),
                                 frozenset(label_map.names))
     features = tokenize(examples, tokenizer, meta.max_length, label_map, meta.truncation_rule)
     report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names,

@@ -6,11 +6,11 @@ import json
 import sys
 from pathlib import Path
 
+from paddle_ft.artifacts.export_folder import program_file, read_export_info
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
-from paddle_ft.infer import Predictor, check_texts, program_file
+from paddle_ft.inference.predictor import Predictor, check_texts
 from paddle_ft.io import atomic_file, check_output_file
-from paddle_ft.meta import read_export_info
 
 
 def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_path: str | None,

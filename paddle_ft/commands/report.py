@@ -5,8 +5,8 @@ from pathlib import Path
 
 from paddle_ft.analysis.audit import audit
 from paddle_ft.analysis.report import Answers, write_report
+from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.build import Dataset, read_dataset
-from paddle_ft.bundle import load_bundle
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.tokenizer import fastest

@@ -18,9 +18,10 @@ from typing import Sequence
 
 import numpy as np
 
-from paddle_ft.data.features import Features, Truncation, label_ids, tokenize
+from paddle_ft.data.features import Features, label_ids, tokenize
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import Example
+from paddle_ft.text import Truncation
 
 FORMAT_VERSION = 1
 _ARRAYS = ("input_ids", "token_type_ids", "offsets")

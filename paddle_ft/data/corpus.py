@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.data.features import Features, Truncation
+from paddle_ft.data.features import Features
 from paddle_ft.data.readers import read_texts
 from paddle_ft.data.tokenizer import FastBertTokenizer
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
+from paddle_ft.text import Truncation
 
 
 def read_corpus(paths: tuple[str, ...], text_column: str) -> tuple[list[str], list[tuple[str, int]]]:

@@ -35,6 +35,13 @@ class Columns:
     allow_no_label: bool = False
     """Multi-label rows: an empty label set is allowed (a text with none of the labels)."""
 
+    @classmethod
+    def of_model(cls, meta) -> Columns:
+        """How to read a labelled file of the kind a model's training read, from its `ModelMeta` (eval, quantize's
+        accuracy check)."""
+        return cls(meta.text_column, meta.text_pair_column, meta.label_column,
+                   meta.label_delimiter if meta.multi_label else None, meta.allow_no_label)
+
 
 @dataclass(frozen=True)
 class Example:

@@ -13,11 +13,12 @@ import numpy as np
 import paddle
 
 from paddle_ft.config import TASK_METRICS
-from paddle_ft.data.features import Features, eval_batches, pad_batch, sigmoid, softmax
+from paddle_ft.data.features import Features, eval_batches, pad_batch
 from paddle_ft.engine.losses import classification_loss, multi_label_loss
 from paddle_ft.engine.metrics import (classification_report, expected_calibration_error, fit_temperature,
-                                     multi_label_report, tune_thresholds)
+                                      multi_label_report, tune_thresholds)
 from paddle_ft.errors import UserError
+from paddle_ft.text import sigmoid, softmax
 
 
 class NonFiniteScores(UserError):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from paddle_ft.data.features import batches_per_epoch
+from paddle_ft.engine.batching import batches_per_epoch
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ from typing import Callable
 
 import numpy as np
 
+from paddle_ft.artifacts.bundle import load_weights, save_bundle
+from paddle_ft.artifacts.meta import MODEL_META, ModelMeta
 from paddle_ft.backbone import load_pretraining_weights, save_backbone
-from paddle_ft.bundle import load_weights, save_bundle
 from paddle_ft.config import Config, config_to_dict, flat_config, load_config, save_config
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine.checkpoint import newest_verified_checkpoint, verify_checkpoint
@@ -27,7 +28,6 @@ from paddle_ft.engine.events import EventLog
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.io import recover_leftovers, write_text_atomically
 from paddle_ft.log import log
-from paddle_ft.meta import MODEL_META, ModelMeta
 
 CONFIG_FILE, METRICS_FILE, RESULTS_FILE = "config.yaml", "metrics.jsonl", "results.json"
 # files that mark a folder as a run (or a saved model): an export never goes into (or replaces) one

@@ -13,8 +13,9 @@ import paddle
 from tqdm import tqdm
 
 from paddle_ft.config import Config, EvaluationConfig
-from paddle_ft.data.features import Features, Splits, TrainBatchSampler, micro_batches
+from paddle_ft.data.features import Features, Splits
 from paddle_ft.engine.amp import StepRunner
+from paddle_ft.engine.batching import TrainBatchSampler, micro_batches
 from paddle_ft.engine.checkpoint import TrainState, capture_rng, complete_checkpoints, rotate_checkpoints
 from paddle_ft.engine.distributed import Distributed
 from paddle_ft.engine.evaluate import Classification

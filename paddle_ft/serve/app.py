@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 
 from paddle_ft.data.tokenizer import readable_pattern
 from paddle_ft.errors import UserError
-from paddle_ft.infer import check_texts
+from paddle_ft.inference.predictor import check_texts
 from paddle_ft.serve.batcher import DynamicBatcher, QueueFull
 from paddle_ft.serve.metrics import Metrics
 from paddle_ft.serve.options import Limits

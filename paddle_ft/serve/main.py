@@ -14,10 +14,10 @@ from pathlib import Path
 
 import uvicorn
 
-from paddle_ft.backends import choose_backend
+from paddle_ft.artifacts.export_folder import program_file, read_export_info
 from paddle_ft.errors import UserError
-from paddle_ft.infer import Predictor, check_device, program_file
-from paddle_ft.meta import read_export_info
+from paddle_ft.inference.backends import choose_backend
+from paddle_ft.inference.predictor import Predictor, check_device
 from paddle_ft.serve.app import create_app
 from paddle_ft.serve.options import Limits
 from paddle_ft.serve.protocol import protocol_with_head_timeout

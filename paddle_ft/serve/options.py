@@ -24,8 +24,8 @@ class Limits:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from paddle_ft.arguments import non_negative_float, port, positive_int
-    from paddle_ft.backends import BACKENDS
-    from paddle_ft.infer import TRUNCATIONS
+    from paddle_ft.inference.backends import BACKENDS
+    from paddle_ft.text import TRUNCATIONS
 
     d = Limits()
     parser.add_argument("--model-dir", required=True, help="a folder written by export")

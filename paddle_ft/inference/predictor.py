@@ -11,24 +11,15 @@ from pathlib import Path
 import numpy as np
 
 from paddle_ft.arguments import require_int
-from paddle_ft.backends import PARAMS_FILE, choose_backend, onnxruntime_engine
-from paddle_ft.data.features import Truncation, pad_ids, pool_windows, sigmoid, softmax
+from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, program_file, read_export_info
 from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer, fastest, without_tokens
 from paddle_ft.errors import UserError, first_line
-from paddle_ft.meta import REEXPORT, TRUNCATIONS, read_export_info
+from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
 from paddle_ft.runtime import cpu_supports_bf16, usable_cores
+from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
 
-PROGRAM_FILES = ("model.json", "model.pdmodel")
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
 WIDTH_STEP = 16  # padded widths are multiples of this (see Predictor.run)
-
-
-def program_file(model_dir: Path) -> Path:
-    for name in PROGRAM_FILES:
-        if (model_dir / name).is_file():
-            return model_dir / name
-    raise UserError(f"{model_dir} holds no exported model ({' or '.join(PROGRAM_FILES)}); "
-                    "create one with tools/export.py --model OUT/best --output DIR")
 
 
 class Predictor:
@@ -310,7 +301,7 @@ def _configure_gpu(config, inference, gpu_id: int, precision: str, use_tensorrt:
     if use_tensorrt:
         if not inference.get_trt_compile_version()[0]:
             raise UserError("TensorRT asked for, but this paddle build was compiled without it")
-        from paddle_ft import tensorrt
+        from paddle_ft.inference import tensorrt
 
         tensorrt.configure(config, inference, program, program.with_name(PARAMS_FILE), gpu_id, precision,
                            max_length, WIDTH_STEP)

@@ -14,14 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
+from paddle_ft.artifacts.export_folder import ONNX_FILE, PARAMS_FILE, REEXPORT
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.log import native_output_captured
-from paddle_ft.meta import REEXPORT
 from paddle_ft.runtime import usable_cores
 
 BACKENDS = ("paddle", "onnxruntime")
-ONNX_FILE = "model.onnx"
-PARAMS_FILE = "model.pdiparams"
 
 
 def choose_backend(backend: str | None, model_dir: Path, device: str, precision: str, quantized: bool = False) -> str:

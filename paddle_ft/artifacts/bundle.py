@@ -12,10 +12,10 @@ from pathlib import Path
 
 import paddle
 
+from paddle_ft.artifacts.meta import MODEL_META, ModelMeta, read_model_meta, write_model_meta
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.io import atomic_directory
-from paddle_ft.meta import MODEL_META, ModelMeta, read_model_meta, write_model_meta
 from paddle_ft.model import BERTForTextClassification, float32_state, in_dtypes_of
 
 MODEL_STATE = "model_state.pdparams"

@@ -18,13 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.backends import ONNX_FILE
-from paddle_ft.data.features import pad_ids
-from paddle_ft.data.readers import format_of, read_examples, read_texts
+from paddle_ft.artifacts.export_folder import EXPORT_INFO, ONNX_FILE, REEXPORT, read_export_info, write_export_info
+from paddle_ft.data.readers import Columns, format_of, read_examples, read_texts
 from paddle_ft.errors import UserError
-from paddle_ft.infer import Predictor
+from paddle_ft.inference.predictor import Predictor
 from paddle_ft.io import atomic_directory, check_output_folder
-from paddle_ft.meta import EXPORT_INFO, REEXPORT, read_export_info, write_export_info
+from paddle_ft.text import pad_ids
 
 METHODS = ("dynamic", "static")
 
@@ -112,7 +111,7 @@ class _CalibrationBatches:
 
 
 def _labelled(path: Path, meta) -> list:
-    examples, _ = read_examples(path, format_of(path, meta.format), meta.columns, frozenset(meta.labels))
+    examples, _ = read_examples(path, format_of(path, meta.format), Columns.of_model(meta), frozenset(meta.labels))
     return examples
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from paddle_ft.arguments import require_int
 from paddle_ft.errors import UserError
-from paddle_ft.infer import Predictor
-from paddle_ft.meta import TRUNCATIONS
+from paddle_ft.inference.predictor import Predictor
+from paddle_ft.text import TRUNCATIONS
 
 
 class Classifier:

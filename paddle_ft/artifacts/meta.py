@@ -1,30 +1,23 @@
-"""Typed metadata of the two folders a model lives in, and the one reader and writer of each file.
+"""`ModelMeta`: what a trained classifier must remember about its inputs and labels, and the one reader and
+writer of `paddle_ft.json`. A saved model (`OUT/best/paddle_ft.json`, see `bundle`) and an export (`export.json`,
+key "model", see `export_folder`) carry the same one.
 
-- `ModelMeta`: what a trained classifier must remember about its inputs and labels. A saved model
-  (`OUT/best/paddle_ft.json`, see `bundle`) and an export (`export.json`, key "model") carry the same one.
-- `ExportInfo`: `export.json` of an exported folder: the `ModelMeta` plus what the export itself proved.
-
-Imports no Paddle, so `Predictor` reads an export without Paddle's training code.
+Imports neither Paddle nor the config nor the data readers, so the inference side reads it too.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from paddle_ft.config import LONG_TEXTS, POOLINGS, TASKS, WINDOW_POOLINGS
-from paddle_ft.data.features import Truncation
-from paddle_ft.data.readers import Columns
 from paddle_ft.errors import UserError
 from paddle_ft.io import write_text_atomically
+from paddle_ft.text import POOLINGS, TASKS, TRUNCATIONS, WINDOW_POOLINGS, Truncation
 
 FORMAT_VERSION = 2
-"""1: paddle_ft 0.1 (untyped paddle_ft.json, labels only in label_map.json); 2: `ModelMeta`."""
-TRUNCATIONS = LONG_TEXTS
+"""Layout of the metadata files; a folder of another layout is refused with how to make it again."""
 MODEL_META = "paddle_ft.json"
-EXPORT_INFO = "export.json"
-REEXPORT = "re-create it with tools/export.py --model OUT/best --output DIR"
 RETRAIN = "train the model again"
 
 
@@ -69,7 +62,7 @@ class ModelMeta:
     """single_label: the logits are divided by it before the softmax (train.calibration temperature, fitted on
     dev); 1 = the probabilities as trained."""
     format_version: int = FORMAT_VERSION
-    """Layout of the metadata; older ones are read by `_upgrade`."""
+    """Layout of the metadata (`FORMAT_VERSION`)."""
 
     @property
     def num_classes(self) -> int:
@@ -86,12 +79,6 @@ class ModelMeta:
     @property
     def multi_label(self) -> bool:
         return self.task == "multi_label"
-
-    @property
-    def columns(self) -> Columns:
-        """How to read a labelled file of the kind training read (eval, quantize's accuracy check)."""
-        return Columns(self.text_column, self.text_pair_column, self.label_column,
-                       self.label_delimiter if self.multi_label else None, self.allow_no_label)
 
     @property
     def label_thresholds(self) -> tuple[float, ...]:
@@ -144,104 +131,23 @@ class ModelMeta:
 
 
 def write_model_meta(meta: ModelMeta, directory: Path) -> None:
-    _write_json(directory / MODEL_META, meta.as_dict())
+    write_json(directory / MODEL_META, meta.as_dict())
 
 
 def read_model_meta(directory: Path) -> ModelMeta:
-    """The `ModelMeta` of a saved model folder; a paddle_ft 0.1 folder is read through `_upgrade`."""
+    """The `ModelMeta` of a saved model folder."""
     path = directory / MODEL_META
     if not path.is_file():
         raise UserError(f"{directory} is not a paddle_ft model directory (no {MODEL_META}); pass the best/ folder a "
                         "training run wrote")
-    data = _read_json(path, RETRAIN)
-    if "format_version" not in data:
-        data = _upgrade(data, directory, path)
-    return ModelMeta.from_dict(data, path, RETRAIN)
+    return ModelMeta.from_dict(read_json(path, RETRAIN), path, RETRAIN)
 
 
-def _upgrade(data: dict, directory: Path, path: Path) -> dict:
-    """paddle_ft 0.1 wrote num_classes and no labels (those were only in label_map.json)."""
-    from paddle_ft.data.labels import LabelMap
-
-    labels = LabelMap.load(directory).names
-    if data.get("num_classes") != len(labels):
-        raise UserError(f"{path} says {data.get('num_classes')} classes but label_map.json has {len(labels)}; "
-                        f"the folder is damaged: {RETRAIN}")
-    known = {f.name for f in dataclasses.fields(ModelMeta)}
-    return {**{k: v for k, v in data.items() if k in known}, "labels": list(labels), "format_version": FORMAT_VERSION}
-
-
-@dataclass(frozen=True)
-class ExportInfo:
-    """`export.json`: the model's metadata and what the export wrote and proved."""
-
-    model: ModelMeta
-    program_file: str
-    """model.json (Paddle 3, PIR) or model.pdmodel (Paddle 2.6)."""
-    paddle_version: str
-    source_model: str
-    """The saved-model folder it was exported from."""
-    inputs: tuple[str, ...] = ("input_ids", "token_type_ids")
-    files: tuple[str, ...] = ()
-    """Every file the export wrote besides export.json: what --overwrite may replace."""
-    parity_max_abs_diff: float | None = None
-    """Largest |logit| difference of the exported graph (CPU predictor) from dygraph."""
-    parity_max_abs_diff_gpu: float | None = None
-    """The same on the GPU predictor, where a GPU was visible at export."""
-    onnx_file: str | None = None
-    """model.onnx: the same graph for ONNX Runtime (None when export could not write one, and why in extra)."""
-    parity_max_abs_diff_onnx: float | None = None
-    """Largest |logit| difference of the ONNX graph (ONNX Runtime) from dygraph."""
-    quantization: dict | None = None
-    """Set by `paddle_ft quantize`: model.onnx is int8 (served by ONNX Runtime only; the Paddle graph beside it is
-    the fp32 one), with how it was quantized and the accuracy check it passed."""
-    extra: dict = field(default_factory=dict)
-    """Keys of a newer paddle_ft, kept as they are."""
-
-    def as_dict(self) -> dict:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        return {**self.extra, **data, "model": self.model.as_dict(), "inputs": list(self.inputs),
-                "files": list(self.files), "format_version": FORMAT_VERSION}
-
-
-def write_export_info(info: ExportInfo, directory: Path) -> None:
-    _write_json(directory / EXPORT_INFO, info.as_dict())
-
-
-def read_export_info(directory: Path) -> ExportInfo:
-    """`export.json` of an exported folder, checked; an export of paddle_ft 0.1 is upgraded where it says
-    enough (whether it takes text pairs), else refused with how to re-export."""
-    path = directory / EXPORT_INFO
-    if not path.is_file():
-        raise UserError(f"{path} is missing: {directory} is not a complete export; {REEXPORT}")
-    data = _read_json(path, REEXPORT)
-    if "format_version" not in data:
-        data = _upgrade_export(data, path)
-    known = {f.name for f in dataclasses.fields(ExportInfo)}
-    try:
-        return ExportInfo(**{k: v for k, v in data.items() if k in known - {"model", "inputs", "files", "extra"}},
-                          model=ModelMeta.from_dict(data["model"], path, REEXPORT),
-                          inputs=tuple(data.get("inputs", ())), files=tuple(data.get("files", ())),
-                          extra={k: v for k, v in data.items() if k not in known | {"format_version"}})
-    except (TypeError, KeyError, AttributeError):
-        raise UserError(f"{path} is damaged (its fields are not an export's); {REEXPORT}") from None
-
-
-def _upgrade_export(data: dict, path: Path) -> dict:
-    if "text_pair_column" not in data:  # before 0.1.x recorded it, a pair model exported as a single-text one
-        raise UserError(f"{path} is from an older paddle_ft that did not record whether the model takes text "
-                        f"pairs; {REEXPORT}")
-    model = {"labels": data.get("labels"), "max_length": data.get("max_length"),
-             "text_pair_column": data["text_pair_column"]}
-    rest = {k: v for k, v in data.items() if k not in ("labels", "max_length", "text_pair_column")}
-    return {**rest, "model": model}
-
-
-def _write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict) -> None:
     write_text_atomically(path, json.dumps(data, ensure_ascii=False, indent=2))
 
 
-def _read_json(path: Path, fix: str) -> dict:
+def read_json(path: Path, fix: str) -> dict:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):

@@ -1,0 +1,94 @@
+"""The package's shape in numbers, from its syntax trees: modules at the root, import edges between paddle_ft
+modules, which modules name each artifact's files, the longest functions.
+
+    python tools/code_map.py            # a summary
+    python tools/code_map.py --edges    # and every import edge
+
+docs/architecture.md quotes it; tests/test_architecture.py holds the rules it describes.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "paddle_ft"
+# the file names of the artifacts: a module that spells one as a whole string literal reads or writes it
+ARTIFACT_FILES = ("results.json", "metrics.jsonl", "config.yaml", "export.json", "model.json", "model.pdmodel",
+                  "model.pdiparams", "model.onnx", "label_map.json", "paddle_ft.json")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, ast.Module]:
+    return {module_name(p): ast.parse(p.read_text(encoding="utf-8")) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(name: str, tree: ast.Module, known: set[str]) -> set[str]:
+    """The paddle_ft modules `name` imports anywhere in its body (function-level imports too)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:  # the package imports absolutely only
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {m for m in found if m in known and m != name}
+
+
+def _packages(known: set[str]) -> set[str]:
+    return {m for m in known if any(other.startswith(m + ".") for other in known)}
+
+
+def docstrings(tree: ast.Module) -> set[int]:
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                  ast.ClassDef)))]
+    return {id(n.body[0].value) for n in nodes if n.body and isinstance(n.body[0], ast.Expr)}
+
+
+def file_names_in(tree: ast.Module) -> set[str]:
+    """The artifact file names `tree` spells as a whole string literal (prose in messages and docstrings aside)."""
+    skip = docstrings(tree)
+    return {n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and n.value in ARTIFACT_FILES and id(n) not in skip}
+
+
+def functions(tree: ast.Module, name: str) -> list[tuple[int, str]]:
+    return [(n.end_lineno - n.lineno + 1, f"{name}.{n.name}") for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--edges", action="store_true", help="print every import edge")
+    args = parser.parse_args()
+    trees = modules()
+    known = set(trees)
+    edges = {name: imports_of(name, tree, known) for name, tree in trees.items()}
+    root = sorted(n for n in known if n.count(".") == 1 and n not in _packages(known))
+    names = defaultdict(list)
+    for name, tree in trees.items():
+        for file in file_names_in(tree):
+            names[file].append(name)
+    sizes = sorted((size for name, tree in trees.items() for size in functions(tree, name)), reverse=True)
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in PACKAGE.rglob("*.py"))
+    print(f"{len(known)} modules, {lines} lines; {len(root)} at the package root: {' '.join(root)}")
+    print(f"{sum(map(len, edges.values()))} import edges between paddle_ft modules")
+    for file in ARTIFACT_FILES:
+        print(f"{file!r} spelt in {len(names[file])}: {' '.join(sorted(names[file]))}")
+    median = sorted(size for size, _ in sizes)[len(sizes) // 2]
+    print(f"{len(sizes)} functions, median {median} lines; longest: "
+          + ", ".join(f"{name} {size}" for size, name in sizes[:6]))
+    if args.edges:
+        for name in sorted(edges):
+            for target in sorted(edges[name]):
+                print(f"{name} -> {target}")
+
+
+if __name__ == "__main__":
+    main()
