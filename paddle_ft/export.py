@@ -14,7 +14,7 @@ from paddle.static import InputSpec
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, ExportInfo, program_file, read_export_info,
                                                write_export_info)
-from paddle_ft.engine.run_folder import RUN_FILES
+from paddle_ft.artifacts.run import RUN_FILES
 from paddle_ft.errors import UserError
 from paddle_ft.inference.backends import onnx_export_possible, write_onnx
 from paddle_ft.inference.predictor import Predictor

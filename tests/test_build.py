@@ -36,7 +36,7 @@ def test_scoring_a_saved_model_imports_nothing_of_the_training_loop():
 # below export because export proves itself with the Predictor (the parity check).
 LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text",), ("config",), ("data",),
           ("model", "convert", "backbone"), ("artifacts",), ("build",), ("engine",), ("analysis",), ("inference",),
-          ("export",), ("serve",), ("commands",), ("bench", "gpu_check"), ("cli", "__main__")]
+          ("export",), ("serve",), ("commands",), ("bench",), ("cli", "__main__")]
 
 
 def test_imports_run_one_way_through_the_layers():

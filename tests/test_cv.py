@@ -20,8 +20,10 @@ def test_folds_partition_the_rows_and_keep_each_labels_share():
 
 
 def test_the_summary_is_the_mean_and_sample_std_of_each_metric():
-    runs = [{"dev": {"accuracy": a, "examples": 10}, "test": {"accuracy": t}} for a, t in ((0.8, 0.7), (0.9, 0.8),
-                                                                                      (0.7, 0.9))]
+    from paddle_ft.artifacts.run import Results
+
+    runs = [Results(1, "accuracy", 0, {"accuracy": a, "examples": 10}, {"accuracy": t})
+            for a, t in ((0.8, 0.7), (0.9, 0.8), (0.7, 0.9))]
     summary = summarise(runs)
     assert summary["dev"]["accuracy"]["mean"] == pytest.approx(0.8)
     assert summary["dev"]["accuracy"]["std"] == pytest.approx(0.1)  # ddof 1

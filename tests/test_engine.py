@@ -139,11 +139,11 @@ def test_training_writes_best_results_and_rotates_checkpoints(make_model, tokeni
     evals = [e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if e["event"] == "eval"]
     assert [e["step"] for e in evals] == [2, 4, 6, 8, 10, 12]
     best = max(evals, key=lambda e: e["accuracy"])  # the first of equals, as training keeps the first
-    assert results["best_step"] == best["step"]
+    assert results.best_step == best["step"]
     # the newest train.checkpoints.keep checkpoints, plus the best one
     kept = {"step-10", "step-12", f"step-{best['step']}"}
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == sorted(kept)
-    assert results["dev"]["accuracy"] == pytest.approx(best["accuracy"])
+    assert results.dev["accuracy"] == pytest.approx(best["accuracy"])
 
 
 def test_early_stopping_stops_after_patience(make_model, tokenizer, tmp_path):

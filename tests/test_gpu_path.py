@@ -144,7 +144,7 @@ def test_export_on_a_gpu_machine_checks_the_gpu_predictor_too(tmp_path):
 
 
 def test_gpu_check_never_deletes_a_folder_it_did_not_write(tmp_path, capsys):
-    from paddle_ft.gpu_check import main
+    from paddle_ft.bench.gpu_check import main
 
     (tmp_path / "notes.txt").write_text("mine")
     assert main(["--output", str(tmp_path), "--device", "cpu"]) == 2
@@ -155,7 +155,7 @@ def test_gpu_check_never_deletes_a_folder_it_did_not_write(tmp_path, capsys):
 @pytest.mark.skipif(paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0, reason="a GPU is here")
 def test_gpu_check_without_a_gpu_fails_in_one_line_and_writes_nothing(tmp_path, capsys):
     """Issue 28: it printed one SKIP and exited 0, a check that could not fail."""
-    from paddle_ft.gpu_check import main
+    from paddle_ft.bench.gpu_check import main
 
     assert main(["--output", str(tmp_path / "check")]) == 1
     err = capsys.readouterr().err
@@ -239,7 +239,7 @@ def test_tf32_is_set_from_the_config_whatever_the_process_had(tf32, tiny_config_
 
 
 def test_the_largest_batch_search_doubles_then_bisects_and_stops_at_its_budget():
-    from paddle_ft.gpu_check import largest_batch
+    from paddle_ft.bench.gpu_check import largest_batch
 
     tried = []
 
@@ -255,7 +255,7 @@ def test_the_largest_batch_search_doubles_then_bisects_and_stops_at_its_budget()
 
 
 def test_the_amp_verdict_compares_with_fp32_without_tf32_and_can_fail():
-    from paddle_ft.gpu_check import amp_verdict
+    from paddle_ft.bench.gpu_check import amp_verdict
 
     rows = {"fp32 TF32 off": {"samples_per_s": 100, "peak_mib": 8000},
             "fp32 TF32 on": {"samples_per_s": 180, "peak_mib": 8000},

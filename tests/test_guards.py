@@ -7,6 +7,7 @@ import pytest
 from conftest import DEMO, export_tiny_model, overrides, write_tsv
 
 from paddle_ft.cli import main
+from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.engine.events import EventLog
 from paddle_ft.errors import UserError
 from paddle_ft.inference.predictor import Predictor
@@ -83,7 +84,7 @@ def test_a_model_with_nan_weights_is_never_scored(model, tmp_path, capsys):
 
 
 def test_metrics_never_hold_non_json_numbers(tmp_path):
-    events = EventLog(tmp_path)
+    events = EventLog(RunFiles(tmp_path))
     events.write("train", 1, loss=float("inf"), grad_norm=float("nan"), dev={"accuracy": 0.5})
     events.close()
     record = json.loads((tmp_path / "metrics.jsonl").read_text(), parse_constant=lambda c: pytest.fail(c))

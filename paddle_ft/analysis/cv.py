@@ -6,6 +6,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from paddle_ft.artifacts.run import Results
+
 
 def stratified_folds(keys: list[str], folds: int, seed: int) -> list[np.ndarray]:
     """Row indices of each fold: every label (label set, for multi-label rows) dealt round-robin over the folds
@@ -25,12 +27,12 @@ def stratified_folds(keys: list[str], folds: int, seed: int) -> list[np.ndarray]
     return [np.sort(np.array(m, dtype=np.int64)) for m in members]
 
 
-def summarise(fold_results: list[dict]) -> dict:
-    """{split: {metric: {"mean", "std", "folds": [...]}}} over the folds' results.json, for every number that
+def summarise(fold_results: list[Results]) -> dict:
+    """{split: {metric: {"mean", "std", "folds": [...]}}} over the folds' results, for every number that
     every fold reports (std is the sample standard deviation, ddof 1)."""
     summary = {}
     for split in ("dev", "test"):
-        reports = [r[split] for r in fold_results if r.get(split)]
+        reports = [getattr(r, split) for r in fold_results if getattr(r, split)]
         if len(reports) != len(fold_results):
             continue
         names = [n for n, v in reports[0].items() if isinstance(v, float) and all(isinstance(r.get(n), float)

@@ -3,18 +3,18 @@
 Loss, learning rate and dev metrics over the steps; the confusion matrix (counts and row-normalised); the
 per-class table; a reliability diagram with the expected calibration error; the most confident mistakes with
 their texts; the config and the data summary (and the audit, where `audit` wrote one into OUT/audit). Every
-number on the page comes from `results.json`, `metrics.jsonl` and the best model's answers on the scored split.
+number on the page comes from the run's results and events (`artifacts.run`) and the best model's answers on the scored split.
 """
 from __future__ import annotations
 
 import html
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from paddle_ft.analysis.audit import NO_PROBLEMS, label_counts
+from paddle_ft.artifacts.run import Event, Results, RunFiles
 from paddle_ft.engine.metrics import expected_calibration_error
 from paddle_ft.io import atomic_path, write_text_atomically
 
@@ -41,15 +41,15 @@ def write_report(run_dir: Path, answers: Answers | None, data_summary: dict | No
     matplotlib.use("Agg")  # files only, no display
     folder = run_dir / REPORT_FOLDER
     folder.mkdir(exist_ok=True)
-    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
-    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    images = {"curves": _curves(events, results["metric"], folder / "curves.png")}
+    run = RunFiles(run_dir)
+    results = run.read_results()
+    images = {"curves": _curves(run.read_events(), results.metric, folder / "curves.png")}
     sections = [_metrics_section(results), _curves_section(images["curves"])]
     if answers is not None and answers.probabilities.shape[1] == len(answers.labels) and answers.gold.ndim == 1:
         images["confusion"] = _confusion(answers, folder / "confusion.png")
         images["reliability"], ece = _reliability(answers, folder / "reliability.png")
         sections += [_answers_section(answers, images, ece), _mistakes_section(answers)]
-    sections += [_per_class_section(results), _data_section(data_summary, run_dir), _config_section(run_dir)]
+    sections += [_per_class_section(results), _data_section(data_summary, run_dir), _config_section(run)]
     return write_page(run_dir / REPORT_PAGE, run_dir.name, sections)
 
 
@@ -73,18 +73,18 @@ def table_html(markdown: str) -> str:
 
 # ----------------------------------------------------------------------------- pictures
 
-def _curves(events: list[dict], metric: str, path: Path) -> str:
+def _curves(events: list[Event], metric: str, path: Path) -> str:
     import matplotlib.pyplot as plt
 
-    train = [e for e in events if e["event"] == "train" and e.get("loss") is not None]
-    evals = [e for e in events if e["event"] == "eval"]
+    train = [e for e in events if e.kind == "train" and e.values.get("loss") is not None]
+    evals = [e for e in events if e.kind == "eval"]
     figure, (loss, lr, dev) = plt.subplots(1, 3, figsize=(13, 3.6))
-    loss.plot([e["step"] for e in train], [e["loss"] for e in train], color="tab:blue")
+    loss.plot([e.step for e in train], [e.values["loss"] for e in train], color="tab:blue")
     loss.set(title="training loss", xlabel="step")
-    lr.plot([e["step"] for e in train], [e["lr"] for e in train], color="tab:orange")
+    lr.plot([e.step for e in train], [e.values["lr"] for e in train], color="tab:orange")
     lr.set(title="learning rate", xlabel="step")
     for name in dict.fromkeys([metric, "accuracy", "macro_f1", "micro_f1"]):
-        points = [(e["step"], e[name]) for e in evals if isinstance(e.get(name), (int, float))]
+        points = [(e.step, e.values[name]) for e in evals if isinstance(e.values.get(name), (int, float))]
         if points:
             dev.plot(*zip(*points), marker="o", label=name)
     dev.set(title="dev metrics", xlabel="step")
@@ -147,14 +147,14 @@ def _save(figure, path: Path) -> str:
 
 # ----------------------------------------------------------------------------- sections
 
-def _metrics_section(results: dict) -> str:
-    splits = [split for split in ("dev", "test") if results.get(split)]
-    names = list(dict.fromkeys(n for split in splits for n, v in results[split].items() if isinstance(v, float)))
+def _metrics_section(results: Results) -> str:
+    reports = {split: getattr(results, split) for split in ("dev", "test") if getattr(results, split)}
+    names = list(dict.fromkeys(n for report in reports.values() for n, v in report.items() if isinstance(v, float)))
     rows = "".join(f"<tr><th>{split}</th>" + "".join(
-        f'<td data-metric="{split}.{n}">{results[split][n]:.4f}</td>' if isinstance(results[split].get(n), float)
-        else "<td></td>" for n in names) + "</tr>" for split in splits)
+        f'<td data-metric="{split}.{n}">{report[n]:.4f}</td>' if isinstance(report.get(n), float)
+        else "<td></td>" for n in names) + "</tr>" for split, report in reports.items())
     header = "".join(f"<th>{html.escape(n)}</th>" for n in names)
-    return (f"<h2>Best model (step {results['best_step']}, picked by {html.escape(results['metric'])})</h2>"
+    return (f"<h2>Best model (step {results.best_step}, picked by {html.escape(results.metric)})</h2>"
             f"<table><tr><th></th>{header}</tr>{rows}</table>")
 
 
@@ -182,9 +182,9 @@ def _mistakes_section(answers: Answers) -> str:
             f"<th>predicted</th><th>gold</th><th>text</th></tr>{rows}</table>")
 
 
-def _per_class_section(results: dict) -> str:
-    split = "test" if results.get("test") else "dev"
-    scores = results.get(split) or {}
+def _per_class_section(results: Results) -> str:
+    split = "test" if results.test else "dev"
+    scores = getattr(results, split) or {}
     table = scores.get("per_class") or scores.get("per_label")
     if not table:
         return ""
@@ -211,9 +211,9 @@ def _data_section(summary: dict | None, run_dir: Path) -> str:
     return "<h2>Data</h2>" + "".join(parts) if parts else ""
 
 
-def _config_section(run_dir: Path) -> str:
-    config = run_dir / "config.yaml"
-    text = config.read_text(encoding="utf-8") if config.is_file() else "(no config.yaml)"
+def _config_section(run: RunFiles) -> str:
+    config = run.config_file
+    text = config.read_text(encoding="utf-8") if config.is_file() else f"(no {config.name})"
     return f"<h2>Config</h2><pre>{html.escape(text)}</pre>"
 
 

@@ -50,7 +50,7 @@ def save_bundle(directory: Path, model: BERTForTextClassification, tokenizer, me
 
 
 def load_bundle(directory: str | Path, with_tokenizer: bool = True) -> Bundle:
-    """The model (eval mode), tokenizer and metadata of a folder `save_bundle` wrote (or paddle_ft 0.1 did)."""
+    """The model (eval mode), tokenizer and metadata of a folder `save_bundle` wrote."""
     from paddlenlp.transformers import AutoConfig, AutoModel, AutoTokenizer
 
     directory = Path(directory)
@@ -70,14 +70,20 @@ def load_bundle(directory: str | Path, with_tokenizer: bool = True) -> Bundle:
 def load_weights(model: BERTForTextClassification, directory: Path) -> None:
     """The folder's weights into `model`, cast to its dtypes (the model may be float16 under AMP O2)."""
     path = Path(directory) / MODEL_STATE
-    try:
-        state = paddle.load(str(path))
-    except Exception as exc:  # a truncated or foreign file
-        raise UserError(f"{path} cannot be read ({first_line(exc)}); the folder is damaged: train the model "
-                        "again") from None
+    state = read_weights(directory)
     if {name: list(t.shape) for name, t in state.items()} != \
             {name: list(t.shape) for name, t in model.state_dict().items()}:
         raise UserError(f"{path} does not fit the model its config.json describes; the folder is damaged: train "
                         "the model again")
     model.set_state_dict(in_dtypes_of(model, state))
 
+
+
+def read_weights(directory: Path) -> dict:
+    """The folder's weights as saved: {name: float32 tensor}."""
+    path = Path(directory) / MODEL_STATE
+    try:
+        return paddle.load(str(path))
+    except Exception as exc:  # a truncated or foreign file
+        raise UserError(f"{path} cannot be read ({first_line(exc)}); the folder is damaged: train the model "
+                        "again") from None

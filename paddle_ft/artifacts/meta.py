@@ -134,6 +134,11 @@ def write_model_meta(meta: ModelMeta, directory: Path) -> None:
     write_json(directory / MODEL_META, meta.as_dict())
 
 
+def is_model_folder(directory: Path) -> bool:
+    """A folder a training run saved a model into (its metadata marks it)."""
+    return (directory / MODEL_META).is_file()
+
+
 def read_model_meta(directory: Path) -> ModelMeta:
     """The `ModelMeta` of a saved model folder."""
     path = directory / MODEL_META

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from paddle_ft import runtime
 from paddle_ft.arguments import ArgumentParser, positive_int
+from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.data.demo import SPECIAL_TOKENS
 from paddle_ft.errors import UserError
 from paddle_ft.ownership import owned_folder
@@ -83,9 +84,9 @@ def _train(folder: Path, data: Path, shape: list[str], steps: int, batch_size: i
                  "train.optimizer.learning_rate=5e-5"]  # a bert-base fine-tuning's rate
     started = time.perf_counter()
     train.run(None, overrides)  # the defaults, a scratch encoder of this shape
-    events = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
-    speeds = [e["samples_per_s"] for e in events if e["event"] == "train"][1:]  # the first interval warms up
-    losses = [e["loss"] for e in events if e["event"] == "train"]
+    events = RunFiles(run).read_events("train")
+    speeds = [e.values["samples_per_s"] for e in events][1:]  # the first interval warms up
+    losses = [e.values["loss"] for e in events]
     return {"train_seconds": round(time.perf_counter() - started, 1), "loss_first_last": [losses[0], losses[-1]],
             "seconds_per_step": round(batch_size / (sum(speeds) / len(speeds)), 2) if speeds else None}
 
@@ -99,11 +100,10 @@ def _export_and_predict(folder: Path) -> dict:
 
     export = folder / "export"
     started = time.perf_counter()
-    export_model(folder / "run" / "best", export)
-    info = json.loads((export / "export.json").read_text(encoding="utf-8"))
+    info = export_model(RunFiles(folder / "run").best_dir, export)
     figures = {"export_seconds": round(time.perf_counter() - started, 1),
                "export_mib": round(sum(p.stat().st_size for p in export.iterdir()) / 2**20),
-               "parity_paddle": info["parity_max_abs_diff"], "parity_onnx": info.get("parity_max_abs_diff_onnx")}
+               "parity_paddle": info.parity_max_abs_diff, "parity_onnx": info.parity_max_abs_diff_onnx}
     text = "".join(chr(0x4E00 + i) for i in range(40))
     for backend in ("onnxruntime", "paddle"):
         predictor = Predictor(export, backend=backend)

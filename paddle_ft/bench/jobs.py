@@ -34,6 +34,7 @@ def _scratch_overrides(demo: Path, output_dir: Path, steps: int, threads: int) -
 def paddle_ft(args: dict) -> dict:
     """Our engine exactly as `tools/train.py` runs it; throughput from its own metrics.jsonl windows."""
     from paddle_ft import runtime
+    from paddle_ft.artifacts.run import RunFiles
     from paddle_ft.bench.shape import WINDOW_STEPS
     from paddle_ft.commands import train
 
@@ -52,17 +53,15 @@ def paddle_ft(args: dict) -> dict:
     extra = {}
     if paddle.device.get_device().startswith("gpu"):
         extra["gpu_peak_memory_mb"] = paddle.device.cuda.max_memory_allocated() / 2**20
+    run = RunFiles(output_dir)
     if args.get("dev"):
-        results = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))
-        extra["dev_accuracy"] = results["dev"]["accuracy"]
+        extra["dev_accuracy"] = run.read_results().dev["accuracy"]
     windows = []
-    for line in (output_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
-        event = json.loads(line)
-        if event.get("event") == "train":  # every window but a last short one has WINDOW_STEPS full batches
-            seconds = WINDOW_STEPS * BATCH_SIZE / event["samples_per_s"]
-            windows.append({"seconds": seconds, "samples": WINDOW_STEPS * BATCH_SIZE,
-                            "real_tokens": event["tokens_per_s"] * seconds,
-                            "padded_tokens": event["padded_tokens_per_s"] * seconds})
+    for event in run.read_events("train"):  # every window but a last short one has WINDOW_STEPS full batches
+        seconds = WINDOW_STEPS * BATCH_SIZE / event.values["samples_per_s"]
+        windows.append({"seconds": seconds, "samples": WINDOW_STEPS * BATCH_SIZE,
+                        "real_tokens": event.values["tokens_per_s"] * seconds,
+                        "padded_tokens": event.values["padded_tokens_per_s"] * seconds})
     return {**summarise_windows(windows), **extra} if len(windows) > 1 else extra
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from paddle_ft.analysis.cv import markdown, stratified_folds, summarise
 from paddle_ft.analysis.fingerprint import check_same_work, fingerprint
 from paddle_ft.analysis.report import table_html, write_page
+from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.build import columns_of, format_of_split, read_dataset
 from paddle_ft.commands import train
 from paddle_ft.config import load_config
@@ -46,18 +47,18 @@ def _cross_validate(config_path: str, overrides: list[str], config, folds: int, 
     columns, suffix = columns_of(config.data, config.task), f".{fmt}"
     results = []
     for number, held_out in enumerate(parts, start=1):
-        folder, data = root / f"fold-{number}", root / "folds" / f"fold-{number}"
-        if not (folder / "results.json").is_file():
+        folder, data = RunFiles(root / f"fold-{number}"), root / "folds" / f"fold-{number}"
+        if not folder.finished:
             data.mkdir(parents=True, exist_ok=True)
             kept = set(held_out.tolist())
             write_examples(data / f"train{suffix}", fmt, columns,
                            [e for i, e in enumerate(pool) if i not in kept])
             write_examples(data / f"dev{suffix}", fmt, columns, [pool[i] for i in held_out])
             log(f"cv: fold {number} of {folds}: {len(pool) - len(held_out)} rows to train, {len(held_out)} held out")
-            resume = ["train.resume=auto"] if (folder / "metrics.jsonl").exists() else []
-            train.run(config_path, [*overrides, f"output_dir={folder}", f"data.train={data / f'train{suffix}'}",
+            resume = ["train.resume=auto"] if folder.started else []
+            train.run(config_path, [*overrides, f"output_dir={folder.path}", f"data.train={data / f'train{suffix}'}",
                                     f"data.dev={data / f'dev{suffix}'}", *resume])
-        results.append(json.loads((folder / "results.json").read_text(encoding="utf-8")))
+        results.append(folder.read_results())
     summary = summarise(results)
     write_text_atomically(root / "cv.json", json.dumps({"folds": folds, "summary": summary}, ensure_ascii=False,
                                                        indent=2))

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from paddle_ft.artifacts.bundle import load_bundle
+from paddle_ft.artifacts.meta import MODEL_META, is_model_folder
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
@@ -53,20 +54,21 @@ def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
     results = run_engine(model, splits, config, folder, dist, resume_from, "distill", objective)
     if dist.is_main:
         for split in ("dev", "test"):
-            if split in results:
-                log(f"{split} accuracy {results[split]['accuracy']:.4f}  macro_f1 {results[split]['macro_f1']:.4f} "
-                    f"(best student, step {results['best_step']})")
+            report = getattr(results, split)
+            if report is not None:
+                log(f"{split} accuracy {report['accuracy']:.4f}  macro_f1 {report['macro_f1']:.4f} "
+                    f"(best student, step {results.best_step})")
         page = write_run_report(folder.path, config, dataset)
-        log(f"wrote {folder.best_dir}, {folder.path / 'results.json'} and {page}")
+        log(f"wrote {folder.best_dir}, {folder.files.results_file} and {page}")
     return 0
 
 
 def _check(config: Config) -> None:
     if config.distill.teacher is None:
         raise ConfigError("distill.teacher", "distillation needs a teacher: pass --teacher OUT/best")
-    if not (Path(config.distill.teacher) / "paddle_ft.json").is_file():
+    if not is_model_folder(Path(config.distill.teacher)):
         raise ConfigError("distill.teacher", f"{config.distill.teacher} is not a trained model folder (no "
-                          "paddle_ft.json); give the best/ folder a training run wrote")
+                          f"{MODEL_META}); give the best/ folder a training run wrote")
     if config.data.train is None:
         raise ConfigError("data.train", "distillation needs a training file; set data.train")
     for key, value, default in (("task", config.task, "single_label"),

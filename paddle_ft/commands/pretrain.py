@@ -11,10 +11,10 @@ from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import check_unknown_share, held_out, pretraining_features, read_corpus, unmaskable
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.masking import Vocabulary
+from paddle_ft.engine.electra import ReplacedTokenDetecting
 from paddle_ft.engine.masked_lm import MaskedLanguageModelling
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
-from paddle_ft.engine.electra import ReplacedTokenDetecting
 from paddle_ft.model import MaskedLanguageModel, ReplacedTokenDetection
 
 
@@ -45,10 +45,10 @@ def _pretrain(config: Config, dist, folder, resume_from) -> int:
     results = run_engine(model, splits, config, folder.with_encoder(tokenizer), dist, resume_from, "pretrain",
                          objective)
     if dist.is_main:
-        dev = results["dev"]
+        dev = results.dev
         scores = ", ".join(f"{name} {dev[name]:.4f}" for name in ("masked_accuracy", "perplexity", "replaced_f1")
                            if name in dev)
-        log(f"held-out {scores} (best model, step {results['best_step']}); fine-tune it with "
+        log(f"held-out {scores} (best model, step {results.best_step}); fine-tune it with "
             f"-o model.backbone={folder.best_dir}")
     return 0
 

@@ -6,12 +6,12 @@ from pathlib import Path
 from paddle_ft.analysis.audit import audit
 from paddle_ft.analysis.report import Answers, write_report
 from paddle_ft.artifacts.bundle import load_bundle
+from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.build import Dataset, read_dataset
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.evaluate import evaluate
-from paddle_ft.errors import UserError
 from paddle_ft.ownership import owned_folder, owner_of, require_owner
 
 CLASSIFIER_RUNS = ("train", "distill")  # the runs whose best/ is a classifier to report on
@@ -21,10 +21,9 @@ def run(run_dir: str) -> int:
     folder = Path(run_dir)
     require_owner(folder, CLASSIFIER_RUNS, "report the output_dir of a training or distillation run")
     with owned_folder(folder, owner_of(folder), "OUT"):
-        if not (folder / "results.json").is_file() or not (folder / "config.yaml").is_file():
-            raise UserError(f"{folder} is not a finished training run (no results.json or config.yaml); give the "
-                            "output_dir of a run that finished")
-        config = load_config(folder / "config.yaml")
+        run = RunFiles(folder)
+        run.read_results()  # a run that has not finished is refused before anything is read
+        config = load_config(run.config_file)
         page = write_run_report(folder, config, read_dataset(config.data, config.task))
     print(f"wrote {page}")
     return 0

@@ -11,6 +11,7 @@ import numpy as np
 import paddle
 
 from paddle_ft import runtime
+from paddle_ft.artifacts.run import Results
 from paddle_ft.build import resolve_backbone
 from paddle_ft.config import Config, ModelConfig
 from paddle_ft.data.labels import LabelMap
@@ -69,7 +70,7 @@ def ready_to_train(model, config: Config, folder: RunFolder, dist, resume_from: 
 
 
 def run_engine(model, splits, config: Config, folder: RunFolder, dist, resume_from: Path | None, tool: str,
-               objective=None, on_eval=None) -> dict:
+               objective=None, on_eval=None) -> Results | None:
     """The engine, with the exits a user meets turned into one line that says how to go on."""
     resume_command = folder.resume_command(dist.active, tool)
     try:

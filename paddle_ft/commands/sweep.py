@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from pathlib import Path
 
 from paddle_ft.analysis.fingerprint import check_same_work, fingerprint
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.analysis.space import Space, load_space
+from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.commands import train
 from paddle_ft.config import load_config, save_config
 from paddle_ft.errors import ConfigError, UserError
@@ -92,7 +92,7 @@ def _trial(trial, study, space: Space, config_path: str, overrides: list[str], r
     values = {p.key: p.suggest(trial) for p in space.params}
     folder = _folder_of(study, trial, values, root)
     trial.set_user_attr("folder", str(folder))
-    resume = ["train.resume=auto"] if (folder / "metrics.jsonl").exists() else []
+    resume = ["train.resume=auto"] if RunFiles(folder).started else []
 
     def on_eval(step: int, value: float) -> None:
         trial.report(value, step)
@@ -102,7 +102,7 @@ def _trial(trial, study, space: Space, config_path: str, overrides: list[str], r
     log(f"sweep: trial {trial.number}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
     train.run(config_path, [*overrides, *(f"{k}={v}" for k, v in values.items()), f"output_dir={folder}", *resume],
               on_eval)
-    return json.loads((folder / "results.json").read_text(encoding="utf-8"))["dev"][metric]
+    return RunFiles(folder).read_results().dev[metric]
 
 
 def _folder_of(study, trial, values: dict, root: Path) -> Path:
@@ -113,7 +113,7 @@ def _folder_of(study, trial, values: dict, root: Path) -> Path:
     for earlier in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.FAIL)):
         folder = earlier.user_attrs.get("folder")
         if earlier.number != trial.number and earlier.params == values and folder and \
-                not (Path(folder) / "results.json").exists():
+                not RunFiles(Path(folder)).finished:
             return Path(folder)
     return root / f"trial-{trial.number}"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 from paddle_ft.analysis.audit import leakage
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.report import write_run_report
-from paddle_ft.data.augment import augmented
 from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import TASK_METRICS, load_config
+from paddle_ft.data.augment import augmented
 from paddle_ft.engine.evaluate import Classification, MultiLabelClassification
 from paddle_ft.engine.losses import class_weights
 from paddle_ft.errors import ConfigError
@@ -47,11 +47,12 @@ def _train(config, dist, folder, resume_from, on_eval) -> int:
                          on_eval)
     if dist.is_main:
         for split in ("dev", "test"):
-            if split in results:
-                scores = "  ".join(f"{m} {results[split][m]:.4f}" for m in TASK_METRICS[config.task])
-                log(f"{split} {scores} (best model, step {results['best_step']})")
+            report = getattr(results, split)
+            if report is not None:
+                scores = "  ".join(f"{m} {report[m]:.4f}" for m in TASK_METRICS[config.task])
+                log(f"{split} {scores} (best model, step {results.best_step})")
         page = write_run_report(folder.path, config, dataset)
-        log(f"wrote {folder.best_dir}, {folder.path / 'results.json'} and {page}")
+        log(f"wrote {folder.best_dir}, {folder.files.results_file} and {page}")
     return 0
 
 

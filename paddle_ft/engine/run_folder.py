@@ -1,16 +1,8 @@
-"""A training run's folder (`output_dir`): the one module that knows its layout and writes it.
-
-    config.yaml       the run's full config (a resume starts from it)
-    label_map.json    the run's labels
-    metrics.jsonl     one event per line (plan, train, eval, results); vdl/ the same for VisualDL
-    checkpoints/      step-N folders (`checkpoint`), for an exact resume
-    best/             the best model so far: a classifier (`bundle`) or a pretrained encoder (`backbone`)
-    results.json      the best model's metrics, written last: the run is finished
-"""
+"""A training run's folder (`output_dir`) as training uses it: prepared, recovered, resumed, written. Its layout
+and file formats belong to `artifacts.run`; this module goes through `RunFiles`."""
 from __future__ import annotations
 
 import errno
-import json
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,19 +11,17 @@ from typing import Callable
 import numpy as np
 
 from paddle_ft.artifacts.bundle import load_weights, save_bundle
-from paddle_ft.artifacts.meta import MODEL_META, ModelMeta
+from paddle_ft.artifacts.meta import ModelMeta
+from paddle_ft.artifacts.run import Results, RunFiles
 from paddle_ft.backbone import load_pretraining_weights, save_backbone
 from paddle_ft.config import Config, config_to_dict, flat_config, load_config, save_config
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine.checkpoint import newest_verified_checkpoint, verify_checkpoint
 from paddle_ft.engine.events import EventLog
 from paddle_ft.errors import ConfigError, UserError
-from paddle_ft.io import recover_leftovers, write_text_atomically
+from paddle_ft.io import recover_leftovers
 from paddle_ft.log import log
 
-CONFIG_FILE, METRICS_FILE, RESULTS_FILE = "config.yaml", "metrics.jsonl", "results.json"
-# files that mark a folder as a run (or a saved model): an export never goes into (or replaces) one
-RUN_FILES = (METRICS_FILE, RESULTS_FILE, CONFIG_FILE, "checkpoints", "best", MODEL_META)
 # what a checkpoint's state depends on: a resume that changes any of them cannot continue the run exactly
 RESUME_FIXED = ("seed", "task", "model", "train.batch_size", "train.accumulate_steps", "data.max_length",
                 "data.text_pair_column", "data.long_text", "pretrain.objective")
@@ -59,18 +49,22 @@ class RunFolder:
                        load_model_weights=load_pretraining_weights)
 
     @property
+    def files(self) -> RunFiles:
+        return RunFiles(self.path)
+
+    @property
     def best_dir(self) -> Path:
-        return self.path / "best"
+        return self.files.best_dir
 
     @property
     def checkpoints_dir(self) -> Path:
-        return self.path / "checkpoints"
+        return self.files.checkpoints_dir
 
     # ------------------------------------------------------------------ before training
 
     def prepare(self, resuming: bool) -> None:
         """Create the folder; one that already holds a run is only reused to resume it."""
-        if (self.path / METRICS_FILE).exists() and not resuming:
+        if self.files.started and not resuming:
             raise UserError(f"{self.path} already holds a training run; resume it with -o train.resume=auto, "
                             "or pick a new -o output_dir=...")
         try:
@@ -101,7 +95,7 @@ class RunFolder:
         found = newest_verified_checkpoint(self.checkpoints_dir, warn=log)
         if found:
             return found
-        if (self.path / RESULTS_FILE).exists():  # a finished run: starting over would replace its best/
+        if self.files.finished:  # a finished run: starting over would replace its best/
             raise UserError(f"{self.path} holds a finished run and no complete checkpoint to resume from; start a "
                             "new run in another output_dir")
         # nothing to lose: a run stopped before its first checkpoint starts again from step 0
@@ -119,9 +113,9 @@ class RunFolder:
             raise UserError(f"{self.path} was trained with the labels {list(saved_labels.names)}, this data has "
                             f"{list(label_map.names)}; resume with the run's data, or start a new run in another "
                             "output_dir")
-        if not (self.path / CONFIG_FILE).is_file():
+        if not self.files.config_file.is_file():
             return
-        before = flat_config(config_to_dict(load_config(self.path / CONFIG_FILE)))
+        before = flat_config(config_to_dict(load_config(self.files.config_file)))
         now = flat_config(config_to_dict(config))
         for key in sorted(before.keys() | now.keys()):
             fixed = any(key == name or key.startswith(name + ".") for name in RESUME_FIXED)
@@ -144,12 +138,12 @@ class RunFolder:
 
     def write_config(self, config: Config, label_map: LabelMap | None) -> None:
         """config.yaml, and label_map.json for a classifier (pretraining has no labels)."""
-        save_config(config, self.path / CONFIG_FILE)
+        save_config(config, self.files.config_file)
         if label_map is not None:
             label_map.save(self.path)
 
     def resume_command(self, distributed: bool, tool: str = "train") -> str:
-        command = f"python tools/{tool}.py --config {self.path / CONFIG_FILE} -o train.resume=auto"
+        command = f"python tools/{tool}.py --config {self.files.config_file} -o train.resume=auto"
         if distributed:
             return f"the same paddle.distributed.launch options with {command.removeprefix('python ')}"
         return command
@@ -158,7 +152,7 @@ class RunFolder:
 
     def event_log(self, resumed_at_step: int | None) -> EventLog:
         """metrics.jsonl and vdl/; on a resume the events after the checkpoint's step are dropped."""
-        return EventLog(self.path, keep_until_step=resumed_at_step)
+        return EventLog(self.files, keep_until_step=resumed_at_step)
 
     def save_best(self, model, dev_report: dict | None) -> None:
         """best/ from `model`, with what the dev evaluation `dev_report` decided (a multi-label model's thresholds)."""
@@ -167,8 +161,8 @@ class RunFolder:
     def load_best_weights(self, model) -> None:
         self.load_model_weights(model, self.best_dir)
 
-    def write_results(self, results: dict) -> None:
-        write_text_atomically(self.path / RESULTS_FILE, json.dumps(results, ensure_ascii=False, indent=2))
+    def write_results(self, results: Results) -> None:
+        self.files.write_results(results)
 
 
 def _decided_on_dev(meta: ModelMeta, dev_report: dict) -> ModelMeta:

@@ -12,6 +12,7 @@ import numpy as np
 import paddle
 from tqdm import tqdm
 
+from paddle_ft.artifacts.run import Results
 from paddle_ft.config import Config, EvaluationConfig
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.engine.amp import StepRunner
@@ -38,9 +39,9 @@ def say(dist: Distributed, message: str) -> None:
 
 
 def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distributed = Distributed(),
-          resume_from: Path | None = None, objective=None, on_eval=None) -> dict:
-    """Train `model` on `objective` (default: a classifier's); writes metrics.jsonl, vdl/, checkpoints/, best/
-    and results.json into `run`. With `resume_from`, every piece of state is restored from that checkpoint and
+          resume_from: Path | None = None, objective=None, on_eval=None) -> Results | None:
+    """Train `model` on `objective` (default: a classifier's); writes the run's events, checkpoints, best
+    model and results into `run` (the `Results`, on rank 0; None on the others). With `resume_from`, every piece of state is restored from that checkpoint and
     training goes on exactly as if it had not stopped. Under `dist`, `batch_size` is per process, only rank 0
     writes, and every collective is called by every rank (here, or in a helper called unconditionally).
     `on_eval(step, dev metric)` is called after each dev evaluation (a sweep prunes a trial by raising there)."""
@@ -203,27 +204,28 @@ def _checkpoint(opt: Optimization, run: RunFolder, state: TrainState, keep: int,
 
 
 def _finish(opt: Optimization, objective, splits: Splits, run: RunFolder, state: TrainState,
-            evaluation: EvaluationConfig, events, dist: Distributed) -> dict:
-    """Rank 0 scores the best model (reloaded from best/) on dev and test and writes results.json."""
+            evaluation: EvaluationConfig, events, dist: Distributed) -> Results | None:
+    """Rank 0 scores the best model (reloaded from best/) on dev and test and writes the `Results`."""
     _check_replicas_agree(opt.model, dist)
     if not dist.is_main:
         dist.barrier()  # wait for rank 0, so the launcher sees one finished job
-        return {}
+        return None
     if splits.dev is None:
         state.best_step = state.global_step
         run.save_best(opt.model, None)
         objective = objective.calibrated(None)
     run.load_best_weights(opt.model)
-    results = {"best_step": state.best_step, "metric": evaluation.metric, "skipped_steps": state.skipped_steps}
+    reports = {}
     for name in ("dev", "test"):
         features = getattr(splits, name)
         if features is not None:
             every = np.arange(len(features))
-            results[name] = objective.report(features, [objective.score(opt.model, features, every,
+            reports[name] = objective.report(features, [objective.score(opt.model, features, every,
                                                                         evaluation.batch_size, opt.runner.autocast)])
         if name == "dev" and features is not None:  # test is scored as the saved model will be (dev's thresholds)
-            objective = objective.calibrated(results["dev"])
-    events.write("results", state.global_step, **results)
+            objective = objective.calibrated(reports["dev"])
+    results = Results(state.best_step, evaluation.metric, state.skipped_steps, **reports)
+    events.write("results", state.global_step, **results.as_dict())
     run.write_results(results)
     dist.barrier()
     return results

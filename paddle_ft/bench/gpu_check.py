@@ -26,6 +26,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from paddle_ft.artifacts.export_folder import EXPORT_INFO, read_export_info
+from paddle_ft.artifacts.run import RunFiles
+
 CHARS = {"正面": "好棒赞喜爱快美优满意", "负面": "差坏烂慢糟退失望贵破"}
 NEUTRAL = "的了是我这个书手机买东西服务质量"
 PRECISIONS = {"fp32": [], "fp16-O1": ["train.amp.enabled=true", "train.amp.dtype=float16", "train.amp.level=O1"],
@@ -39,6 +42,7 @@ AMP_SPEED_FLOOR, AMP_MEMORY_CEILING, TWO_GPU_SCALING_FLOOR = 1.3, 0.75, 1.8
 # the bert-base runs: steps per row, per-GPU batch, and the time one largest-batch search may take
 BERT_STEPS, BERT_BATCH, BATCH_SEARCH_SECONDS = 40, 32, 150
 # cuBLAS/cuDNN pick among algorithms per run unless told not to: the exact-resume check needs one
+RECIPE = "recipe.yaml"  # the check's own training config, in its data folder
 DETERMINISTIC = {"FLAGS_cudnn_deterministic": "1", "FLAGS_embedding_deterministic": "1"}
 
 
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
               "pip install '.[gpu]'), or pass --device cpu for the plumbing only", file=sys.stderr)
         return 1
     work = Path(args.output)
-    if work.exists() and any(work.iterdir()) and not (work / "data" / "config.yaml").is_file():
+    if work.exists() and any(work.iterdir()) and not (work / "data" / RECIPE).is_file():
         # only an earlier gpu-check folder (its corpus is written first) is ever deleted
         print(f"error: --output {work} holds files gpu-check did not write; give a new folder", file=sys.stderr)
         return 2
@@ -97,11 +101,11 @@ def run_checks(work: Path, config: Path, device: str, gpus: int) -> list[Check]:
     checks.append(o2_gradient_dtype_check(device))
     checks += path_checks(work, config, runs, device)
     export = work / "export"
-    checks.append(command_check("export fp32", ["export", "--model", str(runs["fp32"] / "best"), "--output",
+    checks.append(command_check("export fp32", ["export", "--model", str(RunFiles(runs["fp32"]).best_dir), "--output",
                                                 str(export)], device, lambda: export_parity(export)))
     if "fp16-O2" in runs:  # an O2 run saves float32 weights: its export must be an ordinary float32 program
         o2 = work / "export-fp16-O2"
-        checks.append(command_check("export of the O2-trained model", ["export", "--model", str(runs["fp16-O2"] / "best"),
+        checks.append(command_check("export of the O2-trained model", ["export", "--model", str(RunFiles(runs["fp16-O2"]).best_dir),
                                                                        "--output", str(o2)], device,
                                     lambda: export_parity(o2)))
     checks += predictor_checks(export, config.parent, device)
@@ -179,7 +183,7 @@ def path_checks(work: Path, config: Path, runs: dict, device: str) -> list[Check
         out = work / ("path-" + "".join(c if c.isalnum() else "-" for c in name.split(" (")[0]))
         arguments = [command, "--config", str(config)]
         if command == "distill":
-            arguments += ["--teacher", str(runs["fp32"] / "best")]
+            arguments += ["--teacher", str(RunFiles(runs["fp32"]).best_dir)]
         for override in [*few, *overrides]:
             arguments += ["-o", override.replace("OUT", str(out))]
         check = command_check(name, arguments, device, lambda out=out: loss_trend(out), env=DETERMINISTIC)
@@ -193,15 +197,14 @@ def loss_trend(run: Path) -> dict:
     """The logged training losses of a run (first, last) and whether they are finite and fell."""
     import math
 
-    losses = [e["loss"] for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
-              if e["event"] == "train"]
+    losses = [e.values["loss"] for e in RunFiles(run).read_events("train")]
     finite = bool(losses) and all(x is not None and math.isfinite(x) for x in losses)
     return {"losses": [losses[0], losses[-1]] if losses else [], "falling": finite and losses[-1] < losses[0]}
 
 
 def export_parity(export: Path) -> dict:
-    info = json.loads((export / "export.json").read_text())
-    return {key: value for key, value in info.items() if key.startswith("parity")}
+    info = read_export_info(export)
+    return {key: value for key, value in info.as_dict().items() if key.startswith("parity")}
 
 
 def serving_check(export: Path, data: Path, device: str, log: Path) -> Check:
@@ -212,7 +215,7 @@ def serving_check(export: Path, data: Path, device: str, log: Path) -> Check:
     from paddle_ft.inference.predictor import Predictor, stack_probabilities
     from paddle_ft.serve.process import ServerProcess
 
-    if not (export / "export.json").is_file():
+    if not (export / EXPORT_INFO).is_file():
         return Check(f"serve on {device}", "skip", "no export to serve (the export check failed)")
     texts = [line.split("\t")[0] for line in (data / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:33]]
     reference = Predictor(export, cpu_threads=2)
@@ -316,10 +319,10 @@ def bert_base_checks(folder: Path, gpus: int) -> list[Check]:
 
 def speed_and_memory(run: Path) -> dict:
     """Mean samples/s after the first log interval (warm-up) and the peak GPU memory, from metrics.jsonl."""
-    events = [e for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if e["event"] == "train"]
-    speeds = [e["samples_per_s"] for e in events[1:]] or [e["samples_per_s"] for e in events]
+    events = RunFiles(run).read_events("train")
+    speeds = [e.values["samples_per_s"] for e in events[1:]] or [e.values["samples_per_s"] for e in events]
     return {"samples_per_s": round(sum(speeds) / len(speeds), 1),
-            "peak_mib": max(e.get("gpu_memory_peak_mib", 0) for e in events)}
+            "peak_mib": max(e.values.get("gpu_memory_peak_mib", 0) for e in events)}
 
 
 def batch_search_check(folder: Path, arguments: list[str], name: str) -> Check:
@@ -370,8 +373,8 @@ def write_corpus(folder: Path, steps: int) -> Path:
               "train": {"max_steps": steps, "batch_size": 32, "optimizer": {"learning_rate": 5e-4},
                         "runtime": {"log_every": 20}, "evaluation": {"every": steps // 3},
                         "checkpoints": {"every": 50}}}
-    (folder / "config.yaml").write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
-    return folder / "config.yaml"
+    (folder / RECIPE).write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
+    return folder / RECIPE
 
 
 def environment(device: str, gpus: int) -> Check:
@@ -408,7 +411,7 @@ def command_check(name: str, command: list[str], device: str, numbers=lambda: {}
 
 def train_check(name: str, out: Path, overrides: list[str], device: str) -> Check:
     check = command_check(f"train {name}", train_command(out, overrides), device,
-                          lambda: {"dev_accuracy": json.loads((out / "results.json").read_text())["dev"]["accuracy"],
+                          lambda: {"dev_accuracy": RunFiles(out).read_results().dev["accuracy"],
                                    "samples_per_s": last_speed(out)}, env=DETERMINISTIC)
     if check.status == "pass" and check.numbers["dev_accuracy"] < 0.9:
         check.status, check.detail = "fail", f"dev accuracy {check.numbers['dev_accuracy']:.3f} < 0.9 (did it learn?)"
@@ -422,15 +425,13 @@ def train_command(out: Path, arguments: list[str]) -> list[str]:
 
 
 def last_speed(out: Path) -> float | None:
-    speeds = [e["samples_per_s"] for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-              if e["event"] == "train"]
+    speeds = [e.values["samples_per_s"] for e in RunFiles(out).read_events("train")]
     return round(speeds[-1], 1) if speeds else None
 
 
 def resume_check(name: str, whole: Path, broken: Path, overrides: list[str], device: str) -> Check:
     """SIGTERM a run of the same recipe mid-way, resume it, and compare every weight with the whole run."""
     import numpy as np
-    import paddle
 
     process = paddle_ft(train_command(broken, overrides), device, DETERMINISTIC)
     deadline = time.time() + 1800
@@ -444,8 +445,9 @@ def resume_check(name: str, whole: Path, broken: Path, overrides: list[str], dev
                           env=DETERMINISTIC)
     if check.status != "pass":
         return check
-    a = paddle.load(str(whole / "best" / "model_state.pdparams"))
-    b = paddle.load(str(broken / "best" / "model_state.pdparams"))
+    from paddle_ft.artifacts.bundle import read_weights
+
+    a, b = read_weights(RunFiles(whole).best_dir), read_weights(RunFiles(broken).best_dir)
     worst = max(float(np.abs(a[k].numpy().astype("float64") - b[k].numpy()).max()) for k in a)
     check.numbers["max_abs_weight_diff"] = worst
     check.status, check.detail = ("pass" if worst == 0.0 else "fail"), f"best/ weights differ by at most {worst:.3g}"
@@ -459,7 +461,7 @@ def predictor_checks(export: Path, data: Path, device: str) -> list[Check]:
     from paddle_ft.errors import UserError
     from paddle_ft.inference.predictor import Predictor, stack_probabilities
 
-    if not (export / "export.json").is_file():
+    if not (export / EXPORT_INFO).is_file():
         return [Check("predictor", "skip", "no export to load (the export check failed)")]
     texts = [line.split("\t")[0] for line in (data / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:257]]
     reference = stack_probabilities(Predictor(export, cpu_threads=2).predict(texts))
@@ -493,7 +495,6 @@ def two_process_check(work: Path, base: list[str]) -> Check:
     """2 ranks x batch 16 against 1 process x batch 32 (the same global batch), dropout off so that the
     ranks' different dropout streams do not count: the same weights, up to all-reduce rounding."""
     import numpy as np
-    import paddle
 
     same = base + ["model.dropout=0", "train.max_steps=50"]
     single, double = work / "one-process", work / "two-process"
@@ -506,8 +507,9 @@ def two_process_check(work: Path, base: list[str]) -> Check:
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **DETERMINISTIC}, timeout=1800)
     if done.returncode != 0:
         return Check("2-process --gpus 0,1", "fail", f"exit {done.returncode}; see {work / 'log'}")
-    a = paddle.load(str(single / "best" / "model_state.pdparams"))
-    b = paddle.load(str(double / "best" / "model_state.pdparams"))
+    from paddle_ft.artifacts.bundle import read_weights
+
+    a, b = read_weights(RunFiles(single).best_dir), read_weights(RunFiles(double).best_dir)
     worst = max(float(np.abs(a[k].numpy() - b[k].numpy()).max()) for k in a)
     return Check("2-process --gpus 0,1", "pass" if worst < 1e-3 else "fail",
                  f"best/ weights within {worst:.3g} of one process", {"max_abs_weight_diff": worst})
