@@ -119,7 +119,8 @@ def test_each_rank_scores_its_share_of_the_teacher_pass_and_every_rank_gets_all_
     """Issue 28: every rank scored the whole training set with the teacher. Two ranks simulated in one process: each
     scores rows rank::2 only, and the gathered logits equal one process's, row for row."""
     from conftest import features_of
-    from paddle_ft.engine import distill, evaluate
+    from paddle_ft.engine import evaluate
+    from paddle_ft.engine.objectives import distill
     from paddle_ft.engine.distributed import Distributed
 
     teacher = make_model(seed=4)

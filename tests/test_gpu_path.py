@@ -195,8 +195,8 @@ def test_electra_noise_differs_per_example_and_is_the_same_however_examples_are_
     (dropout's) is left as it was."""
     from paddle_ft.data.features import Features
     from paddle_ft.data.masking import Vocabulary
-    from paddle_ft.engine.electra import ReplacedTokenDetecting
-    from paddle_ft.engine.masked_lm import MaskedLanguageModelling
+    from paddle_ft.engine.objectives.electra import ReplacedTokenDetecting
+    from paddle_ft.engine.objectives.masked_lm import MaskedLanguageModelling
     from paddle_ft.model import ReplacedTokenDetection
 
     model = NoiseSeen(ReplacedTokenDetection(make_model(seed=1).encoder, make_model(seed=2).encoder))

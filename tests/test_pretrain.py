@@ -175,8 +175,8 @@ def test_pretraining_without_a_corpus_or_with_a_classifier_metric_is_one_line(ti
 
 def test_the_discriminator_is_told_exactly_which_tokens_were_replaced(make_model, tokenizer):
     from paddle_ft.data.features import Features
-    from paddle_ft.engine.electra import ReplacedTokenDetecting
-    from paddle_ft.engine.masked_lm import MaskedLanguageModelling
+    from paddle_ft.engine.objectives.electra import ReplacedTokenDetecting
+    from paddle_ft.engine.objectives.masked_lm import MaskedLanguageModelling
     from paddle_ft.model import ReplacedTokenDetection
 
     model = ReplacedTokenDetection(make_model(seed=1).encoder, make_model(seed=2).encoder)

@@ -16,7 +16,7 @@ from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import read_corpus
 from paddle_ft.data.features import Features, tokenize
 from paddle_ft.data.readers import Example
-from paddle_ft.engine.distill import Distillation, teacher_logits_of
+from paddle_ft.engine.objectives.distill import Distillation, teacher_logits_of
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 

@@ -11,8 +11,8 @@ from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import check_unknown_share, held_out, pretraining_features, read_corpus, unmaskable
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.masking import Vocabulary
-from paddle_ft.engine.electra import ReplacedTokenDetecting
-from paddle_ft.engine.masked_lm import MaskedLanguageModelling
+from paddle_ft.engine.objectives.electra import ReplacedTokenDetecting
+from paddle_ft.engine.objectives.masked_lm import MaskedLanguageModelling
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 from paddle_ft.model import MaskedLanguageModel, ReplacedTokenDetection

@@ -7,8 +7,9 @@ from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import TASK_METRICS, load_config
 from paddle_ft.data.augment import augmented
-from paddle_ft.engine.evaluate import Classification, MultiLabelClassification
 from paddle_ft.engine.losses import class_weights
+from paddle_ft.engine.objectives.classification import Classification
+from paddle_ft.engine.objectives.multi_label import MultiLabelClassification
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 

@@ -19,8 +19,8 @@ from paddle_ft.engine.amp import StepRunner
 from paddle_ft.engine.batching import TrainBatchSampler, micro_batches
 from paddle_ft.engine.checkpoint import TrainState, capture_rng, complete_checkpoints, rotate_checkpoints
 from paddle_ft.engine.distributed import Distributed
-from paddle_ft.engine.evaluate import Classification
 from paddle_ft.engine.interrupt import StopRequests, TrainingInterrupted
+from paddle_ft.engine.objectives.classification import Classification
 from paddle_ft.engine.optim import Optimization
 from paddle_ft.engine.plan import RunPlan, plan_run
 from paddle_ft.engine.run_folder import RunFolder

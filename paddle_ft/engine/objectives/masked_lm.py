@@ -14,7 +14,8 @@ import paddle.nn.functional as F
 
 from paddle_ft.data.features import Features, eval_batches
 from paddle_ft.data.masking import Vocabulary, mask_example
-from paddle_ft.engine.evaluate import NonFiniteScores, Objective
+from paddle_ft.engine.evaluate import NonFiniteScores
+from paddle_ft.engine.objectives import Objective
 from paddle_ft.text import pad_ids
 
 EVALUATION_STEP = 2**32  # the masking "step" of every evaluation, beyond any training step

@@ -15,8 +15,9 @@ import paddle
 import paddle.nn.functional as F
 
 from paddle_ft.data.features import Features, eval_batches
-from paddle_ft.engine.evaluate import NonFiniteScores, Objective
-from paddle_ft.engine.masked_lm import EVALUATION_STEP, MaskedLanguageModelling
+from paddle_ft.engine.evaluate import NonFiniteScores
+from paddle_ft.engine.objectives import Objective
+from paddle_ft.engine.objectives.masked_lm import EVALUATION_STEP, MaskedLanguageModelling
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ import paddle
 
 from paddle_ft.data.features import Features
 from paddle_ft.engine.distributed import Distributed
-from paddle_ft.engine.evaluate import Classification, predict_logits
+from paddle_ft.engine.evaluate import predict_logits
 from paddle_ft.engine.losses import distillation_loss
+from paddle_ft.engine.objectives.classification import Classification
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,16 @@
+"""The training objectives: what the loop asks of a task (`Objective`). One module each: classification,
+multi-label, masked-language modelling, ELECTRA's replaced-token detection, distillation."""
+from __future__ import annotations
+
+
+class Objective:
+    """What the training loop asks of a task: `loss` of some training examples, `score` (this process's part of
+    an evaluation), `report` (the metrics of the gathered parts), and `calibrated`."""
+
+    metrics: tuple[str, ...] = ()
+    """The report's metrics that can pick the best model (higher is better)."""
+
+    def calibrated(self, dev_report: dict | None) -> Objective:
+        """The objective with what the dev evaluation decided fixed, for scoring test and saving the model (dev
+        None: there was none). Most objectives decide nothing."""
+        return self

@@ -1,0 +1,81 @@
+"""The fine-tuning objective of a single-label classifier, and the scoring every classification objective shares."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import paddle
+
+from paddle_ft.config import TASK_METRICS
+from paddle_ft.data.features import Features, pad_batch
+from paddle_ft.engine.evaluate import predict_logits
+from paddle_ft.engine.losses import classification_loss
+from paddle_ft.engine.metrics import classification_report, expected_calibration_error, fit_temperature
+from paddle_ft.engine.objectives import Objective
+from paddle_ft.text import softmax
+
+
+class ClassifierObjective(Objective):
+    """Scoring shared by the classification objectives: logits per row, gathered back into row order."""
+
+    label_names: tuple[str, ...]
+    pad_token_id: int
+
+    def _logits(self, model, features: Features, indices: list[int], autocast):
+        """(logits [b, labels] float32, the padded batch) of the training examples `indices`."""
+        batch = pad_batch(features, indices, self.pad_token_id)
+        with autocast():
+            logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
+        return logits.astype("float32"), batch
+
+    def score(self, model, features: Features, subset: np.ndarray, batch_size: int, autocast):
+        """This process's part of an evaluation: (row indices, their logits)."""
+        return subset, predict_logits(model, features, batch_size, self.pad_token_id, subset, autocast)
+
+    def _text_logits(self, features: Features, parts: list) -> np.ndarray:
+        """[texts, labels]: the parts' logits in row order (each row scored exactly once), a text's windows pooled."""
+        logits = np.zeros((len(features), len(self.label_names)), dtype=np.float32)
+        for indices, part in parts:
+            logits[indices] = part
+        return features.pool(logits)
+
+
+@dataclass(frozen=True)
+class Classification(ClassifierObjective):
+    """The fine-tuning objective: cross-entropy (or focal loss, optionally class-weighted) over the labels;
+    scored by accuracy and macro-F1."""
+
+    label_names: tuple[str, ...]
+    pad_token_id: int
+    loss_kind: str = "cross_entropy"
+    class_weights: tuple[float, ...] | None = None
+    """One weight per label (None = all 1)."""
+    focal_gamma: float = 2.0
+    calibration: str = "none"
+    """temperature: a report fits the temperature on the texts it scores, unless `temperature` fixes it."""
+    temperature: float | None = None
+    metrics: tuple[str, ...] = TASK_METRICS["single_label"]
+
+    def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
+        """The summed (not averaged) loss of the examples `indices`, in float32."""
+        logits, batch = self._logits(model, features, indices, autocast)
+        return classification_loss(logits, paddle.to_tensor(batch["labels"]), self.loss_kind, self.class_weights,
+                                   self.focal_gamma)
+
+    def report(self, features: Features, parts: list) -> dict:
+        """The metrics of the parts together, with the expected calibration error of the probabilities (at the
+        fitted temperature, with calibration)."""
+        logits, gold = self._text_logits(features, parts), features.document_labels
+        report = classification_report(gold, logits.argmax(axis=1), self.label_names)  # softmax keeps the order
+        report["ece"] = expected_calibration_error(softmax(logits), gold)
+        if self.calibration == "temperature":
+            temperature = self.temperature or fit_temperature(logits, gold)
+            report.update(ece_at_temperature_1=report["ece"], temperature=temperature,
+                          ece=expected_calibration_error(softmax(logits / temperature), gold))
+        return report
+
+    def calibrated(self, dev_report: dict | None) -> Classification:
+        """With calibration, the temperature fitted on dev (1 without dev) fixed."""
+        if self.calibration != "temperature":
+            return self
+        return replace(self, temperature=dev_report["temperature"] if dev_report else 1.0)
