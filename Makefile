@@ -50,7 +50,7 @@ demo: $(VENV)/.installed $(DEMO_DATA) $(PRETRAINED)/config.json
 	$(PYTHON) tools/train.py --config configs/demo.yaml -o output_dir=$(OUT)
 	$(PYTHON) tools/eval.py --model $(OUT)/best --data data/demo/test.tsv --errors $(OUT)/misclassified-test.tsv > $(OUT)/eval-test.json
 	$(PYTHON) tools/export.py --model $(OUT)/best --output $(OUT)/export
-	$(PYTHON) tools/predict.py --model-dir $(OUT)/export --text "这个服务太差了，再也不来了" --text "质量很好，物流也快，非常满意"
+	$(PYTHON) tools/predict.py --export $(OUT)/export --text "这个服务太差了，再也不来了" --text "质量很好，物流也快，非常满意"
 	@$(PYTHON) tools/baseline_tfidf.py --data data/demo --split test > $(OUT)/baseline-tfidf.txt
 	@$(PYTHON) -c "import json; r = json.load(open('$(OUT)/eval-test.json')); print(f\"paddle_ft, pretrained then fine-tuned: test accuracy {r['accuracy']:.4f}, macro-F1 {r['macro_f1']:.4f} ({r['examples']} texts; misclassified rows in {r['misclassified_file']})\")"
 	@echo "char n-gram TF-IDF + logistic regression: $$(cat $(OUT)/baseline-tfidf.txt)"

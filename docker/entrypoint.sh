@@ -1,5 +1,5 @@
 #!/bin/sh
-# Serve the exported model in $MODEL_DIR on 0.0.0.0:$PORT. Extra arguments go to `paddle_ft serve`
+# Serve the export in $EXPORT_DIR on 0.0.0.0:$PORT. Extra arguments go to `paddle_ft serve`
 # (e.g. --max-batch-size 64). With arguments that start with something other than "-", runs them
 # instead (e.g. `python -m paddle_ft train ...`).
 set -eu
@@ -13,10 +13,10 @@ fi
 if [ "$#" -gt 0 ] && [ "${1#-}" = "$1" ]; then
     exec "$@"
 fi
-MODEL_DIR="${MODEL_DIR:-/model}"
-if [ ! -d "$MODEL_DIR" ]; then
-    echo "error: no model folder at $MODEL_DIR: mount an exported folder there (-v \$PWD/out/demo/export:/model:ro)" >&2
+EXPORT_DIR="${EXPORT_DIR:-/export}"
+if [ ! -d "$EXPORT_DIR" ]; then
+    echo "error: no export folder at $EXPORT_DIR: mount one there (-v \$PWD/out/demo/export:/export:ro)" >&2
     exit 2
 fi
-exec python -m paddle_ft serve --model-dir "$MODEL_DIR" --host "${HOST:-0.0.0.0}" --port "${PORT:-8080}" \
+exec python -m paddle_ft serve --export "$EXPORT_DIR" --host "${HOST:-0.0.0.0}" --port "${PORT:-8080}" \
     --device "${DEVICE:-cpu}" "$@"

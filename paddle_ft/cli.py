@@ -56,6 +56,10 @@ def _run(args) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    """Every command's flags, declared here with one meaning each: `--model` a trained model folder (OUT/best),
+    `--export` an export folder, `-c/--config` and `-o` a recipe and its overrides, and the inference options
+    (`--device`, `--gpu-id`, `--threads`, `--precision`, `--tensorrt`, `--backend`, `--truncation`) wherever a
+    predictor runs."""
     parser = ArgumentParser(prog="paddle_ft", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -63,16 +67,15 @@ def _parser() -> argparse.ArgumentParser:
             ("train", _train, "fine-tune a classifier from a YAML config", "configs/demo.yaml"),
             ("pretrain", _pretrain, "pretrain an encoder on unlabeled text (masked LM)",
              "configs/pretrain-demo.yaml")):
-        command = commands.add_parser(name, help=help)
-        command.add_argument("--config", required=True, help=f"YAML recipe, e.g. {example}")
-        command.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                             help="override a config key (dotted path, YAML value); repeatable")
-        command.set_defaults(run=run)
-    _add_distill(commands)
+        _config_arguments(commands.add_parser(name, help=help), example).set_defaults(run=run)
+    distill = _config_arguments(commands.add_parser(
+        "distill", help="train a smaller student on a trained teacher's answers"), "configs/distill-demo.yaml")
+    distill.add_argument("--teacher", help="the teacher's model folder (OUT/best); sets distill.teacher")
+    distill.set_defaults(run=_distill)
     _add_analysis(commands)
 
     evaluate = commands.add_parser("eval", help="score a trained model on a labelled file")
-    evaluate.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
+    _model_argument(evaluate)
     evaluate.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file")
     evaluate.add_argument("--errors", help="where to write misclassified rows (default: beside the model)")
     evaluate.add_argument("--batch-size", type=positive_int, default=64)
@@ -85,8 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     convert.set_defaults(run=_convert)
 
     export = commands.add_parser("export", help="export a trained model to a static graph for Paddle Inference")
-    export.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
-    export.add_argument("--output", required=True, help="the inference folder to create (new or empty)")
+    _model_argument(export)
+    export.add_argument("--output", required=True, help="the export folder to create (new or empty)")
     export.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
     export.add_argument("--no-onnx", action="store_true", help="write no ONNX graph (the onnxruntime backend then "
                                                                "cannot serve the export)")
@@ -98,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     from paddle_ft.serve.options import add_arguments as serve_arguments
 
     serve = commands.add_parser("serve", help="serve an exported model over HTTP with dynamic batching")
+    _inference_arguments(_export_argument(serve))
     serve_arguments(serve)
     serve.set_defaults(run=_serve)
 
@@ -109,9 +113,53 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _config_arguments(command: argparse.ArgumentParser, example: str) -> argparse.ArgumentParser:
+    command.add_argument("-c", "--config", required=True, help=f"the YAML recipe, e.g. {example}")
+    command.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config key (dotted path, YAML value); repeatable")
+    return command
+
+
+def _model_argument(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    command.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
+    return command
+
+
+def _export_argument(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    command.add_argument("--export", required=True, help="an export folder (written by export or quantize)")
+    _renamed(command, "--model-dir", "--export")
+    return command
+
+
+def _inference_arguments(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """What the predictor runs on and how it reads a long text: the same flags for predict and serve."""
+    command.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    command.add_argument("--gpu-id", type=non_negative_int, default=0, help="GPU device id with --device gpu")
+    command.add_argument("--threads", type=positive_int, help="CPU threads of the predictor (default: all usable "
+                                                              "cores)")
+    command.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                         help="bf16: oneDNN on CPUs with AVX512-BF16/AMX; fp16: GPU")
+    command.add_argument("--tensorrt", action="store_true", help="GPU: run the graph with TensorRT")
+    command.add_argument("--backend", choices=BACKENDS, help="the engine: paddle (Paddle Inference) or onnxruntime "
+                                                            "(fp32 CPU); default: onnxruntime where it can run, "
+                                                            "the faster there")
+    command.add_argument("--truncation", choices=TRUNCATIONS, help="how a text longer than the model's max_length "
+                                                                   "is cut (default: as training cut it)")
+    return command
+
+
+def _renamed(command: argparse.ArgumentParser, old: str, new: str) -> None:
+    """`old`, a flag this command once took, refused in one line that names `new` (never a silent alias)."""
+    class Refuse(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            parser.error(f"{old} is now {new}: give {new} DIR")
+
+    command.add_argument(old, nargs="?", action=Refuse, help=argparse.SUPPRESS)
+
+
 def _add_predict(commands) -> None:
     predict = commands.add_parser("predict", help="classify texts with an exported model")
-    predict.add_argument("--model-dir", required=True, help="a folder written by export")
+    _export_argument(predict)
     source = predict.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", action="append", help="a text to classify; repeatable")
     predict.add_argument("--text-pair", action="append", help="the second text of a --text, in the same order, "
@@ -119,55 +167,30 @@ def _add_predict(commands) -> None:
     source.add_argument("--input", help="a file of texts: .txt (one per line), or .tsv/.csv/.jsonl with the text "
                                         "column the model was trained with (and its pair column for a pair model)")
     predict.add_argument("--output", help="JSON Lines file to write (default: standard output)")
-    predict.add_argument("--truncation", choices=TRUNCATIONS, help="how a text longer than the model's max_length is "
-                                                                   "cut (default: as training cut it)")
     predict.add_argument("--batch-size", type=positive_int, default=32)
-    predict.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    predict.add_argument("--gpu-id", type=non_negative_int, default=0, help="GPU device id with --device gpu")
-    predict.add_argument("--threads", type=positive_int, help="CPU threads (default: all cores)")
-    predict.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
-                         help="bf16: oneDNN on CPUs with AVX512-BF16/AMX; fp16: GPU")
-    predict.add_argument("--tensorrt", action="store_true", help="GPU: run the graph with TensorRT")
-    predict.add_argument("--backend", choices=BACKENDS, help="the engine: paddle (Paddle Inference) or onnxruntime "
-                                                            "(fp32 CPU); default: onnxruntime where it can run, "
-                                                            "the faster there")
+    _inference_arguments(predict)
     predict.set_defaults(run=_predict)
 
 
-def _add_distill(commands) -> None:
-    distill = commands.add_parser("distill", help="train a smaller student on a trained teacher's answers")
-    distill.add_argument("--teacher", help="the teacher's model folder (OUT/best); sets distill.teacher")
-    distill.add_argument("--config", required=True, help="the student's YAML recipe, e.g. configs/distill-demo.yaml")
-    distill.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                         help="override a config key (dotted path, YAML value); repeatable")
-    distill.set_defaults(run=_distill)
-
-
 def _add_analysis(commands) -> None:
-    """audit, cv and report: the data and the runs, looked at."""
-    audit = commands.add_parser("audit", help="check a config's data: duplicates, leakage, conflicting labels, ...")
-    audit.add_argument("--config", required=True, help="the YAML recipe whose splits to check")
-    audit.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key (dotted path, YAML value); repeatable")
+    """audit, cv, sweep and report: the data and the runs, looked at."""
+    audit = _config_arguments(commands.add_parser(
+        "audit", help="check a config's data: duplicates, leakage, conflicting labels, ..."), "configs/demo.yaml")
     audit.add_argument("--output", help="folder for audit.json (default: OUTPUT_DIR/audit)")
     audit.add_argument("--strict", action="store_true", help="exit 1 on leakage between splits or conflicting labels")
     audit.set_defaults(run=_audit)
-    cv = commands.add_parser("cv", help="K-fold cross-validation of a config (mean ± std of every metric)")
-    cv.add_argument("--config", required=True, help="the YAML recipe to cross-validate")
+    cv = _config_arguments(commands.add_parser(
+        "cv", help="K-fold cross-validation of a config (mean ± std of every metric)"), "configs/demo.yaml")
     cv.add_argument("--folds", type=positive_int, default=5, help="number of folds (default 5)")
-    cv.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config key (dotted path, YAML value); repeatable")
     cv.add_argument("--restart", action="store_true", help="delete the folds an earlier cv left in OUTPUT_DIR and "
                                                            "start afresh (a rerun otherwise resumes them)")
     cv.set_defaults(run=_cv)
-    sweep = commands.add_parser("sweep", help="hyperparameter search with Optuna (resumable; see README)")
-    sweep.add_argument("--config", required=True, help="the YAML recipe to tune")
+    sweep = _config_arguments(commands.add_parser(
+        "sweep", help="hyperparameter search with Optuna (resumable; see README)"), "configs/demo.yaml")
     sweep.add_argument("--space", required=True, help="the search space YAML (params, sampler, trials, pruner)")
     sweep.add_argument("--trials", type=positive_int, help="trials in all (default: the space's)")
     sweep.add_argument("--storage", help="Optuna storage URL (default sqlite:///OUT/study.db; postgresql://... for "
                                          "several machines)")
-    sweep.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key (dotted path, YAML value); repeatable")
     sweep.add_argument("--restart", action="store_true", help="delete the study and trials an earlier sweep left "
                                                               "and start afresh (a rerun otherwise resumes them)")
     sweep.set_defaults(run=_sweep)
@@ -179,7 +202,8 @@ def _add_analysis(commands) -> None:
 def _add_quantize(commands) -> None:
     quantize = commands.add_parser("quantize", help="quantize an export to int8 for ONNX Runtime, checked on "
                                                     "labelled texts")
-    quantize.add_argument("--model", required=True, help="an export folder with model.onnx (tools/export.py)")
+    quantize.add_argument("--export", required=True, help="an export folder with model.onnx (tools/export.py)")
+    _renamed(quantize, "--model", "--export")
     quantize.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file for the accuracy check")
     quantize.add_argument("--output", required=True, help="the int8 export folder to create (new or empty)")
     quantize.add_argument("--method", choices=("dynamic", "static"), default="dynamic",
@@ -274,7 +298,7 @@ def _export(args) -> int:
 def _quantize(args) -> int:
     from paddle_ft.inference.quantize import quantize_export
 
-    check = quantize_export(Path(args.model), Path(args.data), Path(args.output), args.method,
+    check = quantize_export(Path(args.export), Path(args.data), Path(args.output), args.method,
                             Path(args.calibration) if args.calibration else None, args.max_drop, args.min_agreement)
     print(f"quantized to {args.output}: accuracy {check['accuracy_int8']:.4f} (fp32 {check['accuracy_fp32']:.4f}), "
           f"the same answer on {check['agreement']:.2%} of {check['texts']} texts")
@@ -286,7 +310,7 @@ def _predict(args) -> int:
 
     options = {"device": args.device, "gpu_id": args.gpu_id, "cpu_threads": args.threads,
                "precision": args.precision, "use_tensorrt": args.tensorrt, "backend": args.backend}
-    return command.run(args.model_dir, args.text, args.text_pair, args.input, args.output, args.batch_size, options,
+    return command.run(args.export, args.text, args.text_pair, args.input, args.output, args.batch_size, options,
                        args.truncation)
 
 

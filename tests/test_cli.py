@@ -1,4 +1,5 @@
 """The real tools, run as a user runs them: train -> eval -> export -> predict, and bad input."""
+import argparse
 import json
 import subprocess
 import sys
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import DEMO, ROOT, overrides, write_tsv
 
+from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.cli import main
 
 # Mean training loss over steps 26-30 of the tiny run below (seed 42); the tolerance absorbs
@@ -59,7 +61,7 @@ def test_train_eval_export_predict_end_to_end(tiny_config_args, tmp_path):
 
     texts = tmp_path / "texts.txt"
     texts.write_text("好好棒赞\n差差烂糟\n", encoding="utf-8")
-    predicted = tool("predict", "--model-dir", str(out / "export"), "--input", str(texts),
+    predicted = tool("predict", "--export", str(out / "export"), "--input", str(texts),
                      "--output", str(tmp_path / "p.jsonl"))
     assert predicted.returncode == 0, predicted.stderr
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -85,14 +87,14 @@ def test_bad_row_is_one_line_naming_file_and_line(tiny_config_args, tmp_path):
 
 @pytest.mark.slow
 def test_module_entry_point_reports_errors_the_same_way():
-    result = subprocess.run([sys.executable, "-m", "paddle_ft", "predict", "--model-dir", "/nonexistent", "--text", "好"],
+    result = subprocess.run([sys.executable, "-m", "paddle_ft", "predict", "--export", "/nonexistent", "--text", "好"],
                             capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert_one_line_error(result, "/nonexistent holds no exported model")
 
 
 @pytest.mark.parametrize("argv, fragment", [
     (["export", "--model", "/nonexistent/best", "--output", "/tmp/x"], "is not a paddle_ft model directory"),
-    (["predict", "--model-dir", "/nonexistent", "--text", "好"], "holds no exported model"),
+    (["predict", "--export", "/nonexistent", "--text", "好"], "holds no exported model"),
     (["eval", "--model", "/nonexistent/best", "--data", "x.tsv"], "is not a paddle_ft model directory"),
     (["train", "--config", "/nonexistent.yaml"], "does not exist"),
 ])
@@ -100,6 +102,50 @@ def test_commands_report_user_errors_in_one_line(argv, fragment, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and fragment in err and err.count("\n") == 1
+
+
+def test_the_pinned_loss_in_process(tiny_config_args, tmp_path):
+    """The fast tier's hold on the numbers: the tiny run of the end-to-end test, in this process, logs the pinned
+    loss at step 30 (the end-to-end test checks the same through tools/train.py)."""
+    assert main(["train", "-c", DEMO, *overrides(tiny_config_args + ["data.test=null"])]) == 0
+    losses = {e.step: e.values["loss"] for e in RunFiles(tmp_path / "out").read_events("train")}
+    assert losses[30] == pytest.approx(PINNED_LOSS_STEP_30, abs=2e-3)
+
+
+@pytest.mark.parametrize("argv, old, new", [
+    (["predict", "--model-dir", "out/export", "--text", "好"], "--model-dir", "--export"),
+    (["serve", "--model-dir", "out/export"], "--model-dir", "--export"),
+    (["quantize", "--model", "out/export", "--data", "t.tsv", "--output", "o"], "--model", "--export"),
+])
+def test_a_flag_of_the_old_names_is_refused_naming_the_new_one(argv, old, new, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: paddle_ft {argv[0]}: {old} is now {new}: give {new} DIR")
+
+
+def test_every_flag_has_one_meaning_across_the_commands():
+    """--model is a trained model folder and --export an export folder wherever they appear; every command with a
+    recipe takes -c/--config and -o; predict and serve declare the predictor's flags identically."""
+    from paddle_ft.cli import _parser
+
+    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    flags = {name: {o: a for a in command._actions for o in a.option_strings if a.help != argparse.SUPPRESS}
+             for name, command in commands.items()}
+    for name, options in flags.items():
+        if "--model" in options:
+            assert "OUT/best" in options["--model"].help, name
+        if "--export" in options:
+            assert "export folder" in options["--export"].help, name
+        if "--config" in options:
+            assert options["-c"] is options["--config"] and options["-o"].dest == "override", name
+    assert {n for n, o in flags.items() if "--export" in o} == {"predict", "serve", "quantize"}
+    assert {n for n, o in flags.items() if "--model" in o} == {"eval", "export"}
+    shared = ("--device", "--gpu-id", "--threads", "--precision", "--tensorrt", "--backend", "--truncation")
+    for flag in shared:
+        a, b = flags["predict"][flag], flags["serve"][flag]
+        assert (a.choices, a.default, a.type, a.help) == (b.choices, b.default, b.type, b.help), flag
 
 
 def test_unwritable_output_dir_fails_before_training(tiny_config_args, tmp_path, capsys):

@@ -168,7 +168,7 @@ def test_an_export_without_onnx_is_served_by_paddle_and_says_why(model_dir, tmp_
     assert Predictor(tmp_path / "plain", cpu_threads=1).backend == "paddle"
     with pytest.raises(UserError, match="has no model.onnx .* or use --backend paddle"):
         Predictor(tmp_path / "plain", cpu_threads=1, backend="onnxruntime")
-    assert main(["predict", "--model-dir", str(tmp_path / "plain"), "--text", "好", "--backend", "paddle"]) == 0
+    assert main(["predict", "--export", str(tmp_path / "plain"), "--text", "好", "--backend", "paddle"]) == 0
 
 
 def test_paddles_out_tensor_warning_is_dropped_and_nothing_else():

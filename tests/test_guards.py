@@ -34,12 +34,12 @@ def model(tmp_path_factory):
     (["eval", "--model", "M", "--data", "D", "--batch-size", "-1"],
      "paddle_ft eval: argument --batch-size: expected a positive integer, got '-1'"),
     (["eval", "--model", "M", "--data", "D", "--batch-size", "0"], "expected a positive integer, got '0'"),
-    (["predict", "--model-dir", "E", "--text", "好", "--batch-size", "-1"], "expected a positive integer"),
-    (["predict", "--model-dir", "E", "--text", "好", "--threads", "-1"], "argument --threads: expected a positive"),
-    (["predict", "--model-dir", "E", "--text", "好", "--batch-size", "9" * 5000], "expected a positive integer"),
-    (["serve", "--model-dir", "E", "--port", "70000"], "argument --port: expected a port from 0 to 65535"),
-    (["serve", "--model-dir", "E", "--max-wait-ms", "nan"], "expected a finite number >= 0, got 'nan'"),
-    (["serve", "--model-dir", "E", "--read-timeout", "-3"], "expected a finite number >= 0"),
+    (["predict", "--export", "E", "--text", "好", "--batch-size", "-1"], "expected a positive integer"),
+    (["predict", "--export", "E", "--text", "好", "--threads", "-1"], "argument --threads: expected a positive"),
+    (["predict", "--export", "E", "--text", "好", "--batch-size", "9" * 5000], "expected a positive integer"),
+    (["serve", "--export", "E", "--port", "70000"], "argument --port: expected a port from 0 to 65535"),
+    (["serve", "--export", "E", "--max-wait-ms", "nan"], "expected a finite number >= 0, got 'nan'"),
+    (["serve", "--export", "E", "--read-timeout", "-3"], "expected a finite number >= 0"),
 ])
 def test_every_numeric_option_is_range_checked_in_one_line(argv, fragment, capsys):
     with pytest.raises(SystemExit) as exited:
@@ -61,7 +61,7 @@ def test_eval_scores_exactly_whatever_the_batch_size(model, capsys):
 @pytest.mark.parametrize("text", ["", "   ", "\t\n"])
 def test_predict_refuses_a_blank_text_like_the_server(model, text, capsys):
     _, export, _ = model
-    assert main(["predict", "--model-dir", str(export), "--text", "好", "--text", text]) == 2
+    assert main(["predict", "--export", str(export), "--text", "好", "--text", text]) == 2
     one_line_error(capsys, "--text 1 holds no character the model reads")
 
 
@@ -104,9 +104,9 @@ def test_eval_errors_path_is_checked_before_scoring(model, tmp_path, where, frag
 
 def test_predict_output_path_is_checked(model, tmp_path, capsys):
     _, export, _ = model
-    assert main(["predict", "--model-dir", str(export), "--text", "好", "--output", str(tmp_path)]) == 2
+    assert main(["predict", "--export", str(export), "--text", "好", "--output", str(tmp_path)]) == 2
     one_line_error(capsys, "is a folder; give a file path")
-    assert main(["predict", "--model-dir", str(export), "--text", "好", "--output", str(tmp_path / "x" / "p.jsonl")]) == 2
+    assert main(["predict", "--export", str(export), "--text", "好", "--output", str(tmp_path / "x" / "p.jsonl")]) == 2
     one_line_error(capsys, "does not exist")
 
 

@@ -158,7 +158,7 @@ def test_a_hugging_face_folder_trains_evaluates_exports_and_predicts(tmp_path, c
     assert main(["export", "--model", str(out / "best"), "--output", str(tmp_path / "export")]) == 0
     assert json.loads((tmp_path / "export" / "export.json").read_text())["parity_max_abs_diff"] <= 1e-4
     capsys.readouterr()
-    assert main(["predict", "--model-dir", str(tmp_path / "export"), "--text", "手机质量很好"]) == 0
+    assert main(["predict", "--export", str(tmp_path / "export"), "--text", "手机质量很好"]) == 0
     assert json.loads(capsys.readouterr().out)["label"] in ("负面", "正面")
 
 

@@ -98,7 +98,7 @@ def test_only_the_rules_that_keep_the_end_learn_a_label_told_at_the_end(tiny_con
     assert windows["sliding_window"] == {3, 4, 5} and windows["head_tail"] == {1}
     capsys.readouterr()
     text, label = test_rows[0]
-    assert main(["predict", "--model-dir", str(tmp_path / "sliding_window" / "export"), "--text", text]) == 0
+    assert main(["predict", "--export", str(tmp_path / "sliding_window" / "export"), "--text", text]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["label"] == label and record["windows"] == len(Truncation("sliding_window", stride=31).windows(
         [0] * (len(text) + 2), 64))

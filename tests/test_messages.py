@@ -66,10 +66,10 @@ def test_serve_on_a_port_in_use_or_a_host_this_machine_lacks_is_one_line(export_
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert main(["serve", "--model-dir", str(export_dir), "--port", str(port)]) == 2
+        assert main(["serve", "--export", str(export_dir), "--port", str(port)]) == 2
         assert error_line(capsys) == (f"error: cannot listen on 127.0.0.1:{port} (Address already in use); choose "
                                       "another --port, or stop what uses it")
-    assert main(["serve", "--model-dir", str(export_dir), "--host", "no-such-host.invalid", "--port", "0"]) == 2
+    assert main(["serve", "--export", str(export_dir), "--host", "no-such-host.invalid", "--port", "0"]) == 2
     assert error_line(capsys).startswith("error: --host no-such-host.invalid: not an address of this machine")
 
 

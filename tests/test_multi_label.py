@@ -170,7 +170,7 @@ def test_eval_predict_classifier_and_http_give_the_same_label_sets(trained, caps
     assert report["subset_accuracy"] == pytest.approx(1 - len(wrong) / len(rows))
 
     sample = texts[:6]
-    assert main(["predict", "--model-dir", str(export), *[a for t in sample for a in ("--text", t)]]) == 0
+    assert main(["predict", "--export", str(export), *[a for t in sample for a in ("--text", t)]]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [set(r["labels"]) for r in records] == predicted[:6]
     assert all(set(r["probabilities"]) == set(TOPICS) and "label" not in r for r in records)

@@ -52,7 +52,7 @@ def test_dockerfile_serves_as_a_non_root_user_with_a_readiness_healthcheck():
     assert health and "/readyz" in health.group(1)  # healthy = ready: a model that never loads is unhealthy
     assert re.search(r'^ENTRYPOINT \["/usr/local/bin/paddle_ft-serve"\]$', final, re.M)
     assert "docker/entrypoint.sh /usr/local/bin/paddle_ft-serve" in final
-    assert re.search(r"^ENV MODEL_DIR=/model PORT=8080", final, re.M) and re.search(r"^EXPOSE 8080$", final, re.M)
+    assert re.search(r"^ENV EXPORT_DIR=/export PORT=8080", final, re.M) and re.search(r"^EXPOSE 8080$", final, re.M)
     # build tools stay in the build stage: the final stage installs only the wheel built there
     assert "COPY --from=build /wheels /wheels" in final and "pip wheel" not in final
     assert not re.search(r"apt-get install|build-essential|gcc|setup.py", final)

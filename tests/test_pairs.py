@@ -35,13 +35,13 @@ def test_exported_pair_logits_equal_dygraph(pair_export, tokenizer):
     logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"])).numpy()
     expected = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     got = stack_probabilities(Predictor(pair_export, cpu_threads=1).predict(
-        [e.text for e in examples], pairs=[e.text_pair for e in examples]))
+        [e.text for e in examples], text_pair=[e.text_pair for e in examples]))
     assert np.abs(got - expected).max() < 1e-4
 
 
 def test_the_second_text_changes_the_answer(pair_export):
     predictor = Predictor(pair_export, cpu_threads=1)
-    slow, fast = stack_probabilities(predictor.predict([PAIRS[0][0], PAIRS[1][0]], pairs=[PAIRS[0][1], PAIRS[1][1]]))
+    slow, fast = stack_probabilities(predictor.predict([PAIRS[0][0], PAIRS[1][0]], text_pair=[PAIRS[0][1], PAIRS[1][1]]))
     # 物流很慢 vs 物流很快 (a tiny random model scores near 0.5, so the change is small, but a dropped second
     # text gave exactly equal scores)
     assert np.abs(slow - fast).max() > 1e-6
@@ -53,18 +53,18 @@ def test_predict_classifier_and_http_agree_on_pairs(pair_export, tmp_path, capsy
     from paddle_ft.serve.process import ServerProcess
 
     texts, pairs = [a for a, _ in PAIRS], [b for _, b in PAIRS]
-    args = ["predict", "--model-dir", str(pair_export)]
+    args = ["predict", "--export", str(pair_export)]
     for a, b in PAIRS:
         args += ["--text", a, "--text-pair", b]
     assert main(args) == 0
     cli = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["text"], r["text_pair"]) for r in cli] == PAIRS
     classify = paddle_ft.Classifier(pair_export, cpu_threads=1)
-    tuples, lists = classify(PAIRS), classify(texts, text_pairs=pairs)
+    tuples, lists = classify(PAIRS), classify(texts, text_pair=pairs)
     assert tuples == lists and classify(PAIRS[0]) == tuples[0]
     server = ServerProcess(pair_export, tmp_path / "server.log", "--threads", "1")
     try:
-        answer = httpx.post(f"{server.url}/v1/classify", json={"texts": texts, "text_pairs": pairs}, timeout=60)
+        answer = httpx.post(f"{server.url}/v1/classify", json={"texts": texts, "text_pair": pairs}, timeout=60)
         single = httpx.post(f"{server.url}/v1/classify", json={"texts": texts}, timeout=60)
         schema = httpx.get(f"{server.url}/openapi.json").json()["components"]["schemas"]["ClassifyRequest"]
     finally:
@@ -75,17 +75,17 @@ def test_predict_classifier_and_http_agree_on_pairs(pair_export, tmp_path, capsy
         assert row["label"] == lib[0]["label"] == served["label"]
         assert abs(row["score"] - lib[0]["score"]) < 1e-5 and abs(served["score"] - lib[0]["score"]) < 1e-5
     assert single.status_code == 422 and "classifies text pairs" in single.json()["error"]["message"]
-    assert "text_pairs" in schema["required"]
+    assert "text_pair" in schema["required"]
 
 
 def test_a_single_text_on_a_pair_model_and_a_pair_on_a_single_model_are_one_line_errors(pair_export, tmp_path,
                                                                                        capsys):
-    assert main(["predict", "--model-dir", str(pair_export), "--text", "好"]) == 2
+    assert main(["predict", "--export", str(pair_export), "--text", "好"]) == 2
     assert capsys.readouterr().err.startswith("error: this model classifies text pairs")
     single = export_tiny_model(tmp_path / "single")
-    assert main(["predict", "--model-dir", str(single), "--text", "好", "--text-pair", "差"]) == 2
+    assert main(["predict", "--export", str(single), "--text", "好", "--text-pair", "差"]) == 2
     assert capsys.readouterr().err.startswith("error: this model classifies single texts")
-    assert main(["predict", "--model-dir", str(pair_export), "--text", "好", "--text", "差", "--text-pair", "差"]) == 2
+    assert main(["predict", "--export", str(pair_export), "--text", "好", "--text", "差", "--text-pair", "差"]) == 2
     assert "2 texts but 1 second texts" in capsys.readouterr().err
     with pytest.raises(UserError, match="classifies text pairs"):
         Predictor(pair_export, cpu_threads=1).predict(["好"])
@@ -94,9 +94,9 @@ def test_a_single_text_on_a_pair_model_and_a_pair_on_a_single_model_are_one_line
 def test_pair_input_files_read_their_text_pair_column(pair_export, tmp_path, capsys):
     data = tmp_path / "pairs.tsv"
     data.write_text("text\ttext_pair\n" + "".join(f"{a}\t{b}\n" for a, b in PAIRS), encoding="utf-8")
-    assert main(["predict", "--model-dir", str(pair_export), "--input", str(data)]) == 0
+    assert main(["predict", "--export", str(pair_export), "--input", str(data)]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["text"], r["text_pair"]) for r in rows] == PAIRS
     (tmp_path / "plain.txt").write_text("好\n", encoding="utf-8")
-    assert main(["predict", "--model-dir", str(pair_export), "--input", str(tmp_path / "plain.txt")]) == 2
+    assert main(["predict", "--export", str(pair_export), "--input", str(tmp_path / "plain.txt")]) == 2
     assert "give a .tsv/.csv/.jsonl file with text and text_pair columns" in capsys.readouterr().err

@@ -31,7 +31,7 @@ def test_int8_keeps_the_accuracy_and_only_onnx_runtime_serves_it(trained_export,
     from paddle_ft.cli import main
 
     export, test = trained_export
-    assert main(["quantize", "--model", str(export), "--data", str(test), "--output", str(tmp_path / "int8")]) == 0
+    assert main(["quantize", "--export", str(export), "--data", str(test), "--output", str(tmp_path / "int8")]) == 0
     assert "quantized to" in capsys.readouterr().out
     check = json.loads((tmp_path / "int8" / "export.json").read_text(encoding="utf-8"))["quantization"]
     assert check["method"] == "dynamic" and check["texts"] == 300

@@ -115,6 +115,8 @@ def _metric(server, name: str) -> float:
     (json.dumps({"texts": ["好"] * 17}).encode(), {"content-type": "application/json"}, 422, "limit is 16"),
     (b'{"texts": ["ok"], "top_k": 2.5}', {"content-type": "application/json"}, 422, "valid integer"),
     (b'{"texts": ["ok"], "top_k": true}', {"content-type": "application/json"}, 422, "valid integer"),
+    (b'{"texts": ["ok"], "text_pairs": ["x"]}', {"content-type": "application/json"}, 422,
+     "text_pairs is now called text_pair: send text_pair instead"),
     (json.dumps({"texts": ["好" * 3000] * 3}).encode(), {"content-type": "application/json"}, 413, "20000 bytes"),
 ])
 def test_every_bad_request_gets_its_status_and_a_json_message(server, body, headers, status, message):
@@ -180,7 +182,7 @@ def test_sigterm_finishes_in_flight_requests_then_exits_0(export_dir, tmp_path):
 
 
 def test_a_wrong_model_dir_is_a_one_line_error(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "serve.py"), "--model-dir", str(tmp_path)],
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "serve.py"), "--export", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.strip().startswith("error:") and len(done.stderr.strip().splitlines()) == 1
 
@@ -218,7 +220,7 @@ def test_the_container_entrypoint_serves_outside_docker(export_dir, tmp_path):
     import os
 
     port = str(free_port())
-    env = {**os.environ, "MODEL_DIR": str(export_dir), "PORT": port, "HOST": "127.0.0.1", "DEVICE": "cpu",
+    env = {**os.environ, "EXPORT_DIR": str(export_dir), "PORT": port, "HOST": "127.0.0.1", "DEVICE": "cpu",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     process = subprocess.Popen([str(ROOT / "docker" / "entrypoint.sh"), "--threads", "1"], env=env,
                                stdout=(tmp_path / "log").open("w"), stderr=subprocess.STDOUT)
@@ -228,9 +230,9 @@ def test_the_container_entrypoint_serves_outside_docker(export_dir, tmp_path):
     finally:
         process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 0, (tmp_path / "log").read_text()
-    missing = subprocess.run([str(ROOT / "docker" / "entrypoint.sh")], env={**env, "MODEL_DIR": str(tmp_path / "no")},
+    missing = subprocess.run([str(ROOT / "docker" / "entrypoint.sh")], env={**env, "EXPORT_DIR": str(tmp_path / "no")},
                              capture_output=True, text=True)
-    assert missing.returncode == 2 and "mount an exported folder" in missing.stderr
+    assert missing.returncode == 2 and "no export folder at" in missing.stderr
 
 
 @pytest.mark.parametrize("body, headers, status, message", [
@@ -319,7 +321,7 @@ def test_serving_on_a_gpu_without_cuda_is_one_line(export_dir):
 
     if paddle.is_compiled_with_cuda():
         pytest.skip("this paddle has CUDA")
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "serve.py"), "--model-dir", str(export_dir),
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "serve.py"), "--export", str(export_dir),
                            "--device", "gpu", "--precision", "fp16"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "error: device 'gpu' asked for, but this paddle build has no CUDA: install paddlepaddle-gpu or use --device cpu"]

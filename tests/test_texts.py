@@ -46,7 +46,7 @@ def predict_cli(export_dir, *args) -> tuple[int, list[dict], str]:
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["predict", "--model-dir", str(export_dir), *args])
+        code = main(["predict", "--export", str(export_dir), *args])
     return code, [json.loads(line) for line in out.getvalue().split("\n") if line], err.getvalue()
 
 

@@ -45,7 +45,7 @@ COMMANDS = {
              "--config /opt/paddle_ft/configs/demo-scratch.yaml -o output_dir=out/demo",
     "export": "docker run --user $(id -u):$(id -g) -v $PWD/out:/workspace/out -w /workspace paddle_ft:serve "
               "python /opt/paddle_ft/tools/export.py --model out/demo/best --output out/demo/export",
-    "serve": "docker run -p 8080:8080 -e DEVICE=cpu -v $PWD/out/demo/export:/model:ro paddle_ft:serve",
+    "serve": "docker run -p 8080:8080 -e DEVICE=cpu -v $PWD/out/demo/export:/export:ro paddle_ft:serve",
 }
 GPU_FLAG = "--gpus all"
 # a uid and gid that exist nowhere: the host user the commands run as when this runs as root

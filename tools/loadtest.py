@@ -1,7 +1,7 @@
 """Load-test the HTTP service on loopback: requests/s and p50/p99 latency at several concurrencies,
 with dynamic batching adaptive (the default), with a 5 ms wait and off, side by side in one run.
 
-    python tools/loadtest.py --model-dir out/demo/export [--requests 400] [--seconds 60]
+    python tools/loadtest.py --export out/demo/export [--requests 400] [--seconds 60]
 
 It starts the server itself on 127.0.0.1 for each mode, sends single-text requests from the demo test split,
 and stops each level after --requests requests or --seconds seconds, whichever comes first (see
@@ -28,7 +28,7 @@ def read_texts(path: Path) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", required=True, help="a folder written by export")
+    parser.add_argument("--export", required=True, help="a folder written by export")
     parser.add_argument("--texts", default="data/demo/test.tsv", help="TSV whose first column is the text")
     parser.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts")
     parser.add_argument("--requests", type=int, default=400, help="requests per level (upper bound)")
@@ -36,7 +36,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="server predictor threads")
     args = parser.parse_args()
 
-    rows = load_test(Path(args.model_dir), read_texts(Path(args.texts)), [int(c) for c in args.concurrency.split(",")],
+    rows = load_test(Path(args.export), read_texts(Path(args.texts)), [int(c) for c in args.concurrency.split(",")],
                      args.requests, args.seconds, args.threads)
     print(markdown(rows), end="")
     return 1 if any(r["errors"] for r in rows) else 0

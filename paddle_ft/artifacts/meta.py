@@ -73,7 +73,7 @@ class ModelMeta:
         return Truncation(self.truncation, self.head_tokens, self.stride, self.window_pooling)
 
     @property
-    def takes_pairs(self) -> bool:
+    def takes_text_pair(self) -> bool:
         return self.text_pair_column is not None
 
     @property
@@ -89,7 +89,7 @@ class ModelMeta:
         """How a model made with `other`'s metadata would read texts or name answers unlike this one, as
         `config key: this, other` (a teacher and its student, a run and its resume): what to set to match."""
         fields = [("task", self.task, other.task), ("data.labels", list(self.labels), list(other.labels)),
-                  ("data.text_pair_column", self.takes_pairs and "set", other.takes_pairs and "set"),
+                  ("data.text_pair_column", self.takes_text_pair and "set", other.takes_text_pair and "set"),
                   ("data.long_text", self.truncation, other.truncation)]
         if self.truncation == other.truncation == "head_tail":
             fields.append(("data.head_tokens", self.head_tokens, other.head_tokens))

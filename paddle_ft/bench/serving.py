@@ -20,7 +20,7 @@ BATCHING = (("adaptive (default)", ["--max-batch-size", "32"]),
             ("off", ["--max-batch-size", "1"]))
 
 
-def load_test(model_dir: Path, texts: list[str], levels: list[int], requests: int, seconds: float,
+def load_test(export_dir: Path, texts: list[str], levels: list[int], requests: int, seconds: float,
               threads: int | None = None) -> list[dict]:
     """One row per batching mode and concurrency: each level stops after `requests` requests or `seconds`."""
     extra = ["--threads", str(threads)] if threads else []
@@ -28,7 +28,7 @@ def load_test(model_dir: Path, texts: list[str], levels: list[int], requests: in
     rows = []
     with tempfile.TemporaryDirectory() as logs:
         for name, options in BATCHING:
-            server = ServerProcess(model_dir, Path(logs) / f"{name.split()[0]}.log", *options, *extra)
+            server = ServerProcess(export_dir, Path(logs) / f"{name.split()[0]}.log", *options, *extra)
             try:
                 run_level(server.url, texts, 4, 40, 30)  # warm-up
                 for concurrency in levels:

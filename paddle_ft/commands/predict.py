@@ -13,26 +13,26 @@ from paddle_ft.inference.predictor import Predictor, check_texts
 from paddle_ft.io import atomic_file, check_output_file
 
 
-def run(model_dir: str, texts: list[str] | None, pairs: list[str] | None, input_path: str | None,
+def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, input_path: str | None,
         output_path: str | None, batch_size: int, predictor_options: dict, truncation: str | None = None) -> int:
-    program_file(Path(model_dir))  # a wrong folder first, before reading any input
+    program_file(Path(export_dir))  # a wrong folder first, before reading any input
     lines = None
     if texts is None:
-        if pairs:
+        if text_pair:
             raise UserError("--text-pair goes with --text; with --input, put the second texts in a text_pair column")
-        meta = read_export_info(Path(model_dir)).model  # a table's columns are named as in training
-        texts, pairs, lines = read_texts(Path(input_path), meta.text_column, meta.text_pair_column)
+        meta = read_export_info(Path(export_dir)).model  # a table's columns are named as in training
+        texts, text_pair, lines = read_texts(Path(input_path), meta.text_column, meta.text_pair_column)
     if lines is None:  # a file's texts were checked as it was read, named by their line
         check_texts(texts, "--text {}")
-        if pairs:
-            check_texts(pairs, "--text-pair {}")
+        if text_pair:
+            check_texts(text_pair, "--text-pair {}")
     if output_path:
         check_output_file(output_path, "--output", {"--input": input_path})
-    predictor = Predictor(model_dir, **predictor_options)
-    results = predictor.predict(texts, batch_size, truncation, pairs=pairs or None)
+    predictor = Predictor(export_dir, **predictor_options)
+    results = predictor.predict(texts, batch_size, truncation, text_pair=text_pair or None)
     with atomic_file(output_path) if output_path else contextlib.nullcontext(sys.stdout) as out:
         for i, (text, result) in enumerate(zip(texts, results)):
-            record = {"text": text, **({"text_pair": pairs[i]} if pairs else {}),
+            record = {"text": text, **({"text_pair": text_pair[i]} if text_pair else {}),
                       **({"line": lines[i]} if lines else {}), **_answer(result),
                       **({"windows": result.windows} if result.windows > 1 else {})}
             out.write(json.dumps(record, ensure_ascii=False) + "\n")

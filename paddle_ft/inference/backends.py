@@ -22,33 +22,33 @@ from paddle_ft.runtime import usable_cores
 BACKENDS = ("paddle", "onnxruntime")
 
 
-def choose_backend(backend: str | None, model_dir: Path, device: str, precision: str, quantized: bool = False) -> str:
+def choose_backend(backend: str | None, export_dir: Path, device: str, precision: str, quantized: bool = False) -> str:
     """`backend` as asked, checked; None = the fastest one that can run the request: ONNX Runtime for fp32 on
     CPU where the export has an ONNX graph and onnxruntime is installed, else Paddle Inference. An int8 export
     (`quantized`) runs on ONNX Runtime only."""
     if backend not in (None, *BACKENDS):
         raise UserError(f"backend '{backend}': choose one of {', '.join(BACKENDS)}")
     if quantized and backend == "paddle":
-        raise UserError(f"{model_dir} is quantized to int8 for ONNX Runtime (its Paddle graph is the fp32 one): "
+        raise UserError(f"{export_dir} is quantized to int8 for ONNX Runtime (its Paddle graph is the fp32 one): "
                         "serve it with backend onnxruntime, or serve the fp32 export with paddle")
     if quantized:
         backend = "onnxruntime"
-    onnx_ready = (model_dir / ONNX_FILE).is_file() and _onnxruntime_installed()
+    onnx_ready = (export_dir / ONNX_FILE).is_file() and _onnxruntime_installed()
     if backend is None:
         return "onnxruntime" if device == "cpu" and precision == "fp32" and onnx_ready else "paddle"
     if backend == "onnxruntime":
         if device != "cpu" or precision != "fp32":
             raise UserError(f"backend onnxruntime runs fp32 on CPU here; for --device {device} --precision "
                             f"{precision} use --backend paddle")
-        if not (model_dir / ONNX_FILE).is_file():
-            raise UserError(f"{model_dir} has no {ONNX_FILE} (exported without onnxruntime installed, or by an older "
+        if not (export_dir / ONNX_FILE).is_file():
+            raise UserError(f"{export_dir} has no {ONNX_FILE} (exported without onnxruntime installed, or by an older "
                             f"paddle_ft); {REEXPORT}, or use --backend paddle")
         if not onnx_ready:
             raise UserError("backend onnxruntime asked for, but onnxruntime is not installed: pip install onnxruntime")
     return backend
 
 
-def onnxruntime_engine(model_dir: Path, cpu_threads: int | None):
+def onnxruntime_engine(export_dir: Path, cpu_threads: int | None):
     """An ONNX Runtime session on the export's ONNX graph, as a (input_ids, token_type_ids) -> logits callable."""
     import onnxruntime
 
@@ -56,10 +56,10 @@ def onnxruntime_engine(model_dir: Path, cpu_threads: int | None):
     options.intra_op_num_threads, options.inter_op_num_threads = cpu_threads or usable_cores(), 1
     options.log_severity_level = 3  # errors only: it warns about initialisers paddle2onnx left unused
     try:
-        session = onnxruntime.InferenceSession(str(model_dir / ONNX_FILE), options,
+        session = onnxruntime.InferenceSession(str(export_dir / ONNX_FILE), options,
                                                providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for a damaged graph
-        raise UserError(f"{model_dir / ONNX_FILE} cannot be loaded ({first_line(exc)}); {REEXPORT}") from None
+        raise UserError(f"{export_dir / ONNX_FILE} cannot be loaded ({first_line(exc)}); {REEXPORT}") from None
     names = [node.name for node in session.get_inputs()]
 
     def run(input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:

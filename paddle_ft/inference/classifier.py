@@ -15,7 +15,7 @@ training), most probable first, maybe none:
 A text longer than the model's max_length is cut as training cut it (its `data.long_text`), or as
 `truncation` says (`"head"` keeps its beginning, `"tail"` its end, `"head_tail"` both), and each of its
 labels then carries `"truncated": True` (and, read in sliding windows, `"windows": N`). A model trained on text pairs
-takes a `(text, second_text)` tuple, a list of them, or `classify(texts, text_pairs=second_texts)`.
+takes a `(text, second_text)` tuple, a list of them, or `classify(texts, text_pair=second_texts)`.
 """
 from __future__ import annotations
 
@@ -28,34 +28,34 @@ from paddle_ft.text import TRUNCATIONS
 
 
 class Classifier:
-    def __init__(self, model_dir: str | Path, top_k: int | None = None, batch_size: int = 32,
+    def __init__(self, export_dir: str | Path, top_k: int | None = None, batch_size: int = 32,
                  truncation: str | None = None, **predictor_options):
         """`top_k` (default 1): labels per text of a single-label model. `predictor_options` go to `Predictor`
         (device, cpu_threads, precision, use_tensorrt, ...)."""
         if truncation not in (None, *TRUNCATIONS):
             raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
-        self.predictor = Predictor(model_dir, **predictor_options)
+        self.predictor = Predictor(export_dir, **predictor_options)
         self.labels = tuple(self.predictor.labels)
         self.multi_label = self.predictor.meta.multi_label
         self.top_k, self.batch_size, self.truncation = self._check_top_k(top_k), _positive(batch_size), truncation
 
     def __call__(self, texts, top_k: int | None = None, batch_size: int | None = None,
-                 text_pairs: list[str] | None = None):
+                 text_pair: list[str] | None = None):
         """One text (or pair) -> its `top_k` labels (a multi-label model: its label set), best first; a list of
         them -> a list of those, in order."""
         single = isinstance(texts, (str, tuple))
         batch = [texts] if single else list(texts)
         if batch and all(isinstance(t, tuple) and len(t) == 2 for t in batch):
-            if text_pairs is not None:
-                raise UserError("give the second texts either inside (text, second_text) tuples or as text_pairs")
-            batch, text_pairs = [t for t, _ in batch], [pair for _, pair in batch]
-        if not all(isinstance(t, str) for t in batch + list(text_pairs or [])):
+            if text_pair is not None:
+                raise UserError("give the second texts either inside (text, second_text) tuples or as text_pair")
+            batch, text_pair = [t for t, _ in batch], [pair for _, pair in batch]
+        if not all(isinstance(t, str) for t in batch + list(text_pair or [])):
             raise UserError("Classifier takes a text, a (text, second_text) tuple, or a list of either (str)")
         k = self.top_k if top_k is None else self._check_top_k(top_k)
         if not batch:
             return []
         predictions = self.predictor.predict(batch, _positive(self.batch_size if batch_size is None else batch_size),
-                                             self.truncation, list(text_pairs) if text_pairs is not None else None)
+                                             self.truncation, list(text_pair) if text_pair is not None else None)
         results = [[{"label": label, "score": score, **({"truncated": True} if p.truncated else {}),
                      **({"windows": p.windows} if p.windows > 1 else {})}
                     for label, score in self._answer(p, k)] for p in predictions]

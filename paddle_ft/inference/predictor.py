@@ -26,7 +26,7 @@ class Predictor:
     """preprocess (tokenise, pad) -> run (Paddle Inference) -> postprocess (softmax and the top label; for a
     multi-label model a sigmoid per label and the labels at or above their thresholds)."""
 
-    def __init__(self, model_dir: str | Path, device: str = "cpu", cpu_threads: int | None = None,
+    def __init__(self, export_dir: str | Path, device: str = "cpu", cpu_threads: int | None = None,
                  enable_onednn: bool = True, gpu_id: int = 0, precision: str = "fp32",
                  use_tensorrt: bool = False, backend: str | None = None):
         """`backend`: paddle (Paddle Inference) or onnxruntime (fp32 on CPU); None = onnxruntime where it can run
@@ -35,34 +35,34 @@ class Predictor:
 
         require_int("cpu_threads", cpu_threads, 1, none_allowed=True)
         require_int("gpu_id", gpu_id, 0)
-        model_dir = Path(model_dir)
-        program = program_file(model_dir)
+        export_dir = Path(export_dir)
+        program = program_file(export_dir)
         if use_tensorrt:
             check_tensorrt(program, device)
         if use_tensorrt or not enable_onednn:  # both Paddle Inference's
             backend = backend or "paddle"
         check_device(device, precision)
-        info = read_export_info(model_dir)
-        self.backend = choose_backend(backend, model_dir, device, precision, info.quantization is not None)
+        info = read_export_info(export_dir)
+        self.backend = choose_backend(backend, export_dir, device, precision, info.quantization is not None)
         if self.backend == "onnxruntime" and (use_tensorrt or not enable_onednn):
             raise UserError("TensorRT and oneDNN are Paddle Inference's: use backend paddle for them")
         self.meta = info.model
         self.max_length = self.meta.max_length
         self.labels = list(self.meta.labels)  # class id -> label name
-        self.text_pairs = self.meta.takes_pairs  # trained on (text, second text) pairs
+        self.takes_text_pair = self.meta.takes_text_pair  # trained on (text, second text) pairs
         try:
-            self.tokenizer = fastest(AutoTokenizer.from_pretrained(str(model_dir)))
+            self.tokenizer = fastest(AutoTokenizer.from_pretrained(str(export_dir)))
         except Exception as exc:  # PaddleNLP raises many kinds for missing or broken tokenizer files
-            raise UserError(f"{model_dir}: the tokenizer files cannot be loaded ({first_line(exc)}); {REEXPORT}") \
+            raise UserError(f"{export_dir}: the tokenizer files cannot be loaded ({first_line(exc)}); {REEXPORT}") \
                 from None
 
         try:
-            self._engine = onnxruntime_engine(model_dir, cpu_threads) if self.backend == "onnxruntime" else \
+            self._engine = onnxruntime_engine(export_dir, cpu_threads) if self.backend == "onnxruntime" else \
                 _paddle_engine(program, device, cpu_threads, enable_onednn, gpu_id, precision, use_tensorrt,
                                self.max_length)
             self._warm_up()
         except (RuntimeError, ValueError, OSError, MemoryError) as exc:  # a truncated or garbled graph/weights
-            raise UserError(f"{model_dir}: {program.name} / {PARAMS_FILE} cannot be loaded ({first_line(exc)}); "
+            raise UserError(f"{export_dir}: {program.name} / {PARAMS_FILE} cannot be loaded ({first_line(exc)}); "
                             f"the files are damaged or from another model: {REEXPORT}") from None
 
     def _warm_up(self) -> None:
@@ -90,22 +90,22 @@ class Predictor:
                             np.ascontiguousarray(token_type_ids, dtype=np.int64))
 
     def predict(self, texts: list[str], batch_size: int = 32, truncation: str | None = None,
-                pairs: list[str] | None = None) -> list[Prediction]:
-        """One `Prediction` per text, in order; `pairs` holds the second text of each, for a model trained on
+                text_pair: list[str] | None = None) -> list[Prediction]:
+        """One `Prediction` per text, in order; `text_pair` holds the second text of each, for a model trained on
         text pairs. A text longer than max_length is read as training read it (`truncation` None), or by its
         first tokens (`head`), its last ones (`tail`, where reviews often say what they conclude), both ends
         (`head_tail`) or in pooled windows (`sliding_window`); a pair is cut longest-first, as in training."""
         require_int("batch_size", batch_size, 1)
         texts = check_texts(texts)
-        if pairs is not None:
-            pairs = check_texts(pairs, "second text {}")
+        if text_pair is not None:
+            text_pair = check_texts(text_pair, "second text {}")
         if truncation not in (None, *TRUNCATIONS):
             raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
-        self.check_pairs(texts, pairs, truncation)
+        self.check_text_pair(texts, text_pair, truncation)
         truncation = truncation or self.meta.truncation
         if not texts:
             return []
-        ids, types, truncated, documents = (*self._encode_pairs(texts, pairs), None) if pairs is not None else \
+        ids, types, truncated, documents = (*self._encode_pairs(texts, text_pair), None) if text_pair is not None else \
             self._encode(texts, truncation)
         order = np.argsort([-len(x) for x in ids], kind="stable")  # similar lengths share a batch
         logits = np.zeros((len(ids), len(self.labels)), dtype=np.float32)  # a row per text, or per window
@@ -130,16 +130,16 @@ class Predictor:
         chosen = [name for name, threshold in zip(self.labels, self.meta.label_thresholds) if probs[name] >= threshold]
         return Prediction(probs, truncated, windows, tuple(sorted(chosen, key=lambda name: -probs[name])))
 
-    def check_pairs(self, texts: list[str], pairs: list[str] | None, truncation: str | None = None) -> None:
+    def check_text_pair(self, texts: list[str], text_pair: list[str] | None, truncation: str | None = None) -> None:
         """Second texts where, and only where, the model was trained on pairs; one per text."""
-        if self.text_pairs and pairs is None:
+        if self.takes_text_pair and text_pair is None:
             raise UserError("this model classifies text pairs: give a second text for each text (--text-pair, "
-                            "a text_pair column, or text_pairs over HTTP)")
-        if not self.text_pairs and pairs is not None:
+                            "a text_pair column, or text_pair over HTTP)")
+        if not self.takes_text_pair and text_pair is not None:
             raise UserError("this model classifies single texts: send no second texts")
-        if pairs is not None and len(pairs) != len(texts):
-            raise UserError(f"{len(texts)} texts but {len(pairs)} second texts: give one second text per text")
-        if pairs is not None and truncation not in (None, "head"):
+        if text_pair is not None and len(text_pair) != len(texts):
+            raise UserError(f"{len(texts)} texts but {len(text_pair)} second texts: give one second text per text")
+        if text_pair is not None and truncation not in (None, "head"):
             raise UserError("a text pair is cut longest-first, as in training: truncation applies to single texts")
 
     def _encode(self, texts: list[str], truncation: str):

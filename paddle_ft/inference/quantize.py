@@ -119,8 +119,8 @@ def _compare(fp32: Predictor, int8: Predictor, examples: list, meta) -> dict:
     """Accuracy of each (subset accuracy for multi-label), how often they answer alike, and the largest
     probability difference."""
     texts = [e.text for e in examples]
-    pairs = [e.text_pair for e in examples] if meta.takes_pairs else None
-    before, after = fp32.predict(texts, pairs=pairs), int8.predict(texts, pairs=pairs)
+    text_pair = [e.text_pair for e in examples] if meta.takes_text_pair else None
+    before, after = fp32.predict(texts, text_pair=text_pair), int8.predict(texts, text_pair=text_pair)
 
     def answer(prediction):
         return frozenset(prediction.labels) if meta.multi_label else prediction.label

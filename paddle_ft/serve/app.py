@@ -49,11 +49,14 @@ def _json_integer(value):
 JsonInteger = Annotated[int, PlainValidator(_json_integer), WithJsonSchema({"type": "integer"})]
 
 
+RENAMED_FIELDS = {"text_pairs": "text_pair"}  # a client of the old name gets the new one, not "extra input"
+
+
 class ClassifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     texts: list[VisibleText] = Field(description="texts to classify, at most max_texts of them",
                                      json_schema_extra={"minItems": 1})
-    text_pairs: list[VisibleText] | None = Field(None, description="for a model trained on text pairs: the second "
+    text_pair: list[VisibleText] | None = Field(None, description="for a model trained on text pairs: the second "
                                                                    "text of each text, in the same order")
     top_k: JsonInteger = Field(1, description="labels returned per text, best first (at most the number of labels)",
                                json_schema_extra={"minimum": 1})
@@ -173,7 +176,7 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
         """One predictor call for the (text, second text or None) items of a batch."""
         texts, pairs = [text for text, _ in items], [pair for _, pair in items]
         return slot.predictor.predict(texts, batch_size=limits.max_batch_size, truncation=truncation,
-                                      pairs=None if pairs[0] is None else pairs)
+                                      text_pair=None if pairs[0] is None else pairs)
 
     batcher = DynamicBatcher(run_batch, limits.max_batch_size, limits.max_wait_ms, limits.max_queue_texts,
                              on_batch=metrics.batch_sizes.observe)
@@ -203,7 +206,7 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
         if problem is not None:                                                # text must not fail others
             return error(422, problem)
         try:
-            results = await batcher.submit(list(zip(body.texts, body.text_pairs or [None] * len(body.texts))))
+            results = await batcher.submit(list(zip(body.texts, body.text_pair or [None] * len(body.texts))))
         except QueueFull as exc:
             return error(503, f"server busy: {exc}; retry later", retry)
         except Exception as exc:  # this batch failed; other requests are unaffected
@@ -242,9 +245,9 @@ def _request_problem(body: ClassifyRequest, predictor, limits: Limits, truncatio
         return "texts is empty; send at least one text"
     try:
         check_texts(body.texts, "texts[{}]")
-        if body.text_pairs is not None:
-            check_texts(body.text_pairs, "text_pairs[{}]")
-        predictor.check_pairs(body.texts, body.text_pairs, truncation)
+        if body.text_pair is not None:
+            check_texts(body.text_pair, "text_pair[{}]")
+        predictor.check_text_pair(body.texts, body.text_pair, truncation)
     except UserError as exc:
         return str(exc)
     if len(body.texts) > limits.max_texts:
@@ -281,6 +284,11 @@ def _answer_errors_as_json(app: FastAPI) -> None:
         if any(e["type"] == "json_invalid" for e in exc.errors()):
             where = next(e for e in exc.errors() if e["type"] == "json_invalid")["loc"][-1]
             return error(422, f"the body is not valid JSON (at character {where}); send {{\"texts\": [\"...\"]}}")
+        renamed = [e["loc"][1] for e in exc.errors() if e["type"] == "extra_forbidden" and e["loc"][1:] and
+                   e["loc"][1] in RENAMED_FIELDS]
+        if renamed:
+            old = renamed[0]
+            return error(422, f"{old} is now called {RENAMED_FIELDS[old]}: send {RENAMED_FIELDS[old]} instead")
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors())
         return error(422, f"invalid request ({problems}); send JSON like {{\"texts\": [\"...\"]}}")
 
@@ -300,7 +308,7 @@ def _answer_errors_as_json(app: FastAPI) -> None:
 
 def _openapi(app: FastAPI, limits: Limits, predictor) -> dict:
     """FastAPI's schema plus what this server's model and limits allow: max_texts, and once the model is
-    loaded the number of labels and whether it takes text_pairs (until then it is not cached)."""
+    loaded the number of labels and whether it takes text_pair (until then it is not cached)."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
@@ -314,9 +322,9 @@ def _openapi(app: FastAPI, limits: Limits, predictor) -> dict:
     for name in {"label", "score", "labels"} - set(answer):
         result["properties"].pop(name)
     result["required"] = sorted({*result.get("required", []), *answer})
-    if predictor.text_pairs:  # a pair model needs them (one per text: checked by the handler)
-        component["required"] = sorted({*component.get("required", []), "text_pairs"})
+    if predictor.takes_text_pair:  # a pair model needs them (one per text: checked by the handler)
+        component["required"] = sorted({*component.get("required", []), "text_pair"})
     else:  # a single-text model takes none: the field is not part of its API
-        component["properties"].pop("text_pairs")
+        component["properties"].pop("text_pair")
     app.openapi_schema = schema
     return schema

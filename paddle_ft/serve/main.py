@@ -1,4 +1,4 @@
-"""`python -m paddle_ft serve --model-dir OUT/export [--host 127.0.0.1 --port 8080 ...]`.
+"""`python -m paddle_ft serve --export OUT/export [--host 127.0.0.1 --port 8080 ...]`.
 
 SIGTERM or Ctrl-C: uvicorn stops accepting connections, lets in-flight requests finish (up to
 --graceful-timeout seconds), the batcher drains, and the process exits 0.
@@ -17,33 +17,36 @@ import uvicorn
 from paddle_ft.artifacts.export_folder import program_file, read_export_info
 from paddle_ft.errors import UserError
 from paddle_ft.inference.backends import choose_backend
-from paddle_ft.inference.predictor import Predictor, check_device
+from paddle_ft.inference.predictor import Predictor, check_device, check_tensorrt
 from paddle_ft.serve.app import create_app
 from paddle_ft.serve.options import Limits
 from paddle_ft.serve.protocol import protocol_with_head_timeout
 
 
 def main(args: argparse.Namespace) -> int:
-    model_dir = Path(args.model_dir)
+    export_dir = Path(args.export)
     # a wrong folder or device is a one-line error now, not a /readyz 503 forever
-    program_file(model_dir)
+    program = program_file(export_dir)
     device, precision = args.device, args.precision
-    if read_export_info(model_dir).quantization is not None and device == "gpu":
+    if read_export_info(export_dir).quantization is not None and device == "gpu":
         # the image serves with DEVICE=gpu; an int8 export would never load there and /readyz would stay 503
-        print(f"{model_dir} is an int8 export, which runs on ONNX Runtime on the CPU only: serving it on the CPU",
+        print(f"{export_dir} is an int8 export, which runs on ONNX Runtime on the CPU only: serving it on the CPU",
               file=sys.stderr, flush=True)
         device, precision = "cpu", "fp32"
     check_device(device, precision)
+    if args.tensorrt:
+        check_tensorrt(program, device)
     if args.max_queue < args.max_texts:
         raise UserError(f"--max-queue {args.max_queue} is below --max-texts {args.max_texts}: a full request could "
                         "never be queued; raise --max-queue")
     check_listen_address(args.host, args.port)
     limits = Limits(args.max_batch_size, args.max_wait_ms, args.max_texts, args.max_body_bytes, args.max_queue,
                     read_timeout_s=args.read_timeout)
-    backend = choose_backend(args.backend, model_dir, device, precision)
-    options = {"device": device, "cpu_threads": args.threads, "precision": precision, "backend": backend}
-    app = create_app(lambda: Predictor(model_dir, **options), limits, args.truncation)
-    print(f"serving {model_dir} on http://{args.host}:{args.port} (POST /v1/classify; {backend}, max batch "
+    backend = choose_backend(args.backend or ("paddle" if args.tensorrt else None), export_dir, device, precision)
+    options = {"device": device, "gpu_id": args.gpu_id, "cpu_threads": args.threads, "precision": precision,
+               "use_tensorrt": args.tensorrt, "backend": backend}
+    app = create_app(lambda: Predictor(export_dir, **options), limits, args.truncation)
+    print(f"serving {export_dir} on http://{args.host}:{args.port} (POST /v1/classify; {backend}, max batch "
           f"{limits.max_batch_size}, wait {limits.max_wait_ms:g} ms)", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=args.access_log,
                             timeout_graceful_shutdown=args.graceful_timeout,

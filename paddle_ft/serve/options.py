@@ -23,12 +23,10 @@ class Limits:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The serving flags; the export and the predictor's flags are the CLI's, shared with predict."""
     from paddle_ft.arguments import non_negative_float, port, positive_int
-    from paddle_ft.inference.backends import BACKENDS
-    from paddle_ft.text import TRUNCATIONS
 
     d = Limits()
-    parser.add_argument("--model-dir", required=True, help="a folder written by export")
     parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to listen on every interface (containers)")
     parser.add_argument("--port", type=port, default=8080)
     parser.add_argument("--max-batch-size", type=positive_int, default=d.max_batch_size,
@@ -40,13 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes, help="request body size (more: 413)")
     parser.add_argument("--max-queue", type=positive_int, default=d.max_queue_texts,
                         help="texts waiting for a batch (more: 503 with Retry-After)")
-    parser.add_argument("--truncation", choices=TRUNCATIONS,
-                        help="which tokens of an over-long text to keep (default: those training kept)")
-    parser.add_argument("--threads", type=positive_int, help="CPU threads of the predictor (default: all usable cores)")
-    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
-    parser.add_argument("--backend", choices=BACKENDS,
-                        help="the engine (default: onnxruntime for fp32 on CPU, the faster there; else paddle)")
     parser.add_argument("--read-timeout", type=non_negative_float, default=d.read_timeout_s,
                         help="seconds a client gets to send its request head, and again its body (slower: closed)")
     parser.add_argument("--graceful-timeout", type=non_negative_float, default=30.0,

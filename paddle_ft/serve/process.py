@@ -34,13 +34,13 @@ def wait_until_ready(url: str, process: subprocess.Popen, log: Path, timeout: fl
 
 
 class ServerProcess:
-    def __init__(self, model_dir: str | Path, log: Path, *options: str, ready_timeout: float = 120.0):
+    def __init__(self, export_dir: str | Path, log: Path, *options: str, ready_timeout: float = 120.0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         with log.open("w") as out:
             # the package's own entry point: works from a checkout and from an installed wheel alike
-            self.process = subprocess.Popen([sys.executable, "-m", "paddle_ft", "serve", "--model-dir", str(model_dir),
+            self.process = subprocess.Popen([sys.executable, "-m", "paddle_ft", "serve", "--export", str(export_dir),
                                              "--host", "127.0.0.1", "--port", str(self.port), *options],
                                             stdout=out, stderr=subprocess.STDOUT)
         try:
