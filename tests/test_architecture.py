@@ -1,0 +1,76 @@
+"""The map in docs/architecture.md, held: imports run one way, the inference side loads no training code, and every
+artifact's file names are spelt in its owner only."""
+import importlib.util
+import subprocess
+import sys
+
+from conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("code_map", ROOT / "tools" / "code_map.py")
+code_map = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(code_map)
+
+# the pipeline's layers, lowest first; a module may import from its own layer and those below it. inference sits
+# below export because export proves itself with the Predictor (the parity check).
+LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text",), ("config",), ("data",),
+          ("model", "convert", "backbone"), ("artifacts",), ("build",), ("engine",), ("analysis",), ("inference",),
+          ("export",), ("serve",), ("commands",), ("bench",), ("cli", "__main__")]
+
+# what the inference side (and the server over it) may use: the shared helpers, the tokenizer, the export
+# folder's owner and its metadata; never the config, the data readers, the engine or the model-building code
+INFERENCE_MAY_USE = {"paddle_ft", "paddle_ft.errors", "paddle_ft.arguments", "paddle_ft.log", "paddle_ft.io",
+                     "paddle_ft.runtime", "paddle_ft.text", "paddle_ft.data", "paddle_ft.data.tokenizer",
+                     "paddle_ft.artifacts", "paddle_ft.artifacts.meta", "paddle_ft.artifacts.export_folder"}
+# quantize checks accuracy on a labelled file, so it reads one (the only inference module that does)
+READS_LABELLED_FILES = {"paddle_ft.inference.quantize": {"paddle_ft.data.readers"}}
+
+# each artifact's file names, and the one module that spells them
+OWNERS = {"results.json": "paddle_ft.artifacts.run", "metrics.jsonl": "paddle_ft.artifacts.run",
+          "config.yaml": "paddle_ft.artifacts.run", "export.json": "paddle_ft.artifacts.export_folder",
+          "model.json": "paddle_ft.artifacts.export_folder", "model.pdmodel": "paddle_ft.artifacts.export_folder",
+          "model.pdiparams": "paddle_ft.artifacts.export_folder", "model.onnx": "paddle_ft.artifacts.export_folder",
+          "label_map.json": "paddle_ft.data.labels", "paddle_ft.json": "paddle_ft.artifacts.meta"}
+
+
+def test_imports_run_one_way_through_the_layers():
+    def layer(module: str) -> int:
+        top = module.split(".")[1] if module.startswith("paddle_ft.") else module
+        return next(i for i, names in enumerate(LAYERS) if top in names)
+
+    trees = code_map.modules()
+    wrong = [f"{name} imports {target}" for name, tree in trees.items() if name != "paddle_ft"  # lazy public names
+             for target in code_map.imports_of(name, tree, set(trees)) if target != "paddle_ft"
+             and layer(target) > layer(name)]
+    assert wrong == []
+
+
+def test_the_inference_side_imports_no_training_code_even_lazily():
+    trees = code_map.modules()
+    wrong = [f"{name} imports {target}" for name, tree in trees.items()
+             if name.startswith(("paddle_ft.inference", "paddle_ft.serve"))
+             for target in code_map.imports_of(name, tree, set(trees))
+             if not target.startswith(("paddle_ft.inference", "paddle_ft.serve")) and target not in
+             INFERENCE_MAY_USE | READS_LABELLED_FILES.get(name, set())]
+    assert wrong == []
+
+
+def test_loading_the_inference_side_and_the_server_loads_no_training_module():
+    code = ("import sys, paddle_ft.inference, paddle_ft.inference.predictor, paddle_ft.inference.classifier, "
+            "paddle_ft.inference.backends, paddle_ft.inference.tensorrt, paddle_ft.serve.main, paddle_ft.serve.app; "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('paddle_ft'))))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                cwd=ROOT).stdout.split())
+    assert {"paddle_ft.inference.predictor", "paddle_ft.serve.app"} <= loaded  # the check sees what it checks
+    outside = {m for m in loaded if not m.startswith(("paddle_ft.inference", "paddle_ft.serve"))}
+    assert outside <= INFERENCE_MAY_USE, outside - INFERENCE_MAY_USE
+    assert not {"paddle_ft.config", "paddle_ft.data.readers", "paddle_ft.build", "paddle_ft.engine"} & loaded
+
+
+def test_each_artifact_file_name_is_spelt_in_its_owner_only():
+    spelt = {}
+    for name, tree in code_map.modules().items():
+        for file in code_map.file_names_in(tree):
+            spelt.setdefault(file, set()).add(name)
+    assert set(OWNERS) == set(code_map.ARTIFACT_FILES)
+    assert {file: modules for file, modules in spelt.items() if modules != {OWNERS[file]}} == {}
+    assert set(spelt) == set(OWNERS)  # every owner does spell its names: the scan sees them
