@@ -74,3 +74,11 @@ def test_each_artifact_file_name_is_spelt_in_its_owner_only():
     assert set(OWNERS) == set(code_map.ARTIFACT_FILES)
     assert {file: modules for file, modules in spelt.items() if modules != {OWNERS[file]}} == {}
     assert set(spelt) == set(OWNERS)  # every owner does spell its names: the scan sees them
+
+
+def test_every_folder_of_the_package_is_one_setup_py_installs():
+    from setuptools import find_packages
+
+    installed = set(find_packages(str(ROOT), include=["paddle_ft", "paddle_ft.*"]))
+    folders = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "paddle_ft").rglob("*.py")}
+    assert folders - installed == set()  # a folder without __init__.py imports from a checkout, not when installed
