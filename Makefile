@@ -33,7 +33,7 @@ PRETRAINED := out/pretrain-demo/best
 pretrain-demo: $(PRETRAINED)/config.json
 
 # It runs as 2 gloo processes of 1 thread, 32 texts each: the recipe's steps of 64 texts with the same masks
-# (tests/test_pretrain.py: the same losses and weights as one process), 1.27x faster here than one process of
+# (tests/engine/test_pretrain.py: the same losses and weights as one process), 1.27x faster here than one process of
 # 2 threads, as Paddle runs many CPU ops on one thread. Paddle's launcher is kept quiet; its logs go to
 # out/pretrain-demo-launch (beside the run folder, which holds only what pretraining writes).
 QUIET_LAUNCH := GLOG_minloglevel=2 PYTHONWARNINGS="ignore:No ccache found" $(PYTHON) -m paddle.distributed.launch \

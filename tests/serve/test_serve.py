@@ -16,7 +16,7 @@ from conftest import NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, export_tiny_
 
 from paddle_ft.serve.process import ServerProcess, free_port, wait_until_ready
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHARS = POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS
 
 pytestmark = pytest.mark.slow  # every test here starts processes

@@ -13,7 +13,7 @@ from paddle_ft.bench import report
 from paddle_ft.bench.inference import ENGINES
 from paddle_ft.bench.shape import step_windows, summarise_windows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_windows_drop_the_warm_up_and_total_the_rest():

@@ -6,7 +6,7 @@ import pytest
 
 from paddle_ft.data import demo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_cleaning_removes_duplicates_and_conflicts(tmp_path):

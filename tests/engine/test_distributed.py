@@ -14,7 +14,7 @@ from conftest import synthetic_rows, write_tsv
 
 from paddle_ft.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "configs" / "demo-scratch.yaml")
 
 pytestmark = pytest.mark.slow  # every test here starts processes

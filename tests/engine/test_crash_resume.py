@@ -15,7 +15,7 @@ import pytest
 from conftest import DEMO
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED = 9
 
 

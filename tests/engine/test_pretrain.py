@@ -13,7 +13,7 @@ from conftest import DEMO, overrides, synthetic_rows
 from paddle_ft.cli import main
 from paddle_ft.data.masking import Vocabulary, mask_example, word_ids_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VOCABULARY = Vocabulary(size=100, mask_id=4, special_ids=frozenset({0, 1, 2, 3, 4}))
 
 

@@ -14,7 +14,7 @@ from paddle_ft.cli import main
 from paddle_ft.engine import checkpoint as ckpt
 from paddle_ft.io import atomic_directory
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "configs" / "demo-scratch.yaml")
 
 
