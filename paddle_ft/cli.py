@@ -73,28 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     distill.add_argument("--teacher", help="the teacher's model folder (OUT/best); sets distill.teacher")
     distill.set_defaults(run=_distill)
     _add_analysis(commands)
-
-    evaluate = commands.add_parser("eval", help="score a trained model on a labelled file")
-    _model_argument(evaluate)
-    evaluate.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file")
-    evaluate.add_argument("--errors", help="where to write misclassified rows (default: beside the model)")
-    evaluate.add_argument("--batch-size", type=positive_int, default=64)
-    evaluate.set_defaults(run=_eval)
-
-    convert = commands.add_parser("convert", help="convert a Hugging Face checkpoint folder to a PaddleNLP one")
-    convert.add_argument("--from-hf", required=True, help="a Hugging Face folder: config.json, model.safetensors "
-                                                          "or pytorch_model.bin, vocab.txt")
-    convert.add_argument("--output", required=True, help="the PaddleNLP folder to create (model.backbone loads it)")
-    convert.set_defaults(run=_convert)
-
-    export = commands.add_parser("export", help="export a trained model to a static graph for Paddle Inference")
-    _model_argument(export)
-    export.add_argument("--output", required=True, help="the export folder to create (new or empty)")
-    export.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
-    export.add_argument("--no-onnx", action="store_true", help="write no ONNX graph (the onnxruntime backend then "
-                                                               "cannot serve the export)")
-    export.set_defaults(run=_export)
-
+    _add_model_commands(commands)
     _add_quantize(commands)
     _add_predict(commands)
 
@@ -155,6 +134,31 @@ def _renamed(command: argparse.ArgumentParser, old: str, new: str) -> None:
             parser.error(f"{old} is now {new}: give {new} DIR")
 
     command.add_argument(old, nargs="?", action=Refuse, help=argparse.SUPPRESS)
+
+
+def _add_model_commands(commands) -> None:
+    """eval, convert and export: a trained model (or a Hugging Face checkpoint) scored or turned into another
+    folder."""
+    evaluate = commands.add_parser("eval", help="score a trained model on a labelled file")
+    _model_argument(evaluate)
+    evaluate.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file")
+    evaluate.add_argument("--errors", help="where to write misclassified rows (default: beside the model)")
+    evaluate.add_argument("--batch-size", type=positive_int, default=64)
+    evaluate.set_defaults(run=_eval)
+
+    convert = commands.add_parser("convert", help="convert a Hugging Face checkpoint folder to a PaddleNLP one")
+    convert.add_argument("--from-hf", required=True, help="a Hugging Face folder: config.json, model.safetensors "
+                                                          "or pytorch_model.bin, vocab.txt")
+    convert.add_argument("--output", required=True, help="the PaddleNLP folder to create (model.backbone loads it)")
+    convert.set_defaults(run=_convert)
+
+    export = commands.add_parser("export", help="export a trained model to a static graph for Paddle Inference")
+    _model_argument(export)
+    export.add_argument("--output", required=True, help="the export folder to create (new or empty)")
+    export.add_argument("--overwrite", action="store_true", help="replace an earlier export in --output")
+    export.add_argument("--no-onnx", action="store_true", help="write no ONNX graph (the onnxruntime backend then "
+                                                               "cannot serve the export)")
+    export.set_defaults(run=_export)
 
 
 def _add_predict(commands) -> None:

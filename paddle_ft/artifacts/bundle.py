@@ -78,7 +78,6 @@ def load_weights(model: BERTForTextClassification, directory: Path) -> None:
     model.set_state_dict(in_dtypes_of(model, state))
 
 
-
 def read_weights(directory: Path) -> dict:
     """The folder's weights as saved: {name: float32 tensor}."""
     path = Path(directory) / MODEL_STATE
