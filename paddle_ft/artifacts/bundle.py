@@ -1,12 +1,19 @@
 """A saved model folder (`OUT/best`): the one module that writes and reads it.
 
-The folder is PaddleNLP-shaped so other tools can read it: `config.json` (encoder config),
-`model_state.pdparams` (encoder + head, float32), the tokenizer files, `label_map.json`, and
-`paddle_ft.json` (`meta.ModelMeta`). Training writes it through `save_bundle`; eval, export and the next
-fine-tune read it through `load_bundle`.
+The folder is PaddleNLP's sequence-classification layout, so PaddleNLP reads it as its own:
+`config.json` (the encoder's config with `architectures`, `num_classes`, `id2label` and `label2id`),
+`model_state.pdparams` (float32; the encoder's weights under PaddleNLP's prefix, `bert.` / `ernie.` / `roberta.`,
+and the head as `classifier.*`), the tokenizer files; beside them `label_map.json` and `paddle_ft.json`
+(`meta.ModelMeta`). Where PaddleNLP has a class that computes what paddle_ft's model does (a BERT or ERNIE encoder,
+pooler pooling), `architectures` names it (`BertForSequenceClassification`, `ErnieForSequenceClassification`) and
+`AutoModelForSequenceClassification.from_pretrained(best)` loads every weight and gives paddle_ft's logits;
+otherwise it names the encoder class, which `AutoModel.from_pretrained(best)` loads with every encoder weight.
+Training writes it through `save_bundle`; eval, export, distillation and the next fine-tune read it through
+`load_bundle` (or, as a backbone, `backbone.load_encoder`).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +27,10 @@ from paddle_ft.model import BERTForTextClassification, float32_state, in_dtypes_
 
 MODEL_STATE = "model_state.pdparams"
 BUNDLE_FILES = (MODEL_STATE, MODEL_META)
+# the encoders whose PaddleNLP sequence classifier is paddle_ft's model with pooler pooling: pooled [CLS] output,
+# dropout, one linear layer named `classifier` (RoBERTa's has a two-layer head on the first token instead)
+PADDLENLP_CLASSIFIERS = {"BertModel": "BertForSequenceClassification",
+                         "ErnieModel": "ErnieForSequenceClassification"}
 
 
 @dataclass
@@ -40,13 +51,37 @@ def save_bundle(directory: Path, model: BERTForTextClassification, tokenizer, me
     if model.classifier.weight.shape[1] != meta.num_classes:
         raise ValueError(f"the head has {model.classifier.weight.shape[1]} classes, the meta {meta.num_classes}")
     with atomic_directory(directory) as tmp:
-        config = model.encoder.config
-        config.architectures = [type(model.encoder).__name__]  # lets AutoModel.from_config pick the class
-        config.save_pretrained(str(tmp))
-        paddle.save(float32_state(model), str(tmp / MODEL_STATE))
+        paddlenlp_config(model, meta).save_pretrained(str(tmp))
+        paddle.save(_as_paddlenlp_names(float32_state(model), model.encoder.base_model_prefix),
+                    str(tmp / MODEL_STATE))
         tokenizer.save_pretrained(str(tmp))
         LabelMap(meta.labels).save(tmp)
         write_model_meta(meta, tmp)  # last, as it marks the folder as a model
+
+
+def paddlenlp_config(model: BERTForTextClassification, meta: ModelMeta):
+    """The encoder's config as PaddleNLP's sequence classifier of this model reads it (a copy: the live encoder's
+    config is left as it is)."""
+    config = copy.deepcopy(model.encoder.config)
+    encoder_class = type(model.encoder).__name__
+    task_class = PADDLENLP_CLASSIFIERS.get(encoder_class) if model.pooling == "pooler" else None
+    config.architectures = [task_class or encoder_class]  # lets AutoModel(ForSequenceClassification) pick the class
+    config.num_labels = meta.num_classes
+    config.id2label = dict(enumerate(meta.labels))
+    config.label2id = {name: i for i, name in enumerate(meta.labels)}
+    config.classifier_dropout = meta.dropout
+    return config
+
+
+def _as_paddlenlp_names(state: dict, prefix: str) -> dict:
+    """`encoder.x` -> `bert.x` (PaddleNLP's name for the encoder inside a task model); the head keeps its names."""
+    return {f"{prefix}.{name[len('encoder.'):]}" if name.startswith("encoder.") else name: tensor
+            for name, tensor in state.items()}
+
+
+def _as_own_names(state: dict, prefix: str) -> dict:
+    return {f"encoder.{name[len(prefix) + 1:]}" if name.startswith(prefix + ".") else name: tensor
+            for name, tensor in state.items()}
 
 
 def load_bundle(directory: str | Path, with_tokenizer: bool = True) -> Bundle:
@@ -70,7 +105,7 @@ def load_bundle(directory: str | Path, with_tokenizer: bool = True) -> Bundle:
 def load_weights(model: BERTForTextClassification, directory: Path) -> None:
     """The folder's weights into `model`, cast to its dtypes (the model may be float16 under AMP O2)."""
     path = Path(directory) / MODEL_STATE
-    state = read_weights(directory)
+    state = _as_own_names(read_weights(directory), model.encoder.base_model_prefix)
     if {name: list(t.shape) for name, t in state.items()} != \
             {name: list(t.shape) for name, t in model.state_dict().items()}:
         raise UserError(f"{path} does not fit the model its config.json describes; the folder is damaged: train "
@@ -79,7 +114,7 @@ def load_weights(model: BERTForTextClassification, directory: Path) -> None:
 
 
 def read_weights(directory: Path) -> dict:
-    """The folder's weights as saved: {name: float32 tensor}."""
+    """The folder's weights as saved: {PaddleNLP's name: float32 tensor}."""
     path = Path(directory) / MODEL_STATE
     try:
         return paddle.load(str(path))
