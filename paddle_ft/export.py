@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -12,8 +13,8 @@ import paddle
 from paddle.static import InputSpec
 
 from paddle_ft.artifacts.bundle import load_bundle
-from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, ExportInfo, program_file, read_export_info,
-                                               write_export_info)
+from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, OUTPUT_NAME, ExportInfo, program_file,
+                                               read_export_info, write_export_info)
 from paddle_ft.artifacts.run import RUN_FILES
 from paddle_ft.errors import UserError
 from paddle_ft.inference.backends import onnx_export_possible, write_onnx
@@ -50,6 +51,35 @@ def export_model(model_dir: Path, output_dir: Path, tolerance: float = PARITY_TO
         return _export(Path(model_dir), Path(output_dir), tolerance, onnx)
 
 
+def name_the_output(program: Path) -> None:
+    """The graph's output named `OUTPUT_NAME` ("logits") instead of jit.save's `fetch_name_0`, so code written
+    against the export (Paddle Inference's get_output_handle, ONNX Runtime's output, which paddle2onnx names after
+    it) reads what it gets. A Paddle 3 (PIR) program is JSON whose fetch operation carries the name; a Paddle 2.6
+    `.pdmodel` keeps jit.save's name."""
+    if program.suffix != ".json":
+        return
+    graph = json.loads(program.read_text(encoding="utf-8"))
+    fetches = list(_operations(graph, "1.fetch"))
+    if len(fetches) != 1:
+        raise RuntimeError(f"{program}: expected one fetch operation in the saved program, found {len(fetches)}")
+    for attribute in fetches[0]["A"]:
+        if attribute["N"] == "name":
+            attribute["AT"]["D"] = OUTPUT_NAME
+    program.write_text(json.dumps(graph, separators=(",", ":")), encoding="utf-8")
+
+
+def _operations(node, kind: str):
+    """Every operation of type `kind` in a PIR program's JSON, nested blocks included."""
+    if isinstance(node, dict):
+        if node.get("#") == kind:
+            yield node
+        for value in node.values():
+            yield from _operations(value, kind)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _operations(value, kind)
+
+
 def without_known_warnings(printed: str) -> str:
     """What jit.save printed, less the warning that says nothing to the user."""
     return _PIR_OUT_TENSOR_WARNING.sub("", printed)
@@ -62,6 +92,7 @@ def _export(model_dir: Path, output_dir: Path, tolerance: float, onnx: bool) -> 
     with atomic_directory(output_dir) as tmp:
         with native_output_captured(write_back=without_known_warnings):
             paddle.jit.save(model, str(tmp / "model"), input_spec=INPUT_SPEC)
+        name_the_output(program_file(tmp))
         bundle.tokenizer.save_pretrained(str(tmp))
         bundle.label_map.save(tmp)
         info = ExportInfo(meta, program_file(tmp).name, paddle.__version__, str(model_dir),

@@ -108,8 +108,8 @@ def load_weights(model: BERTForTextClassification, directory: Path) -> None:
     state = _as_own_names(read_weights(directory), model.encoder.base_model_prefix)
     if {name: list(t.shape) for name, t in state.items()} != \
             {name: list(t.shape) for name, t in model.state_dict().items()}:
-        raise UserError(f"{path} does not fit the model its config.json describes; the folder is damaged: train "
-                        "the model again")
+        raise UserError(f"{path} does not fit the model its config.json describes (damaged, or written by another "
+                        "paddle_ft version): train the model again")
     model.set_state_dict(in_dtypes_of(model, state))
 
 

@@ -21,6 +21,8 @@ EXPORT_INFO = "export.json"
 PROGRAM_FILES = ("model.json", "model.pdmodel")
 PARAMS_FILE = "model.pdiparams"
 ONNX_FILE = "model.onnx"
+OUTPUT_NAME = "logits"  # the graphs' output, [batch, labels] float32
+DYNAMIC_AXES = ("batch", "sequence")  # the ONNX graph's names for the inputs' dimensions
 REEXPORT = "re-create it with tools/export.py --model OUT/best --output DIR"
 
 
@@ -52,6 +54,9 @@ class ExportInfo:
     source_model: str
     """The saved-model folder it was exported from."""
     inputs: tuple[str, ...] = ("input_ids", "token_type_ids")
+    """The graphs' inputs, each [batch, sequence] int64."""
+    outputs: tuple[str, ...] = (OUTPUT_NAME,)
+    """The graphs' output: logits [batch, labels] float32 (a Paddle 2.6 program keeps jit.save's name)."""
     files: tuple[str, ...] = ()
     """Every file the export wrote besides export.json: what --overwrite may replace."""
     parity_max_abs_diff: float | None = None
@@ -71,7 +76,7 @@ class ExportInfo:
     def as_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         return {**self.extra, **data, "model": self.model.as_dict(), "inputs": list(self.inputs),
-                "files": list(self.files), "format_version": FORMAT_VERSION}
+                "outputs": list(self.outputs), "files": list(self.files), "format_version": FORMAT_VERSION}
 
 
 def write_export_info(info: ExportInfo, directory: Path) -> None:
@@ -86,9 +91,11 @@ def read_export_info(directory: Path) -> ExportInfo:
     data = read_json(path, REEXPORT)
     known = {f.name for f in dataclasses.fields(ExportInfo)}
     try:
-        return ExportInfo(**{k: v for k, v in data.items() if k in known - {"model", "inputs", "files", "extra"}},
+        return ExportInfo(**{k: v for k, v in data.items()
+                             if k in known - {"model", "inputs", "outputs", "files", "extra"}},
                           model=ModelMeta.from_dict(data["model"], path, REEXPORT),
-                          inputs=tuple(data.get("inputs", ())), files=tuple(data.get("files", ())),
+                          inputs=tuple(data.get("inputs", ())), outputs=tuple(data.get("outputs", ())),
+                          files=tuple(data.get("files", ())),
                           extra={k: v for k, v in data.items() if k not in known | {"format_version"}})
     except (TypeError, KeyError, AttributeError):
         raise UserError(f"{path} is damaged (its fields are not an export's); {REEXPORT}") from None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.artifacts.export_folder import ONNX_FILE, PARAMS_FILE, REEXPORT
+from paddle_ft.artifacts.export_folder import DYNAMIC_AXES, ONNX_FILE, PARAMS_FILE, REEXPORT
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.log import native_output_captured
 from paddle_ft.runtime import usable_cores
@@ -87,6 +87,20 @@ def write_onnx(program: Path, onnx_path: Path) -> None:
         sys.stderr.write(captured())  # what it printed before failing: the context of the one-line error
         raise UserError(f"paddle2onnx could not convert {program} ({failure or 'no file written'}); export with "
                         "--no-onnx to skip the ONNX graph, and report this with your paddle2onnx version")
+    _name_dynamic_axes(onnx_path)
+
+
+def _name_dynamic_axes(onnx_path: Path) -> None:
+    """paddle2onnx calls the free dimensions DynamicDimension.0, .1, ... (a new name for each, as if the two
+    inputs' batches could differ): name them `batch` and `sequence`, as code written against the graph expects."""
+    import onnx
+
+    model = onnx.load(str(onnx_path))
+    for value in [*model.graph.input, *model.graph.output]:
+        for dim, name in zip(value.type.tensor_type.shape.dim, DYNAMIC_AXES):
+            if not dim.HasField("dim_value"):  # the output's labels dimension is fixed
+                dim.dim_param = name
+    onnx.save(model, str(onnx_path))
 
 
 def onnx_export_possible() -> str | None:
