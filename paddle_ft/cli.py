@@ -1,5 +1,5 @@
-"""`python -m paddle_ft {train,pretrain,distill,audit,report,cv,sweep,eval,convert,export,quantize,predict,serve,
-bench}`; `tools/*.py` wrap `main`.
+"""`python -m paddle_ft {init,train,pretrain,distill,audit,report,cv,sweep,eval,convert,export,quantize,predict,
+serve,bench}`; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -63,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="paddle_ft", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
+    _add_init(commands)
     for name, run, help, example in (
             ("train", _train, "fine-tune a classifier from a YAML config", "configs/demo.yaml"),
             ("pretrain", _pretrain, "pretrain an encoder on unlabeled text (masked LM)",
@@ -134,6 +135,17 @@ def _renamed(command: argparse.ArgumentParser, old: str, new: str) -> None:
             parser.error(f"{old} is now {new}: give {new} DIR")
 
     command.add_argument(old, nargs="?", action=Refuse, help=argparse.SUPPRESS)
+
+
+def _add_init(commands) -> None:
+    init = commands.add_parser("init", help="write a training config from your own labelled files")
+    init.add_argument("--train", required=True, help="the labelled training file (.tsv, .csv or .jsonl, a header row)")
+    init.add_argument("--dev", help="a labelled file to pick the best model on (recommended)")
+    init.add_argument("--test", help="a labelled file scored once, at the end")
+    init.add_argument("--backbone", help="a pretrained model: a PaddleNLP name or a local PaddleNLP / Hugging Face "
+                                         "folder (default: a small encoder trained from scratch)")
+    init.add_argument("--output", required=True, help="the config to write, e.g. my.yaml (never overwritten)")
+    init.set_defaults(run=_init)
 
 
 def _add_model_commands(commands) -> None:
@@ -220,6 +232,12 @@ def _add_quantize(commands) -> None:
     quantize.add_argument("--min-agreement", type=share, default=0.99,
                           help="the share of --data texts on which int8 must give the fp32 answer (default 0.99)")
     quantize.set_defaults(run=_quantize)
+
+
+def _init(args) -> int:
+    import paddle_ft.commands.init as command
+
+    return command.run(args.train, args.dev, args.test, args.backbone, args.output)
 
 
 def _pretrain(args) -> int:

@@ -12,7 +12,7 @@ runtime.configure()
 
 import paddle  # noqa: E402
 
-from paddle_ft.data.demo import SPECIAL_TOKENS  # noqa: E402
+from paddle_ft.data.vocab import SPECIAL_TOKENS  # noqa: E402
 from paddle_ft.model import BERTForTextClassification, scratch_encoder  # noqa: E402
 
 POSITIVE_CHARS = "好棒赞喜爱快美优满意"

@@ -9,6 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from paddle_ft.data import demo  # noqa: E402
+from paddle_ft.data.vocab import character_vocab  # noqa: E402
 
 
 def main() -> int:
@@ -26,7 +27,7 @@ def main() -> int:
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     unlabeled = demo.unlabeled_corpus(splits, demo.people_daily_sentences())
-    vocab = demo.character_vocab([text for text, _ in splits["train"]])
+    vocab = character_vocab([text for text, _ in splits["train"]])
     files = {f"{name}.tsv": (demo.tsv_text(rows), f"{len(rows)} rows") for name, rows in splits.items()}
     files["unlabeled.txt"] = ("\n".join(unlabeled) + "\n",
                               f"{len(unlabeled)} texts for pretraining (train + People's Daily, 1998-01)")

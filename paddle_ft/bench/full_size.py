@@ -16,7 +16,7 @@ from pathlib import Path
 from paddle_ft import runtime
 from paddle_ft.arguments import ArgumentParser, positive_int
 from paddle_ft.artifacts.run import RunFiles
-from paddle_ft.data.demo import SPECIAL_TOKENS
+from paddle_ft.data.vocab import SPECIAL_TOKENS
 from paddle_ft.errors import UserError
 from paddle_ft.ownership import owned_folder
 

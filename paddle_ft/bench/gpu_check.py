@@ -352,7 +352,7 @@ def write_corpus(folder: Path, steps: int) -> Path:
     the recipe that trains a 4-layer, 256-wide BERT on it (returned)."""
     import yaml
 
-    from paddle_ft.data.demo import SPECIAL_TOKENS
+    from paddle_ft.data.vocab import SPECIAL_TOKENS
 
     folder.mkdir(parents=True)
     rng = random.Random(0)

@@ -7,8 +7,6 @@ the unique texts split with a fixed seed, so no text is in two splits.
 from __future__ import annotations
 
 import random
-import string
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +14,6 @@ from paddle_ft.errors import UserError
 from paddle_ft.io import write_text_atomically
 
 NEGATIVE, POSITIVE = "负面", "正面"
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 @dataclass
@@ -104,13 +101,3 @@ def unlabeled_corpus(splits: dict[str, list[tuple[str, str]]], news: list[str]) 
     held = {text for name in ("dev", "test") for text, _ in splits[name]}
     corpus = dict.fromkeys(text for text in [*(t for t, _ in splits["train"]), *news] if text not in held)
     return list(corpus)
-
-
-def character_vocab(texts: list[str], min_count: int = 2) -> list[str]:
-    """WordPiece vocab for a character-level BERT: special tokens, ASCII letters and digits (also as
-    `##` continuations, since the tokenizer keeps runs of them as one word), then every other
-    character seen at least `min_count` times, most frequent first."""
-    ascii_pieces = list(string.ascii_lowercase + string.digits)
-    counts = Counter(ch for text in texts for ch in text.lower() if not ch.isspace())
-    others = [ch for ch, n in counts.most_common() if n >= min_count and ch not in ascii_pieces]
-    return [*SPECIAL_TOKENS, *ascii_pieces, *("##" + p for p in ascii_pieces), *others]

@@ -124,6 +124,23 @@ def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozense
     return examples, report
 
 
+def read_records(path: str | Path, fmt: str) -> list[tuple[int, dict]]:
+    """(line, {column: value}) of every row of `path` as the file has it, before any column is chosen (`init` reads
+    its columns from them); a bad row is a `DataError` naming its line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(str(path), None, "file not found")
+    reader = {"tsv": _tsv_records, "csv": _csv_records, "jsonl": _jsonl_records}[fmt]
+    records = []
+    for line, record in reader(path, Columns(None, None, None)):
+        if isinstance(record, _BadRow):
+            raise DataError(str(path), record.line, record.reason)
+        records.append((line, record))
+    if not records:
+        raise DataError(str(path), None, "no rows in the file (a header and at least one row are needed)")
+    return records
+
+
 def read_texts(path: Path, text_column: str = "text",
                text_pair_column: str | None = None) -> tuple[list[str], list[str] | None, list[int]]:
     """Texts of a .txt file (one per non-blank line) or of the text column of a .tsv/.csv/.jsonl file, the second

@@ -1,0 +1,150 @@
+"""`init`: a training config written from a user's own labelled files.
+
+    python -m paddle_ft init --train reviews.csv [--dev dev.csv] [--test test.csv] [--backbone DIR] --output my.yaml
+
+It reads the files (format from the extension; the text, second-text and label columns; one label per row or a
+set; the labels and their counts; the length of the texts), writes a vocabulary from the training text when there
+is no pretrained backbone, picks the recipe's settings for that kind of model, and prints what it decided, why, and
+the command that trains it. Every file goes through the readers, so a bad row is their one-line error.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from paddle_ft.config import load_config
+from paddle_ft.data.readers import Columns, format_of, read_examples
+from paddle_ft.data.sniff import Layout, propose_max_length, sniff_layout
+from paddle_ft.data.tokenizer import fastest
+from paddle_ft.data.vocab import character_vocab
+from paddle_ft.errors import UserError
+from paddle_ft.io import write_text_atomically
+from paddle_ft.log import log
+
+# configs/demo-scratch.yaml's encoder and settings: a tiny encoder that learns from the labels alone
+SCRATCH = {"architecture": "bert", "hidden_size": 128, "num_layers": 2, "num_heads": 2, "intermediate_size": 512}
+SCRATCH_OPTIMIZER = {"learning_rate": 5.0e-4, "warmup": 0.1}
+# the usual fine-tuning of a pretrained BERT-family model (configs/finetune-*.yaml): 2e-5 to 5e-5
+PRETRAINED_OPTIMIZER = {"learning_rate": 3.0e-5, "warmup": 0.1}
+# optimizer steps a run should reach however small the data (3 epochs of a few hundred rows are a few dozen steps,
+# from which a scratch encoder learns nothing), and the epochs allowed to reach them
+TARGET_STEPS = {"scratch": 300, "pretrained": 100}
+EPOCHS = {"scratch": (3, 50), "pretrained": (3, 10)}
+IMBALANCE = 5  # the most frequent label this many times the rarest: say how to weigh them
+
+
+def run(train: str, dev: str | None, test: str | None, backbone: str | None, output: str) -> int:
+    target = Path(output)
+    if target.suffix not in (".yaml", ".yml"):
+        raise UserError(f"--output {output}: give a .yaml file to write the config to")
+    if target.exists():
+        raise UserError(f"--output {output} already exists; choose another name (init never overwrites a config)")
+    layout = sniff_layout(Path(train))
+    columns = Columns(layout.text_column, layout.text_pair_column, layout.label_column,
+                      (layout.label_delimiter or ",") if layout.multi_label else None)
+    paths = {name: path for name, path in (("train", train), ("dev", dev), ("test", test)) if path is not None}
+    splits = {name: read_examples(path, format_of(path), columns)[0] for name, path in paths.items()}
+    counts = Counter(name for example in splits["train"] for name in example.label_names)
+    config, notes = _config(layout, paths, splits, counts, backbone, target)
+    text = _header(layout, notes, target) + yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
+    write_text_atomically(target, text)
+    load_config(target)  # what init writes, training reads: a mistake here is a bug, not the user's
+    for line in [*layout.reasons, *notes]:
+        log(line)
+    log(f"wrote {target}; train with: python tools/train.py --config {target}")
+    return 0
+
+
+def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone: str | None,
+            target: Path) -> tuple[dict, list]:
+    """The config `init` writes, and what to tell the user about it."""
+    labels = sorted(counts)
+    notes = [f"{len(labels)} labels in {len(splits['train'])} training rows: "
+             + ", ".join(f"{name} {counts[name]}" for name in labels)]
+    if max(counts.values()) >= IMBALANCE * min(counts.values()):
+        notes.append(f"the labels are imbalanced ({max(counts.values())} vs {min(counts.values())} rows): consider "
+                     "-o train.class_weights=auto, and judge the model by macro_f1")
+    data = {"train": paths["train"], "dev": paths.get("dev"), "test": paths.get("test")}
+    data.update(text_column=layout.text_column, text_pair_column=layout.text_pair_column,
+                label_column=layout.label_column, labels=labels)
+    if layout.label_delimiter is not None:
+        data["label_delimiter"] = layout.label_delimiter
+    if backbone is None:
+        vocab = target.with_name(f"{target.stem}-vocab.txt")
+        tokens = character_vocab([t for e in splits["train"] for t in (e.text, e.text_pair) if t], min_count=1)
+        write_text_atomically(vocab, "\n".join(tokens) + "\n")
+        notes.append(f"no --backbone: a small encoder trained from scratch (configs/demo-scratch.yaml's shape), with "
+                     f"{vocab} ({len(tokens)} tokens: every character of the training text); a pretrained "
+                     "--backbone usually scores much higher")
+        tokenizer, limit = _vocab_tokenizer(vocab), 512
+    else:
+        tokenizer, limit = _backbone_tokenizer(backbone)
+    max_length, why = propose_max_length(_lengths(splits["train"], tokenizer), layout.text_pair_column is not None,
+                                         limit)
+    notes.append(why + ("" if tokenizer is not None else " (counted in characters: the backbone's tokenizer is not "
+                                                        "on this machine)"))
+    data["max_length"] = max_length
+    model = {"backbone": backbone} if backbone is not None else {
+        "scratch": {"vocab_file": str(target.with_name(f"{target.stem}-vocab.txt")), **SCRATCH,
+                    "max_position_embeddings": max_length}}
+    metric = "micro_f1" if layout.multi_label else "accuracy"
+    kind = "pretrained" if backbone is not None else "scratch"
+    epochs, batch_size, why = _schedule(len(splits["train"]), kind)
+    notes.append(why)
+    train = {"epochs": epochs, "batch_size": batch_size,
+             "optimizer": PRETRAINED_OPTIMIZER if backbone is not None else SCRATCH_OPTIMIZER,
+             "evaluation": {"metric": metric}}
+    config = {"output_dir": f"out/{target.stem}", "task": "multi_label" if layout.multi_label else "single_label",
+              "data": data, "model": model, "train": train}
+    return config, notes
+
+
+def _schedule(rows: int, kind: str) -> tuple[int, int, str]:
+    """(epochs, batch size, why): 3 epochs of 32 on a corpus of thousands; on a small one, smaller batches and more
+    epochs, so that the run still takes TARGET_STEPS optimizer steps."""
+    batch_size = 32 if rows >= 512 else 16
+    low, high = EPOCHS[kind]
+    epochs = max(low, min(high, math.ceil(TARGET_STEPS[kind] * batch_size / rows)))
+    steps = epochs * math.ceil(rows / batch_size)
+    return epochs, batch_size, (f"{epochs} epochs of batch {batch_size}: {steps} optimizer steps on {rows} rows "
+                                f"(a {kind} model wants about {TARGET_STEPS[kind]} at least)")
+
+
+def _header(layout: Layout, notes: list[str], target: Path) -> str:
+    lines = [f"python tools/train.py --config {target}", "written by paddle_ft init; what it decided and why:",
+             *layout.reasons, *notes]
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def _lengths(examples, tokenizer) -> list[int]:
+    """Tokens of each text (pair), [CLS] and [SEP] aside; characters where no tokenizer is at hand."""
+    if tokenizer is None:
+        return [len(e.text) + len(e.text_pair or "") for e in examples]
+    texts, pairs = [e.text for e in examples], [e.text_pair for e in examples]
+    encoded = tokenizer(texts, text_pair=pairs if pairs[0] is not None else None, max_length=None, truncation=False)
+    return [len(ids) - (3 if pairs[0] is not None else 2) for ids in encoded["input_ids"]]
+
+
+def _vocab_tokenizer(vocab: Path):
+    from paddlenlp.transformers import BertTokenizer
+
+    return fastest(BertTokenizer(str(vocab)))
+
+
+def _backbone_tokenizer(backbone: str):
+    """The backbone's tokenizer and its longest input, where the backbone is a folder here; else (None, 512)."""
+    folder = Path(backbone)
+    if not folder.is_dir():
+        return None, 512
+    from paddlenlp.transformers import AutoTokenizer
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        return fastest(AutoTokenizer.from_pretrained(str(folder))), int(config.get("max_position_embeddings", 512))
+    except Exception as exc:  # PaddleNLP raises many kinds for a folder it cannot read
+        raise UserError(f"--backbone {backbone}: its tokenizer or config.json cannot be read ({exc}); give a "
+                        "PaddleNLP or Hugging Face model folder") from None
