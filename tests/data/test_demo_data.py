@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from paddle_ft.data import demo
+from paddle_ft.data.vocab import SPECIAL_TOKENS, character_vocab
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,8 +32,8 @@ def test_split_is_disjoint_and_seeded():
 
 
 def test_character_vocab():
-    vocab = demo.character_vocab(["好好A1", "好差"], min_count=2)
-    assert vocab[:5] == list(demo.SPECIAL_TOKENS)
+    vocab = character_vocab(["好好A1", "好差"], min_count=2)
+    assert vocab[:5] == list(SPECIAL_TOKENS)
     assert "a" in vocab and "##a" in vocab and "##9" in vocab
     assert "好" in vocab and "差" not in vocab  # seen once
 

