@@ -4,8 +4,12 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # `paddle_ft.Predictor` / `paddle_ft.Classifier` without importing paddle for code that only needs,
-    # say, the demo data.
+    # `paddle_ft.Predictor`, `paddle_ft.Classifier`, `paddle_ft.train` and `paddle_ft.load` without importing paddle
+    # for code that only needs, say, the demo data.
+    if name in ("train", "load"):
+        from paddle_ft import api
+
+        return getattr(api, name)
     if name == "Predictor":
         from paddle_ft.inference.predictor import Predictor
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 
 from tqdm import tqdm
@@ -13,6 +14,27 @@ from tqdm import tqdm
 
 def log(message: str) -> None:
     tqdm.write(message)
+
+
+def elapsed(seconds: float) -> str:
+    """A duration as people read it: 8.2 s, 3 min 05 s, 1 h 02 min."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+class Clock:
+    """Time since a loop (re)started, and what the items left would take at the pace so far: the elapsed time and
+    ETA of progress lines, which without a terminal have no bar to show them."""
+
+    def __init__(self, done: int = 0):
+        self.started, self.first = time.perf_counter(), done
+
+    def describe(self, done: int, total: int) -> str:
+        seconds = time.perf_counter() - self.started
+        pace = seconds / (done - self.first) if done > self.first else 0.0
+        return f"elapsed {elapsed(seconds)}, ETA {elapsed(pace * (total - done))}"
 
 
 @contextlib.contextmanager

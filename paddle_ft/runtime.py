@@ -76,6 +76,12 @@ def configure() -> None:
         os.environ["MKL_DEBUG_CPU_TYPE"] = "5"
         _variables_set.add("MKL_DEBUG_CPU_TYPE")
     _keep_freed_memory()
+    quiet()
+
+
+def quiet() -> None:
+    """Paddle's and PaddleNLP's messages that say nothing to a user kept back: the command line and the Python API
+    (`Predictor`, `Classifier`) print the same. Before paddle is imported, for the warnings it gives on import."""
     warnings.filterwarnings("ignore", message="No ccache found")
     warnings.filterwarnings("ignore", message="Setuptools is replacing distutils")
     warnings.filterwarnings("ignore", message="Tensor do not have .place. interface")  # jit.save noise

@@ -14,7 +14,7 @@ spec.loader.exec_module(code_map)
 # below export because export proves itself with the Predictor (the parity check).
 LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text",), ("config",), ("data",),
           ("model", "convert", "backbone"), ("artifacts",), ("build",), ("engine",), ("analysis",), ("inference",),
-          ("export",), ("serve",), ("commands",), ("bench",), ("cli", "__main__")]
+          ("export",), ("serve",), ("commands",), ("bench",), ("cli", "api", "__main__")]
 
 # what the inference side (and the server over it) may use: the shared helpers, the tokenizer, the export
 # folder's owner and its metadata; never the config, the data readers, the engine or the model-building code

@@ -1,7 +1,10 @@
 """`train`: config -> data -> model -> engine, writing everything under `output_dir`."""
 from __future__ import annotations
 
+import time
+
 from paddle_ft.analysis.audit import leakage
+from paddle_ft.artifacts.run import Results
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
@@ -11,11 +14,18 @@ from paddle_ft.engine.losses import class_weights
 from paddle_ft.engine.objectives.classification import Classification
 from paddle_ft.engine.objectives.multi_label import MultiLabelClassification
 from paddle_ft.errors import ConfigError
-from paddle_ft.log import log
+from paddle_ft.log import elapsed, log
 
 
-def run(config_path: str, overrides: list[str], on_eval=None) -> int:
+def run(config_path: str | None, overrides: list[str], on_eval=None) -> int:
     """Train as the config says; `on_eval(step, dev metric)` is called after each dev evaluation (sweeps)."""
+    trained(config_path, overrides, on_eval)
+    return 0
+
+
+def trained(config_path: str | None, overrides: list[str], on_eval=None) -> Results | None:
+    """Train as the config says; the best model's `Results` (None on the ranks other than 0)."""
+    started = time.perf_counter()
     config = load_config(config_path, overrides)
     if config.data.train is None:
         raise ConfigError("data.train", "training needs a training file; set data.train")
@@ -24,10 +34,10 @@ def run(config_path: str, overrides: list[str], on_eval=None) -> int:
         raise ConfigError("train.evaluation.metric", f"{metric} is pretraining's; a classifier is picked by "
                           f"{' or '.join(TASK_METRICS[config.task])}")
     with opened_run(config, "train") as (dist, folder, resume_from):
-        return _train(config, dist, folder, resume_from, on_eval)
+        return _train(config, dist, folder, resume_from, on_eval, started)
 
 
-def _train(config, dist, folder, resume_from, on_eval) -> int:
+def _train(config, dist, folder, resume_from, on_eval, started: float) -> Results | None:
     dataset = read_dataset(config.data, config.task)
     if dist.is_main:
         warn_on_leakage(dataset)
@@ -54,7 +64,9 @@ def _train(config, dist, folder, resume_from, on_eval) -> int:
                 log(f"{split} {scores} (best model, step {results.best_step})")
         page = write_run_report(folder.path, config, dataset)
         log(f"wrote {folder.best_dir}, {folder.files.results_file} and {page}")
-    return 0
+        log(f"done in {elapsed(time.perf_counter() - started)}; next: python tools/export.py --model {folder.best_dir} "
+            f"--output {folder.path / 'export'}")
+    return results
 
 
 def warn_on_leakage(dataset) -> None:

@@ -25,7 +25,7 @@ from paddle_ft.engine.optim import Optimization
 from paddle_ft.engine.plan import RunPlan, plan_run
 from paddle_ft.engine.run_folder import RunFolder
 from paddle_ft.errors import UserError
-from paddle_ft.log import log
+from paddle_ft.log import Clock, log
 
 
 class TrainingDiverged(UserError):
@@ -67,6 +67,7 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
         progress = closing.enter_context(tqdm(total=plan.total_steps, initial=state.global_step, desc="train",
                                               unit="step", disable=None if dist.is_main else True, dynamic_ncols=True))
         signals = closing.enter_context(StopRequests())
+        clock = Clock(state.global_step)
         stepped.train()
         for step_batch, end_of_epoch in _steps_left(sampler, state, plan):
             lr = opt.learning_rate
@@ -79,7 +80,7 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
             state.record_step(None if nonfinite else loss_sum / dist.world_size, skipped, end_of_epoch)
             progress.update(1)
             if state.global_step % tc.runtime.log_every == 0 or state.global_step == plan.total_steps:
-                _log_train(events, state, plan, lr, speed, opt.runner.loss_scale, grad_norm)
+                _log_train(events, state, plan, lr, speed, opt.runner.loss_scale, grad_norm, clock)
             if state.nonfinite_streak >= tc.max_nonfinite_steps:
                 dist.barrier()
                 raise TrainingDiverged(_diverged_message(state, tc.max_nonfinite_steps, run.checkpoints_dir))
@@ -148,7 +149,7 @@ def _forward_backward(model, runner: StepRunner, objective, features: Features, 
 
 
 def _log_train(events, state: TrainState, plan: RunPlan, lr: float, speed: Throughput, loss_scale: float,
-               grad_norm) -> None:
+               grad_norm, clock: Clock) -> None:
     """Every rank calls it (the window loss is part of the checkpointed state); only rank 0 writes."""
     values = {"loss": state.take_window_loss(), **speed.take(), "epoch": state.epoch, "lr": lr,
               "loss_scale": loss_scale, "skipped_steps": state.skipped_steps}
@@ -160,7 +161,7 @@ def _log_train(events, state: TrainState, plan: RunPlan, lr: float, speed: Throu
     events.write("train", state.global_step, **values)
     loss = "n/a" if values["loss"] is None else f"{values['loss']:.4f}"
     log(f"step {state.global_step}/{plan.total_steps} loss {loss} lr {lr:.3g} {values['samples_per_s']:.1f} "
-        "samples/s")
+        f"samples/s, {clock.describe(state.global_step, plan.total_steps)}")
 
 
 def _evaluate_and_keep_best(opt: Optimization, objective, dev: Features, evaluation: EvaluationConfig,

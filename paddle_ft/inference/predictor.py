@@ -15,7 +15,7 @@ from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, program_fil
 from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer, fastest, without_tokens
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
-from paddle_ft.runtime import cpu_supports_bf16, usable_cores
+from paddle_ft.runtime import cpu_supports_bf16, quiet, usable_cores
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
 
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
@@ -31,11 +31,12 @@ class Predictor:
                  use_tensorrt: bool = False, backend: str | None = None):
         """`backend`: paddle (Paddle Inference) or onnxruntime (fp32 on CPU); None = onnxruntime where it can run
         the request (CPU, fp32, an export with model.onnx), being the faster there, else paddle."""
+        quiet()  # as quiet as the command line
         from paddlenlp.transformers import AutoTokenizer
 
         require_int("cpu_threads", cpu_threads, 1, none_allowed=True)
         require_int("gpu_id", gpu_id, 0)
-        export_dir = Path(export_dir)
+        export_dir = self.export_dir = Path(export_dir)
         program = program_file(export_dir)
         if use_tensorrt:
             check_tensorrt(program, device)
