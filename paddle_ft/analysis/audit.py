@@ -18,6 +18,9 @@ SPLITS = ("train", "dev", "test")
 NEAR_EMPTY = 2  # a text of this many characters or fewer (normalised) says too little to be classified
 EXAMPLES = 5  # of each finding, the first few are listed with their split and line
 NO_PROBLEMS = "no leakage between splits, no conflicting labels"  # what the table and the pages say of clean data
+UNKNOWN_LIMIT = 0.01  # a split with more [UNK] tokens than this share is not read by the tokenizer it is given
+COVERAGE_FIX = ("the tokenizer does not cover this text: use a backbone whose vocabulary does (a Chinese model for "
+                "Chinese text), or a scratch encoder with a vocabulary written from the data (python -m paddle_ft init)")
 
 
 def normalise(text: str) -> str:
@@ -76,11 +79,10 @@ def _token_report(rows: list, tokenizer, max_length: int | None) -> dict:
     encoded = tokenizer([e.text for e in rows], text_pair=[e.text_pair for e in rows] if rows[0].text_pair else None,
                         max_length=None, truncation=False)["input_ids"]
     lengths = np.array([len(ids) for ids in encoded])
-    unk = tokenizer.unk_token_id
-    unknown = sum(ids.count(unk) for ids in encoded) if unk is not None else 0
+    tokens, texts = unknown_shares(encoded, tokenizer.unk_token_id)
     report = {"tokens": {"p50": int(np.percentile(lengths, 50)), "p90": int(np.percentile(lengths, 90)),
                          "p99": int(np.percentile(lengths, 99)), "max": int(lengths.max())},
-              "unknown_token_share": unknown / max(int(lengths.sum()), 1)}
+              "unknown_token_share": tokens, "unknown_text_share": texts}
     if max_length is not None:
         over = lengths[lengths > max_length]
         report["truncated"] = {"rows": int(len(over)), "share": len(over) / len(rows),
@@ -88,13 +90,32 @@ def _token_report(rows: list, tokenizer, max_length: int | None) -> dict:
     return report
 
 
+def unknown_shares(token_ids, unk_id: int | None) -> tuple[float, float]:
+    """(the share of the tokens that are [UNK], the share of the texts holding one) of tokenised texts."""
+    if unk_id is None:  # a byte-level tokenizer has no unknown token
+        return 0.0, 0.0
+    counts = [int(np.count_nonzero(np.asarray(ids) == unk_id)) for ids in token_ids]
+    total = sum(len(ids) for ids in token_ids)
+    return sum(counts) / max(total, 1), sum(c > 0 for c in counts) / max(len(counts), 1)
+
+
+def coverage_problem(split: str, tokens: float, texts: float) -> str | None:
+    """The line that says a split is not read by its tokenizer, with the fix; None when it is."""
+    if tokens <= UNKNOWN_LIMIT:
+        return None
+    return f"{split}: {tokens:.1%} of the tokens are [UNK] ({texts:.0%} of the texts hold one); {COVERAGE_FIX}"
+
+
 def _problems(report: dict) -> list[str]:
-    """One line per finding that makes scores wrong (what `--strict` fails on)."""
+    """One line per finding that makes scores wrong or training blind (what `--strict` fails on)."""
     lines = [f"{pair.replace('_in_', ' texts also in ')}: {found['rows']} ({found['share']:.1%})"
              for pair, found in report["leakage"].items() if found["rows"]]
     if report["conflicts"]["texts"]:
         lines.append(f"{report['conflicts']['texts']} texts carry more than one label")
-    return lines
+    for split, found in report["splits"].items():
+        if "unknown_token_share" in found:
+            lines.append(coverage_problem(split, found["unknown_token_share"], found["unknown_text_share"]))
+    return [line for line in lines if line]
 
 
 def _where(split: str, example) -> dict:
@@ -105,11 +126,11 @@ def _where(split: str, example) -> dict:
 def table(report: dict) -> str:
     """The short table `audit` prints."""
     splits = report["splits"]
-    lines = ["| split | rows | duplicates (exact / normalised) | near-empty | truncated | [UNK] share | labels |",
+    lines = ["| split | rows | duplicates (exact / normalised) | near-empty | truncated | [UNK] tokens (texts) | labels |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for name, s in splits.items():
         truncated = f"{s['truncated']['rows']} ({s['truncated']['share']:.1%})" if "truncated" in s else "n/a"
-        unknown = f"{s['unknown_token_share']:.2%}" if "unknown_token_share" in s else "n/a"
+        unknown = f"{s['unknown_token_share']:.2%} ({s['unknown_text_share']:.0%})" if "unknown_token_share" in s else "n/a"
         labels = label_counts(s["labels"])
         lines.append(f"| {name} | {s['rows']} | {s['duplicates_exact']} / {s['duplicates_normalised']} | "
                      f"{s['near_empty']} | {truncated} | {unknown} | {labels} |")

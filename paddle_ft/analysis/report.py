@@ -199,16 +199,22 @@ def _data_section(summary: dict | None, run_dir: Path) -> str:
     parts = []
     if summary:
         rows = "".join(f"<tr><td>{split}</td><td>{s['rows']}</td><td>{s['duplicates_normalised']}</td>"
-                       f"<td>{s['near_empty']}</td><td>{html.escape(label_counts(s['labels']))}</td></tr>"
+                       f"<td>{s['near_empty']}</td><td data-metric=\"{split}.unknown_token_share\">"
+                       f"{_share(s.get('unknown_token_share'))}</td>"
+                       f"<td>{html.escape(label_counts(s['labels']))}</td></tr>"
                        for split, s in summary["splits"].items())
         parts.append("<table><tr><th>split</th><th>rows</th><th>duplicates (normalised)</th><th>near-empty</th>"
-                     f"<th>labels</th></tr>{rows}</table>")
+                     f"<th>[UNK] tokens</th><th>labels</th></tr>{rows}</table>")
         problems = summary.get("problems") or [NO_PROBLEMS]
         parts.append("<ul>" + "".join(f"<li>{html.escape(p)}</li>" for p in problems) + "</ul>")
     audit = run_dir / "audit" / "audit.json"
     if audit.is_file():
         parts.append('<p>The full audit: <a href="audit/audit.json">audit/audit.json</a>.</p>')
     return "<h2>Data</h2>" + "".join(parts) if parts else ""
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2%}"
 
 
 def _config_section(run: RunFiles) -> str:

@@ -30,16 +30,18 @@ def run(run_dir: str) -> int:
 
 
 def write_run_report(folder: Path, config: Config, dataset: Dataset) -> Path:
-    """The report of the run in `folder`: its best model's answers on test (else dev), and the data summary."""
-    return write_report(folder, _answers(folder, config, dataset), audit(dataset.examples))
+    """The report of the run in `folder`: its best model's answers on test (else dev), and the data summary (with
+    how much of each split the model's tokenizer reads as [UNK])."""
+    bundle = load_bundle(RunFiles(folder).best_dir)
+    tokenizer = fastest(bundle.tokenizer)
+    summary = audit(dataset.examples, tokenizer, bundle.meta.max_length)
+    return write_report(folder, _answers(bundle, tokenizer, config, dataset), summary)
 
 
-def _answers(folder: Path, config: Config, dataset: Dataset) -> Answers | None:
+def _answers(bundle, tokenizer, config: Config, dataset: Dataset) -> Answers | None:
     split = "test" if "test" in dataset.examples else "dev" if "dev" in dataset.examples else None
     if split is None or config.task == "multi_label":  # the pictures of answers are single-label ones
         return None
-    bundle = load_bundle(folder / "best")
-    tokenizer = fastest(bundle.tokenizer)
     rows = dataset.examples[split]
     features = tokenize(rows, tokenizer, bundle.meta.max_length, bundle.label_map, bundle.meta.truncation_rule)
     _, probabilities = evaluate(bundle.model, features, config.train.evaluation.batch_size, tokenizer.pad_token_id,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from paddle_ft.analysis.audit import leakage
+from paddle_ft.analysis.audit import coverage_problem, leakage, unknown_shares
 from paddle_ft.artifacts.run import Results
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.report import write_run_report
@@ -51,6 +51,8 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
     tokenizer = build_tokenizer(model_config)
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
                           truncation_of(config.data))
+    if dist.is_main:
+        log_coverage(splits, tokenizer.unk_token_id)
     model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
     ready_to_train(model, config, folder, dist, resume_from, dataset.label_map)
     folder = folder.with_classifier(tokenizer, model_meta(config, dataset.label_map))
@@ -67,6 +69,17 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
         log(f"done in {elapsed(time.perf_counter() - started)}; next: python tools/export.py --model {folder.best_dir} "
             f"--output {folder.path / 'export'}")
     return results
+
+
+def log_coverage(splits, unk_id: int | None) -> None:
+    """How much of each split the tokenizer reads as [UNK]; a warning with the fix where it is too much."""
+    shares = {name: unknown_shares(features.input_ids, unk_id) for name in ("train", "dev", "test")
+              if (features := getattr(splits, name)) is not None}
+    log("[UNK] tokens: " + ", ".join(f"{name} {tokens:.2%}" for name, (tokens, _) in shares.items()))
+    for name, (tokens, texts) in shares.items():
+        problem = coverage_problem(name, tokens, texts)
+        if problem:
+            log(f"warning: {problem}")
 
 
 def warn_on_leakage(dataset) -> None:
