@@ -29,6 +29,9 @@ setup(
         "tokenizers>=0.19,<1",
         # the HTTP service (paddlenlp installs FastAPI and uvicorn too; we import them, so we declare them)
         "fastapi",
+        # /docs and /redoc from files in the package (Swagger UI and ReDoc), not from a CDN: a server behind a
+        # firewall, or in an air-gapped bank, still shows its API page (FastAPI's own pages load from jsdelivr)
+        "fastapi-offline>=1.7,<2",
         # serve/protocol.py extends uvicorn's h11 protocol (a deadline for request heads): a 0.x release may
         # move it, so stay within the minor series that tests/test_serve.py ran against
         "uvicorn>=0.30,<0.60",

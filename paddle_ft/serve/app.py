@@ -20,6 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictStr, WithJsonSchema
 from starlette.exceptions import HTTPException
 
@@ -190,8 +191,8 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
         await batcher.stop()  # uvicorn has let in-flight requests finish; nothing is queued by now
         await loader
 
-    app = FastAPI(title="paddle_ft text classification", version="1", lifespan=lifespan,
-                  responses={status: {"model": ErrorResponse} for status in (404, 405, 408, 413, 422, 500, 503)})
+    app = FastAPIOffline(title="paddle_ft text classification", version="1", lifespan=lifespan,
+                         responses={status: {"model": ErrorResponse} for status in (404, 405, 408, 413, 422, 500, 503)})
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, timeout_s=limits.read_timeout_s)
     _count_requests(app, metrics)
     _answer_errors_as_json(app)

@@ -137,6 +137,20 @@ def test_a_streamed_body_over_the_limit_is_refused(server):
     assert response.status_code == 413
 
 
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_the_api_pages_work_offline(server, page):
+    """Every file the page loads comes from the server itself (FastAPI's own pages load Swagger UI from a CDN,
+    which a firewalled server cannot reach): the page names no other host, and each file it names is served."""
+    import re
+
+    html = httpx.get(f"{server.url}{page}").text
+    assert not re.search(r"https?://", html), re.findall(r"https?://[^\s'\"]+", html)
+    assets = re.findall(r"""(?:src|href|url)\s*[=:]\s*['"](/[^'"]+)['"]""", html)
+    assert any(a.endswith(".js") for a in assets) and "/openapi.json" in assets
+    for asset in assets:
+        assert httpx.get(f"{server.url}{asset}").status_code == 200, asset
+
+
 def test_health_readiness_metrics_and_openapi(server):
     assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{server.url}/readyz").json() == {"status": "ready"}
