@@ -2,7 +2,7 @@
 # make test   run the test suite
 # make pretrain-demo   pretrain the demo's encoder on unlabeled text (configs/pretrain-demo.yaml)
 # make test-fast   the suite without the tests that start processes, servers or launchers (the inner loop)
-# make docker-check   build the image with a real Docker engine and run README's container commands (tools/docker_check.py)
+# make docker-check   build the image with a real Docker engine and run the container commands of docs/serving.md (tools/docker_check.py)
 # make gpu-check   on a GPU machine: the GPU acceptance run (every GPU path, bert-base AMP table with asserts, 2 GPUs; tools/gpu_check.py)
 # make distill-demo   after make demo: distill the demo model into a 1-layer student (configs/distill-demo.yaml)
 # make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
@@ -69,7 +69,7 @@ test-fast: $(VENV)/.installed
 	$(PYTHON) -m pytest -q -m "not slow" tests
 
 # as root where no registry is reachable: a stand-in base image from Debian's packages (cached), the image built on
-# it, README's container commands run (needs a running dockerd and debootstrap; .ci/run sets both up)
+# it, the container commands of docs/serving.md run (needs a running dockerd and debootstrap; .ci/run sets both up)
 docker-check: $(VENV)/.installed
 	$(PYTHON) tools/docker_check.py
 

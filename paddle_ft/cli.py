@@ -202,7 +202,7 @@ def _add_analysis(commands) -> None:
                                                            "start afresh (a rerun otherwise resumes them)")
     cv.set_defaults(run=_cv)
     sweep = _config_arguments(commands.add_parser(
-        "sweep", help="hyperparameter search with Optuna (resumable; see README)"), "configs/demo.yaml")
+        "sweep", help="hyperparameter search with Optuna (resumable; see docs/analysis.md)"), "configs/demo.yaml")
     sweep.add_argument("--space", required=True, help="the search space YAML (params, sampler, trials, pruner)")
     sweep.add_argument("--trials", type=positive_int, help="trials in all (default: the space's)")
     sweep.add_argument("--storage", help="Optuna storage URL (default sqlite:///OUT/study.db; postgresql://... for "

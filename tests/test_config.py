@@ -178,3 +178,11 @@ def test_five_recipes_cover_the_families():
     names = {p.stem for p in (ROOT / "configs").glob("finetune-*.yaml")}
     assert names == {"finetune-bert-base-chinese", "finetune-roberta-wwm-ext", "finetune-rbt3",
                      "finetune-ernie-3.0-medium-zh", "finetune-ernie-3.0-mini-zh"}
+
+
+def test_the_config_reference_in_docs_is_generated_from_the_config():
+    import runpy
+
+    generated = runpy.run_path(str(ROOT / "tools" / "config_reference.py"))["markdown"]()
+    assert (ROOT / "docs" / "config.md").read_text(encoding="utf-8") == generated, \
+        "docs/config.md is stale: python tools/config_reference.py > docs/config.md"

@@ -85,9 +85,9 @@ def _device_free(command: str) -> str:
     return " ".join(command.replace("--gpus all ", "").replace("-e DEVICE=cpu ", "").split())
 
 
-def test_readme_container_commands_are_the_ones_docker_check_runs():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Container"):readme.index("## Performance")]
+def test_the_documented_container_commands_are_the_ones_docker_check_runs():
+    serving = (ROOT / "docs" / "serving.md").read_text()
+    section = serving[serving.index("### Container"):]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     shown = [line.strip() for line in block.splitlines() if line.startswith("docker ")]
     run = _docker_check()["COMMANDS"]

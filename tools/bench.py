@@ -1,4 +1,4 @@
-"""Thin wrapper over `python -m paddle_ft bench`; see README (Performance)."""
+"""Thin wrapper over `python -m paddle_ft bench`; see docs/performance.md."""
 import sys
 from pathlib import Path
 

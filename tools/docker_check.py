@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""make docker-check: build docker/Dockerfile with a real Docker engine and run README's container commands in it.
+"""make docker-check: build docker/Dockerfile with a real Docker engine and run the container commands of docs/serving.md in it.
 
 No image registry is reachable where this runs, so the official Paddle image is replaced by a stand-in
 (docker/standin.Dockerfile): Debian's own packages (debootstrap, then `docker import`), Paddle's CPU wheel as the
 image's paddle, and pip pointed at a wheelhouse built on this host. The rootfs, the wheelhouse and both base images
 are cached (CACHE below) and rebuilt only when their inputs change.
 
-README's commands (COMMANDS) then run as README shows them, with two changes only: `--gpus all` is left out (no GPU
+docs/serving.md's commands (COMMANDS) then run as it shows them, with two changes only: `--gpus all` is left out (no GPU
 here), and the build names the stand-in (`--build-arg PADDLE_IMAGE=... --build-arg PADDLE_DEVICE=cpu`). Run as root,
 they run as an unprivileged uid, so that "files written on the host belong to the host user" means something.
 Checked: the build refuses a CPU base unless told; training and export in the container as that user on tiny data;
@@ -37,7 +37,7 @@ DEBIAN_IMAGE = "paddle_ft-check/debian:bookworm"
 # the official image's libraries that Paddle's wheel needs and Debian's minimal base lacks
 DEBIAN_PACKAGES = "python3,python3-venv,python3-pip,libgomp1"
 PORT = 8080
-# README's container commands, as README shows them less `--gpus all` (test_packaging.py holds README to these)
+# the container commands of docs/serving.md, as it shows them less `--gpus all` (test_packaging.py holds the two equal)
 COMMANDS = {
     "build": "docker build -f docker/Dockerfile -t paddle_ft:serve .",
     "train": "docker run --shm-size=8g --user $(id -u):$(id -g) -v $PWD/data:/workspace/data:ro "
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: docker-check: {failure} (working folder kept: {work})", file=sys.stderr)
         return 1
     print_steps(steps)
-    print(f"docker-check passed in {sum(s for _, s in steps):.0f} s: README's container commands work as shown")
+    print(f"docker-check passed in {sum(s for _, s in steps):.0f} s: the container commands of docs/serving.md work as shown")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0
@@ -195,7 +195,7 @@ def refuses_cpu_base_by_default(base: str) -> None:
                           "naming it: " + tail(done.stdout + done.stderr))
 
 
-# --- README's commands ------------------------------------------------------------------------------------------
+# --- the documented commands ------------------------------------------------------------------------------------------
 
 def prepare_workspace(work: Path) -> tuple[int, int] | None:
     """data/demo as configs/demo-scratch.yaml reads it (tiny), and out/; owned by the user the commands run as."""

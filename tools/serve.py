@@ -1,4 +1,4 @@
-"""Thin wrapper over `python -m paddle_ft serve`; see README (Serving)."""
+"""Thin wrapper over `python -m paddle_ft serve`; see docs/serving.md."""
 import sys
 from pathlib import Path
 

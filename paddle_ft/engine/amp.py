@@ -95,7 +95,7 @@ def set_tf32(enabled: bool) -> None:
 def check_amp_supported(amp: AmpConfig, device: str) -> None:
     """Refuse a precision this GPU cannot run: below compute capability 8.0 (V100, T4) bfloat16, and below
     7.0 float16, make `auto_cast` warn and run float32 and `decorate` return the model unchanged, so the
-    run would be float32 while its config and logs say otherwise. On CPU AMP changes nothing (README)."""
+    run would be float32 while its config and logs say otherwise. On CPU AMP changes nothing (docs/operations.md)."""
     if not amp.enabled or not device.startswith("gpu"):
         return
     supported = paddle.amp.is_bfloat16_supported if amp.dtype == "bfloat16" else paddle.amp.is_float16_supported

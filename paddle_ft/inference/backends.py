@@ -3,7 +3,7 @@ paddle2onnx at export. Each is a callable (input_ids, token_type_ids) [batch, se
 [batch, labels] float32; `Predictor` tokenises around it.
 
 Why two: at batch 1 on CPU, Paddle Inference spends most of a call in per-operator overhead (each oneDNN
-primitive of a small BERT costs 50-90 us whatever its size; see README Performance for the profile), where ONNX
+primitive of a small BERT costs 50-90 us whatever its size; see docs/performance.md for the profile), where ONNX
 Runtime runs the whole graph in a fraction of it. Paddle Inference is still the engine for GPUs, TensorRT and
 oneDNN bf16.
 """

@@ -275,7 +275,7 @@ def _paddle_engine(program: Path, device: str, cpu_threads: int | None, enable_o
     else:
         config.disable_gpu()
         if enable_onednn:
-            config.enable_mkldnn()  # oneDNN kernels; see README Performance for what they give on which CPU
+            config.enable_mkldnn()  # oneDNN kernels; see docs/performance.md for what they give on which CPU
             if precision == "bf16":
                 config.enable_mkldnn_bfloat16()
         config.set_cpu_math_library_num_threads(cpu_threads or usable_cores())

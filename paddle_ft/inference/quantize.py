@@ -5,7 +5,7 @@
 The graph is first optimised by ONNX Runtime (its constants become initializers, so the weights can be found),
 then its MatMul weights are quantized to int8. `dynamic` (the default) quantizes each batch's activations at run
 time, from their own range, so it needs no calibration; `static` fixes the activation ranges from `--calibration`
-texts. On the demo model dynamic was the faster and the more faithful of the two (README Performance). The result
+texts. On the demo model dynamic was the faster and the more faithful of the two (docs/performance.md). The result
 is written only if its accuracy on `--data` is within `max_drop` points of the fp32 export's and it gives the fp32
 export's answer on at least `min_agreement` of those texts.
 """
