@@ -15,12 +15,15 @@ import numpy as np
 
 from paddle_ft.analysis.audit import NO_PROBLEMS, label_counts
 from paddle_ft.artifacts.run import Event, Results, RunFiles
+from paddle_ft.config import Config, config_to_dict, flat_config, load_config
 from paddle_ft.engine.metrics import expected_calibration_error
 from paddle_ft.io import atomic_path, write_text_atomically
 
 REPORT_PAGE, REPORT_FOLDER = "report.html", "report"
 WORST = 10  # mistakes listed
 BINS = 10  # of the reliability diagram
+# fonts that draw Chinese (Noto Sans CJK from Debian's fonts-noto-cjk, WenQuanYi from fonts-wqy-zenhei, ...)
+CJK_FONTS = ("CJK", "WenQuanYi", "Source Han", "Droid Sans Fallback", "AR PL", "Heiti", "SimHei")
 
 
 @dataclass
@@ -98,16 +101,31 @@ def _confusion(answers: Answers, path: Path) -> str:
 
     counts = confusion_matrix(answers.gold, answers.probabilities.argmax(axis=1), len(answers.labels))
     rows = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    font = font_for(answers.labels)
+    # label names where a font draws them; else class ids (boxes would say nothing), which the page names
+    names = list(answers.labels) if font is not None else [str(i) for i in range(len(answers.labels))]
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.6))
     for ax, matrix, title, form in ((axes[0], counts, "counts", "{:.0f}"), (axes[1], rows, "row-normalised", "{:.2f}")):
         ax.imshow(matrix, cmap="Blues")
-        # classes by id: a machine without a CJK font would draw Chinese label names as boxes (the page names them)
-        ax.set(title=f"confusion ({title}), {answers.split}", xlabel="predicted class", ylabel="gold class",
-               xticks=range(len(answers.labels)), yticks=range(len(answers.labels)))
+        ax.set(title=f"confusion ({title}), {answers.split}", xlabel="predicted", ylabel="gold",
+               xticks=range(len(names)), yticks=range(len(names)))
+        ax.set_xticklabels(names, fontfamily=font or "sans-serif")
+        ax.set_yticklabels(names, fontfamily=font or "sans-serif")
         for (i, j), value in np.ndenumerate(matrix):
             ax.text(j, i, form.format(value), ha="center", va="center",
                     color="white" if value > matrix.max() / 2 else "black")
     return _save(figure, path)
+
+
+def font_for(labels) -> str | None:
+    """A font family that draws every label name: the default one for ASCII names, else an installed CJK font
+    (Debian: apt-get install fonts-noto-cjk); None when there is none."""
+    if all(name.isascii() for name in labels):
+        return "sans-serif"
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    return next((name for name in sorted(installed) if any(mark in name for mark in CJK_FONTS)), None)
 
 
 def _reliability(answers: Answers, path: Path) -> tuple[str, float]:
@@ -218,9 +236,23 @@ def _share(value: float | None) -> str:
 
 
 def _config_section(run: RunFiles) -> str:
-    config = run.config_file
-    text = config.read_text(encoding="utf-8") if config.is_file() else f"(no {config.name})"
-    return f"<h2>Config</h2><pre>{html.escape(text)}</pre>"
+    """What the run set otherwise than the defaults first, then the whole resolved config (folded)."""
+    path = run.config_file
+    if not path.is_file():
+        return f"<h2>Config</h2><p>(no {path.name})</p>"
+    changed = changed_keys(load_config(path))
+    rows = "".join(f"<tr><td>{html.escape(key)}</td><td>{html.escape(str(value))}</td><td>"
+                   f"{html.escape(str(default))}</td></tr>" for key, (value, default) in changed.items())
+    return (f"<h2>Config</h2><p>What this run set otherwise than the defaults ({len(changed)} keys):</p>"
+            f"<table><tr><th>key</th><th>this run</th><th>default</th></tr>{rows}</table>"
+            f"<details><summary>The whole resolved config</summary><pre>"
+            f"{html.escape(path.read_text(encoding='utf-8'))}</pre></details>")
+
+
+def changed_keys(config: Config) -> dict[str, tuple]:
+    """{dotted key: (this config's value, the default)} where they differ, in the config's order."""
+    mine, defaults = flat_config(config_to_dict(config)), flat_config(config_to_dict(Config()))
+    return {key: (value, defaults.get(key)) for key, value in mine.items() if value != defaults.get(key)}
 
 
 def _page(title: str, sections: list[str]) -> str:

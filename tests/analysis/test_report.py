@@ -77,3 +77,31 @@ def test_report_of_a_folder_that_is_not_a_finished_run_is_one_line(tmp_path, cap
         pass
     assert main(["report", str(tmp_path / "run")]) == 2
     assert "is not a finished training run" in capsys.readouterr().err
+
+
+def test_the_confusion_matrix_names_classes_in_a_font_that_draws_them(monkeypatch):
+    from matplotlib import font_manager
+
+    from paddle_ft.analysis.report import font_for
+
+    assert font_for(("negative", "positive")) == "sans-serif"  # any font draws ASCII names
+    without = [f for f in font_manager.fontManager.ttflist if not any(m in f.name for m in ("CJK", "WenQuanYi"))]
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", without)
+    assert font_for(("负面", "正面")) is None  # then class ids, which the page names
+    fake = font_manager.FontEntry(fname="/nonexistent/NotoSansCJK.ttc", name="Noto Sans CJK JP")
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", [*without, fake])
+    assert font_for(("负面", "正面")) == "Noto Sans CJK JP"
+
+
+def test_the_config_section_lists_what_differs_from_the_defaults():
+    from conftest import DEMO
+
+    from paddle_ft.analysis.report import changed_keys
+    from paddle_ft.config import load_config
+
+    from paddle_ft.config import Config
+
+    changed = changed_keys(load_config(DEMO, ["train.epochs=7", f"seed={Config().seed}"]))
+    assert changed["train.epochs"] == (7, Config().train.epochs)
+    assert "seed" not in changed  # set, but to the default
+    assert all(value != default for value, default in changed.values()) and len(changed) > 5
