@@ -62,3 +62,23 @@ def native_output_captured(write_back: Callable[[str], str] | None = None) -> It
             written.append(file.read().decode("utf-8", errors="replace"))
             if write_back is not None:
                 sys.stderr.write(write_back(written[0]))
+
+
+class Progress:
+    """Progress over `total` items: a bar on a terminal; without one (a log file, a pipe, CI), a line with the
+    elapsed time and ETA at every `every` share of the work, and one at the end."""
+
+    def __init__(self, total: int, what: str, every: float = 0.1):
+        self.total, self.what, self.done, self.every = total, what, 0, every
+        self.bar = tqdm(total=total, desc=what, unit="text", dynamic_ncols=True, disable=None)
+        self.clock, self.next_line = Clock(), every * total
+
+    def update(self, count: int) -> None:
+        self.done += count
+        self.bar.update(count)
+        if self.bar.disable and (self.done >= self.next_line or self.done == self.total):
+            log(f"{self.what}: {self.done}/{self.total}, {self.clock.describe(self.done, self.total)}")
+            self.next_line = self.done + self.every * self.total
+
+    def close(self) -> None:
+        self.bar.close()

@@ -11,6 +11,10 @@ from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.inference.predictor import Predictor, check_texts
 from paddle_ft.io import atomic_file, check_output_file
+from paddle_ft.log import Progress
+
+PROGRESS_FROM = 2048  # texts: a shorter input answers within seconds
+CHUNK = 1024  # texts per predictor call on a long input, between progress updates
 
 
 def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, input_path: str | None,
@@ -29,7 +33,7 @@ def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, i
     if output_path:
         check_output_file(output_path, "--output", {"--input": input_path})
     predictor = Predictor(export_dir, **predictor_options)
-    results = predictor.predict(texts, batch_size, truncation, text_pair=text_pair or None)
+    results = _predicted(predictor, texts, text_pair or None, batch_size, truncation)
     with atomic_file(output_path) if output_path else contextlib.nullcontext(sys.stdout) as out:
         for i, (text, result) in enumerate(zip(texts, results)):
             record = {"text": text, **({"text_pair": text_pair[i]} if text_pair else {}),
@@ -37,6 +41,21 @@ def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, i
                       **({"windows": result.windows} if result.windows > 1 else {})}
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return 0
+
+
+def _predicted(predictor: Predictor, texts: list[str], text_pair: list[str] | None, batch_size: int,
+               truncation: str | None) -> list:
+    """Every text's prediction; a long input in chunks, with progress (the answers are the texts' own: a text's
+    prediction does not depend on the others in its batch)."""
+    if len(texts) <= PROGRESS_FROM:
+        return predictor.predict(texts, batch_size, truncation, text_pair=text_pair)
+    progress, results = Progress(len(texts), "predict"), []
+    for start in range(0, len(texts), CHUNK):
+        pairs = text_pair[start:start + CHUNK] if text_pair else None
+        results += predictor.predict(texts[start:start + CHUNK], batch_size, truncation, text_pair=pairs)
+        progress.update(min(CHUNK, len(texts) - start))
+    progress.close()
+    return results
 
 
 def _answer(result) -> dict:

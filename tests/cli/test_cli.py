@@ -153,3 +153,22 @@ def test_unwritable_output_dir_fails_before_training(tiny_config_args, tmp_path,
     blocker.write_text("x")
     assert main(["train", "--config", DEMO, *overrides(tiny_config_args + [f"output_dir={blocker}/out"])]) == 2
     assert "config key 'output_dir'" in capsys.readouterr().err
+
+
+def test_predict_on_a_long_input_shows_progress_and_answers_as_in_one_call(tmp_path, capsys):
+    """Without a terminal (a log, CI), a line with the elapsed time and ETA as the work goes, not silence."""
+    from conftest import export_tiny_model, synthetic_rows
+
+    from paddle_ft.inference.predictor import Predictor
+
+    export = export_tiny_model(tmp_path / "model")
+    texts = [text for text, _ in synthetic_rows(2100, seed=9)]
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert main(["predict", "--export", str(export), "--input", str(tmp_path / "texts.txt"), "--output",
+                 str(tmp_path / "p.jsonl"), "--threads", "1"]) == 0
+    said = capsys.readouterr().out
+    assert "predict: 1024/2100, elapsed " in said and "predict: 2100/2100, elapsed " in said and "ETA" in said
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()]
+    alone = Predictor(export, cpu_threads=1).predict(texts)
+    assert [r["label"] for r in rows] == [p.label for p in alone]
+    assert max(abs(r["score"] - round(p.score, 6)) for r, p in zip(rows, alone)) < 1e-5
