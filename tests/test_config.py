@@ -1,3 +1,4 @@
+import runpy
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,12 @@ def test_demo_config_loads_with_its_values():
 
 
 def test_the_demo_fine_tunes_what_the_demo_pretraining_writes_and_scratch_is_the_same_model():
-    """The three demo rows compare like with like: one encoder shape, one data split, one fine-tuning recipe."""
+    """The three demo rows compare like with like: one encoder shape, one data split, one fine-tuning recipe. The
+    demo fine-tunes the shipped encoder, which tools/demo_encoder.py ships from the pretraining run's best/."""
     pretrain, demo = load_config(ROOT / "configs" / "pretrain-demo.yaml"), load_config(ROOT / "configs" / "demo.yaml")
-    assert demo.model.backbone == f"{pretrain.output_dir}/best" and demo.model.scratch is None
+    shipping = runpy.run_path(str(ROOT / "tools" / "demo_encoder.py"))
+    assert shipping["RUN"] == ROOT / pretrain.output_dir and shipping["SHIPPED"] == ROOT / demo.model.backbone
+    assert demo.model.scratch is None
     assert pretrain.model.scratch == load_config(DEMO).model.scratch
     assert demo.data == load_config(DEMO).data and demo.train == load_config(DEMO).train
     # pretrained without dropout; fine-tuned with the scratch recipe's
@@ -181,8 +185,6 @@ def test_five_recipes_cover_the_families():
 
 
 def test_the_config_reference_in_docs_is_generated_from_the_config():
-    import runpy
-
     generated = runpy.run_path(str(ROOT / "tools" / "config_reference.py"))["markdown"]()
     assert (ROOT / "docs" / "config.md").read_text(encoding="utf-8") == generated, \
         "docs/config.md is stale: python tools/config_reference.py > docs/config.md"

@@ -153,7 +153,7 @@ def test_a_hugging_face_folder_trains_evaluates_exports_and_predicts(tmp_path, c
     assert f"loaded 39 pretrained tensors from {tmp_path / 'cache'}" in capsys.readouterr().out
     best = paddle.load(str(out / "best" / "model_state.pdparams"))
     # frozen, so exactly the checkpoint's: the encoder started from the Hugging Face weights
-    assert np.array_equal(best["encoder.embeddings.word_embeddings.weight"].numpy(), original)
+    assert np.array_equal(best["bert.embeddings.word_embeddings.weight"].numpy(), original)
     assert main(["eval", "--model", str(out / "best"), "--data", str(data / "test.tsv")]) == 0
     assert main(["export", "--model", str(out / "best"), "--output", str(tmp_path / "export")]) == 0
     assert json.loads((tmp_path / "export" / "export.json").read_text())["parity_max_abs_diff"] <= 1e-4
