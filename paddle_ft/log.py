@@ -64,6 +64,9 @@ def native_output_captured(write_back: Callable[[str], str] | None = None) -> It
                 sys.stderr.write(write_back(written[0]))
 
 
+LONG_INPUT = 2048  # items: a shorter input is done within seconds, and shows no progress
+
+
 class Progress:
     """Progress over `total` items: a bar on a terminal; without one (a log file, a pipe, CI), a line with the
     elapsed time and ETA at every `every` share of the work, and one at the end."""

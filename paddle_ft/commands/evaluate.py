@@ -11,6 +11,7 @@ from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.io import atomic_file, check_output_file
+from paddle_ft.log import LONG_INPUT, Progress
 
 
 def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int) -> dict:
@@ -22,9 +23,12 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     examples, _ = read_examples(data_path, format_of(data_path, meta.format), Columns.of_model(meta),
                                 frozenset(label_map.names))
     features = tokenize(examples, tokenizer, meta.max_length, label_map, meta.truncation_rule)
+    progress = Progress(len(features), "eval") if len(features) > LONG_INPUT else None
     report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names,
                              thresholds=meta.label_thresholds if meta.multi_label else None,
-                             temperature=meta.temperature)
+                             temperature=meta.temperature, on_batch=progress and progress.update)
+    if progress:
+        progress.close()
     answers = _label_sets(probs, meta.label_thresholds, label_map.names) if meta.multi_label else \
         [((label_map.name(i),), row[i]) for i, row in zip(probs.argmax(axis=1), probs)]
     with atomic_file(errors) as out:

@@ -11,9 +11,8 @@ from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.inference.predictor import Predictor, check_texts
 from paddle_ft.io import atomic_file, check_output_file
-from paddle_ft.log import Progress
+from paddle_ft.log import LONG_INPUT, Progress
 
-PROGRESS_FROM = 2048  # texts: a shorter input answers within seconds
 CHUNK = 1024  # texts per predictor call on a long input, between progress updates
 
 
@@ -47,7 +46,7 @@ def _predicted(predictor: Predictor, texts: list[str], text_pair: list[str] | No
                truncation: str | None) -> list:
     """Every text's prediction; a long input in chunks, with progress (the answers are the texts' own: a text's
     prediction does not depend on the others in its batch)."""
-    if len(texts) <= PROGRESS_FROM:
+    if len(texts) <= LONG_INPUT:
         return predictor.predict(texts, batch_size, truncation, text_pair=text_pair)
     progress, results = Progress(len(texts), "predict"), []
     for start in range(0, len(texts), CHUNK):

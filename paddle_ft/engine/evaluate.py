@@ -22,9 +22,9 @@ class NonFiniteScores(UserError):
 
 @paddle.no_grad()
 def predict_logits(model, features: Features, batch_size: int, pad_token_id: int,
-                   subset: np.ndarray | None = None, autocast=contextlib.nullcontext) -> np.ndarray:
+                   subset: np.ndarray | None = None, autocast=contextlib.nullcontext, on_batch=None) -> np.ndarray:
     """Logits [n, num_classes] of the rows of `features` (or of the rows in `subset`), in order, computed
-    under `autocast()` (training's precision)."""
+    under `autocast()` (training's precision); `on_batch(rows)` after each batch (progress)."""
     model.eval()
     subset = np.arange(len(features)) if subset is None else np.asarray(subset)
     out = np.zeros((len(subset), model.classifier.weight.shape[1]), dtype=np.float32)
@@ -33,6 +33,8 @@ def predict_logits(model, features: Features, batch_size: int, pad_token_id: int
         with autocast():
             logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
         out[positions] = logits.astype("float32").numpy()  # [batch, num_classes]
+        if on_batch is not None:
+            on_batch(len(positions))
     if not np.isfinite(out).all():  # NaN weights score "accuracy" by chance: never report that as a result
         raise NonFiniteScores("the model's scores are NaN/inf: its weights are not finite (training diverged); "
                                "retrain with a lower train.optimizer.learning_rate, or use an earlier checkpoint")
@@ -52,11 +54,12 @@ def predict_probabilities(model, features: Features, batch_size: int, pad_token_
 
 def evaluate(model, features: Features, batch_size: int, pad_token_id: int, label_names: tuple[str, ...],
              autocast=contextlib.nullcontext, thresholds: tuple[float, ...] | None = None,
-             temperature: float = 1.0) -> tuple[dict, np.ndarray]:
+             temperature: float = 1.0, on_batch=None) -> tuple[dict, np.ndarray]:
     """(classification report, probabilities) of `model` on labelled `features`, one row per text: the softmax
     of the logits / `temperature`; with `thresholds`, of a multi-label model (a sigmoid per label, predicted
     at or above its threshold)."""
-    logits = features.pool(predict_logits(model, features, batch_size, pad_token_id, autocast=autocast))
+    logits = features.pool(predict_logits(model, features, batch_size, pad_token_id, autocast=autocast,
+                                          on_batch=on_batch))
     if thresholds is None:
         probs, gold = softmax(logits / temperature), features.document_labels
         report = classification_report(gold, probs.argmax(axis=1), label_names)
