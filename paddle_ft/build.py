@@ -189,4 +189,5 @@ def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
                      format=format_of_split(data, data.train or data.dev or ""),
                      dropout=config.model.dropout, pooling=config.model.pooling, truncation=data.long_text,
                      head_tokens=data.head_tokens, stride=data.stride, window_pooling=data.window_pooling,
-                     task=config.task, label_delimiter=data.label_delimiter, allow_no_label=data.allow_no_label)
+                     task=config.task, label_delimiter=data.label_delimiter, allow_no_label=data.allow_no_label,
+                     abstain_below=config.train.decision.abstain_below)

@@ -184,6 +184,8 @@ def _add_predict(commands) -> None:
                                         "column the model was trained with (and its pair column for a pair model)")
     predict.add_argument("--output", help="JSON Lines file to write (default: standard output)")
     predict.add_argument("--batch-size", type=positive_int, default=32)
+    predict.add_argument("--abstain-below", type=share, help="mark answers whose top probability is below this "
+                                                             "\"abstained\" (default: the model's own threshold)")
     _inference_arguments(predict)
     predict.set_defaults(run=_predict)
 
@@ -333,7 +335,7 @@ def _predict(args) -> int:
     options = {"device": args.device, "gpu_id": args.gpu_id, "cpu_threads": args.threads,
                "precision": args.precision, "use_tensorrt": args.tensorrt, "backend": args.backend}
     return command.run(args.export, args.text, args.text_pair, args.input, args.output, args.batch_size, options,
-                       args.truncation)
+                       args.truncation, args.abstain_below)
 
 
 def _serve(args) -> int:

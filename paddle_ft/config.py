@@ -206,6 +206,19 @@ class EvaluationConfig:
 
 
 @dataclass(frozen=True)
+class DecisionConfig:
+    """When a single-label model answers, and when it abstains so that a person decides ("转人工")."""
+
+    target_coverage: float | None = field(default=None, metadata=_check(lambda v: 0 < v <= 1, "a share in (0, 1]"))
+    """Fit on dev the confidence (top probability, after calibration) below which the model abstains, so that it
+    answers this share of texts (0.8 = 80%); saved with the model and applied by eval, export, predict, the Python API
+    and the server, which answer such a text with its top label and "abstained": true. null = always answer."""
+    abstain_below: float | None = field(default=None, metadata=_check(lambda v: 0 <= v <= 1,
+                                                                      "a probability from 0 to 1"))
+    """Abstain below this fixed confidence instead of one fitted to target_coverage; null = none."""
+
+
+@dataclass(frozen=True)
 class CheckpointsConfig:
     """What `checkpoints/` keeps, for `train.resume`."""
 
@@ -267,6 +280,8 @@ class TrainConfig:
     """Automatic mixed precision."""
     evaluation: EvaluationConfig = EvaluationConfig()
     """Dev evaluation, model selection and early stopping."""
+    decision: DecisionConfig = DecisionConfig()
+    """When the model answers and when it abstains."""
     checkpoints: CheckpointsConfig = CheckpointsConfig()
     """Checkpoint cadence and rotation."""
     runtime: RuntimeConfig = RuntimeConfig()
@@ -634,10 +649,20 @@ def _task_problems(config: Config, where) -> list[ConfigError]:
     if config.task == "single_label" and metric in set(multi) - set(TASK_METRICS["single_label"]):
         problems.append(ConfigError("train.evaluation.metric", f"{metric} scores a multi_label model; set task: "
                                     "multi_label, or pick by accuracy or macro_f1", where("train.evaluation.metric")))
+    decision = train.decision
+    if decision.target_coverage is not None and decision.abstain_below is not None:
+        problems.append(ConfigError("train.decision.abstain_below", "and train.decision.target_coverage are both set: "
+                                    "give one (a fixed threshold, or the share of texts to answer)",
+                                    where("train.decision.abstain_below")))
+    if decision.target_coverage is not None and config.data.dev is None:
+        problems.append(ConfigError("train.decision.target_coverage", "is fitted on dev: set data.dev",
+                                    where("train.decision.target_coverage")))
     if config.task == "multi_label":
         for key, value, default in (("train.loss", train.loss, "cross_entropy"),
                                     ("train.class_weights", train.class_weights, None),
-                                    ("train.calibration", train.calibration, "none")):
+                                    ("train.calibration", train.calibration, "none"),
+                                    ("train.decision.target_coverage", decision.target_coverage, None),
+                                    ("train.decision.abstain_below", decision.abstain_below, None)):
             if value != default:
                 problems.append(ConfigError(key, f"is {value!r}, but a multi_label model learns each label by binary "
                                             f"cross-entropy, which {key} does not change yet: remove it", where(key)))

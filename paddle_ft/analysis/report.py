@@ -52,6 +52,10 @@ def write_report(run_dir: Path, answers: Answers | None, data_summary: dict | No
         images["confusion"] = _confusion(answers, folder / "confusion.png")
         images["reliability"], ece = _reliability(answers, folder / "reliability.png")
         sections += [_answers_section(answers, images, ece), _mistakes_section(answers)]
+    split = "test" if results.test else "dev"
+    decision = (getattr(results, split) or {}).get("decision", {})
+    if decision.get("abstain_below") is not None:
+        sections.append(_decision_section(decision, split, _risk_coverage(decision, split, folder / "abstain.png")))
     sections += [_per_class_section(results), _data_section(data_summary, run_dir), _config_section(run)]
     return write_page(run_dir / REPORT_PAGE, run_dir.name, sections)
 
@@ -93,6 +97,22 @@ def _curves(events: list[Event], metric: str, path: Path) -> str:
     dev.set(title="dev metrics", xlabel="step")
     if evals:
         dev.legend(fontsize=8)
+    return _save(figure, path)
+
+
+def _risk_coverage(decision: dict, split: str, path: Path) -> str:
+    """The accuracy of the answered texts against the share answered (the most confident first), and the point
+    the model's abstain threshold picks."""
+    import matplotlib.pyplot as plt
+
+    coverage, accuracy = zip(*decision["risk_coverage"])
+    figure, ax = plt.subplots(figsize=(5.5, 4))
+    ax.plot(coverage, accuracy, marker=".", label="answering the most confident first")
+    ax.plot([decision["coverage"]], [decision["answered_accuracy"]], "o", color="tab:red",
+            label=f"abstain below {decision['abstain_below']:.3f}")
+    ax.set(title=f"risk-coverage, {split}", xlabel="coverage (share of texts answered)",
+           ylabel="accuracy of the answered texts", xlim=(0, 1.02))
+    ax.legend(fontsize=8)
     return _save(figure, path)
 
 
@@ -187,6 +207,17 @@ def _answers_section(answers: Answers, images: dict, ece: float) -> str:
             f'<img src="{images["reliability"]}" alt="reliability diagram">'
             f'<p>Expected calibration error: <span data-metric="{answers.split}.ece_page">{ece:.4f}</span> '
             f"(how far the top probability is from how often it is right; 0 is perfect).</p>")
+
+
+def _decision_section(decision: dict, split: str, image: str) -> str:
+    return (f"<h2>Abstaining ({split})</h2><p>Below a top probability of "
+            f'<span data-metric="{split}.abstain_below">{decision["abstain_below"]:.4f}</span> the model abstains '
+            f"(a person decides): it answers "
+            f'<span data-metric="{split}.coverage">{decision["coverage"]:.4f}</span> of the texts, '
+            f'{decision["abstained"]} abstained, with accuracy '
+            f'<span data-metric="{split}.answered_accuracy">{decision["answered_accuracy"]:.4f}</span> on those '
+            f'it answers (against {decision["accuracy_of_all"]:.4f} on all).</p>'
+            f'<img src="{image}" alt="risk-coverage curve">')
 
 
 def _mistakes_section(answers: Answers) -> str:

@@ -61,6 +61,9 @@ class ModelMeta:
     temperature: float = 1.0
     """single_label: the logits are divided by it before the softmax (train.calibration temperature, fitted on
     dev); 1 = the probabilities as trained."""
+    abstain_below: float | None = None
+    """single_label: the model abstains (answers with "abstained": true) when its top probability is below this
+    (train.decision, fitted on dev); None = it always answers."""
     format_version: int = FORMAT_VERSION
     """Layout of the metadata (`FORMAT_VERSION`)."""
 
@@ -119,6 +122,8 @@ class ModelMeta:
                 and all(isinstance(t, (int, float)) and 0 <= t <= 1 for t in meta.thresholds))),
             ("label_delimiter", isinstance(meta.label_delimiter, str) and meta.label_delimiter.strip() != ""),
             ("temperature", isinstance(meta.temperature, (int, float)) and meta.temperature > 0),
+            ("abstain_below", meta.abstain_below is None or (
+                isinstance(meta.abstain_below, (int, float)) and 0 <= meta.abstain_below <= 1 and not meta.multi_label)),
             ("head_tokens", isinstance(meta.head_tokens, int)
              and (meta.truncation != "head_tail" or 0 < meta.head_tokens < meta.max_length - 2)),
             ("stride", isinstance(meta.stride, int) and 0 < meta.stride),

@@ -26,7 +26,8 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     progress = Progress(len(features), "eval") if len(features) > LONG_INPUT else None
     report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names,
                              thresholds=meta.label_thresholds if meta.multi_label else None,
-                             temperature=meta.temperature, on_batch=progress and progress.update)
+                             temperature=meta.temperature, on_batch=progress and progress.update,
+                             abstain_below=meta.abstain_below)
     if progress:
         progress.close()
     answers = _label_sets(probs, meta.label_thresholds, label_map.names) if meta.multi_label else \

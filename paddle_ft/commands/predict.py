@@ -17,7 +17,8 @@ CHUNK = 1024  # texts per predictor call on a long input, between progress updat
 
 
 def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, input_path: str | None,
-        output_path: str | None, batch_size: int, predictor_options: dict, truncation: str | None = None) -> int:
+        output_path: str | None, batch_size: int, predictor_options: dict, truncation: str | None = None,
+        abstain_below: float | None = None) -> int:
     program_file(Path(export_dir))  # a wrong folder first, before reading any input
     lines = None
     if texts is None:
@@ -32,7 +33,8 @@ def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, i
     if output_path:
         check_output_file(output_path, "--output", {"--input": input_path})
     predictor = Predictor(export_dir, **predictor_options)
-    results = _predicted(predictor, texts, text_pair or None, batch_size, truncation)
+    threshold = predictor.check_abstain_below(abstain_below)
+    results = _predicted(predictor, texts, text_pair or None, batch_size, truncation, threshold)
     with atomic_file(output_path) if output_path else contextlib.nullcontext(sys.stdout) as out:
         for i, (text, result) in enumerate(zip(texts, results)):
             record = {"text": text, **({"text_pair": text_pair[i]} if text_pair else {}),
@@ -43,15 +45,15 @@ def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, i
 
 
 def _predicted(predictor: Predictor, texts: list[str], text_pair: list[str] | None, batch_size: int,
-               truncation: str | None) -> list:
+               truncation: str | None, abstain_below: float | None) -> list:
     """Every text's prediction; a long input in chunks, with progress (the answers are the texts' own: a text's
     prediction does not depend on the others in its batch)."""
     if len(texts) <= LONG_INPUT:
-        return predictor.predict(texts, batch_size, truncation, text_pair=text_pair)
+        return predictor.predict(texts, batch_size, truncation, text_pair, abstain_below)
     progress, results = Progress(len(texts), "predict"), []
     for start in range(0, len(texts), CHUNK):
         pairs = text_pair[start:start + CHUNK] if text_pair else None
-        results += predictor.predict(texts[start:start + CHUNK], batch_size, truncation, text_pair=pairs)
+        results += predictor.predict(texts[start:start + CHUNK], batch_size, truncation, pairs, abstain_below)
         progress.update(min(CHUNK, len(texts) - start))
     progress.close()
     return results
@@ -60,6 +62,7 @@ def _predicted(predictor: Predictor, texts: list[str], text_pair: list[str] | No
 def _answer(result) -> dict:
     """The top label and its probability; a multi-label model's label set and every label's probability."""
     if result.labels is None:
-        return {"label": result.label, "score": round(result.score, 6)}
+        decided = {} if result.abstained is None else {"abstained": result.abstained}
+        return {"label": result.label, "score": round(result.score, 6), **decided}
     return {"labels": list(result.labels),
             "probabilities": {name: round(p, 6) for name, p in result.probabilities.items()}}

@@ -100,4 +100,5 @@ def objective(config, splits, dist) -> Classification | MultiLabelClassification
     if weights is not None and dist.is_main:
         how = "auto: inverse class frequency" if tc.class_weights == "auto" else "train.class_weights"
         log(f"class weights ({how}): " + ", ".join(f"{n} {w:.4g}" for n, w in zip(splits.label_names, weights)))
-    return Classification(splits.label_names, splits.pad_token_id, tc.loss, weights, tc.focal_gamma, tc.calibration)
+    return Classification(splits.label_names, splits.pad_token_id, tc.loss, weights, tc.focal_gamma, tc.calibration,
+                          target_coverage=tc.decision.target_coverage, abstain_below=tc.decision.abstain_below)

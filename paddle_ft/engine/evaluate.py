@@ -11,7 +11,8 @@ import numpy as np
 import paddle
 
 from paddle_ft.data.features import Features, eval_batches, pad_batch
-from paddle_ft.engine.metrics import classification_report, expected_calibration_error, multi_label_report
+from paddle_ft.engine.metrics import (classification_report, decision_report, expected_calibration_error,
+                                      multi_label_report)
 from paddle_ft.errors import UserError
 from paddle_ft.text import sigmoid, softmax
 
@@ -54,16 +55,17 @@ def predict_probabilities(model, features: Features, batch_size: int, pad_token_
 
 def evaluate(model, features: Features, batch_size: int, pad_token_id: int, label_names: tuple[str, ...],
              autocast=contextlib.nullcontext, thresholds: tuple[float, ...] | None = None,
-             temperature: float = 1.0, on_batch=None) -> tuple[dict, np.ndarray]:
+             temperature: float = 1.0, on_batch=None, abstain_below: float | None = None) -> tuple[dict, np.ndarray]:
     """(classification report, probabilities) of `model` on labelled `features`, one row per text: the softmax
-    of the logits / `temperature`; with `thresholds`, of a multi-label model (a sigmoid per label, predicted
-    at or above its threshold)."""
+    of the logits / `temperature` (and under `abstain_below` what abstaining does: the decision report); with
+    `thresholds`, of a multi-label model (a sigmoid per label, predicted at or above its threshold)."""
     logits = features.pool(predict_logits(model, features, batch_size, pad_token_id, autocast=autocast,
                                           on_batch=on_batch))
     if thresholds is None:
         probs, gold = softmax(logits / temperature), features.document_labels
         report = classification_report(gold, probs.argmax(axis=1), label_names)
-        return {**report, "ece": expected_calibration_error(probs, gold)}, probs
+        decision = decision_report(probs, gold, abstain_below)
+        return {**report, "ece": expected_calibration_error(probs, gold), "decision": decision}, probs
     probs = sigmoid(logits)
     report = multi_label_report(features.document_labels, probs >= np.asarray(thresholds), label_names)
     return {**report, "thresholds": dict(zip(label_names, thresholds))}, probs

@@ -116,3 +116,27 @@ def fit_temperature(logits: np.ndarray, gold: np.ndarray) -> float:
         else:
             low = a
     return float(1.0 / np.exp((low + high) / 2))
+
+
+def abstain_threshold(confidence: np.ndarray, coverage: float) -> float:
+    """The confidence at or above which `coverage` of the texts are answered (the top probability of the
+    ceil(coverage * n)-th most confident text); ties at it answer a few more."""
+    ordered = np.sort(confidence)[::-1]
+    return float(ordered[max(int(np.ceil(coverage * len(ordered))) - 1, 0)])
+
+
+def decision_report(probabilities: np.ndarray, gold: np.ndarray, abstain_below: float | None,
+                    points: int = 20) -> dict:
+    """What abstaining below a confidence does on labelled texts: at `abstain_below`, the share answered and their
+    accuracy (beside the accuracy on all); and the risk-coverage curve, the accuracy of the answered texts at
+    coverages 1/points ... 1 (the most confident first)."""
+    confidence, right = probabilities.max(axis=1), probabilities.argmax(axis=1) == gold
+    ranked = right[np.argsort(-confidence, kind="stable")]
+    counts = [max(1, int(round(share * len(ranked)))) for share in np.arange(1, points + 1) / points]
+    report = {"risk_coverage": [[round(n / len(ranked), 4), float(ranked[:n].mean())] for n in counts]}
+    if abstain_below is not None:
+        answered = confidence >= abstain_below
+        report.update(abstain_below=float(abstain_below), coverage=float(answered.mean()),
+                      answered_accuracy=float(right[answered].mean()) if answered.any() else None,
+                      accuracy_of_all=float(right.mean()), abstained=int((~answered).sum()))
+    return report

@@ -166,9 +166,12 @@ class RunFolder:
 
 
 def _decided_on_dev(meta: ModelMeta, dev_report: dict) -> ModelMeta:
-    """`meta` with what the dev evaluation fitted: a multi-label model's thresholds, a calibrated temperature."""
+    """`meta` with what the dev evaluation fitted: a multi-label model's thresholds, a calibrated temperature, the
+    confidence below which it abstains."""
     if "thresholds" in dev_report:
         meta = replace(meta, thresholds=tuple(dev_report["thresholds"][name] for name in meta.labels))
     if "temperature" in dev_report:
         meta = replace(meta, temperature=dev_report["temperature"])
+    if dev_report.get("decision", {}).get("abstain_below") is not None:
+        meta = replace(meta, abstain_below=dev_report["decision"]["abstain_below"])
     return meta

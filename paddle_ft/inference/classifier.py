@@ -29,12 +29,14 @@ from paddle_ft.text import TRUNCATIONS
 
 class Classifier:
     def __init__(self, export_dir: str | Path, top_k: int | None = None, batch_size: int = 32,
-                 truncation: str | None = None, **predictor_options):
-        """`top_k` (default 1): labels per text of a single-label model. `predictor_options` go to `Predictor`
-        (device, cpu_threads, precision, use_tensorrt, ...)."""
+                 truncation: str | None = None, abstain_below: float | None = None, **predictor_options):
+        """`top_k` (default 1): labels per text of a single-label model. `abstain_below`: the confidence under which
+        an answer carries "abstained": True (default: the model's own, train.decision). `predictor_options` go to
+        `Predictor` (device, cpu_threads, precision, use_tensorrt, ...)."""
         if truncation not in (None, *TRUNCATIONS):
             raise UserError(f"truncation '{truncation}': choose one of {', '.join(TRUNCATIONS)}")
         self.predictor = Predictor(export_dir, **predictor_options)
+        self.abstain_below = self.predictor.check_abstain_below(abstain_below)
         self.labels = tuple(self.predictor.labels)
         self.multi_label = self.predictor.meta.multi_label
         self.top_k, self.batch_size, self.truncation = self._check_top_k(top_k), _positive(batch_size), truncation
@@ -55,8 +57,10 @@ class Classifier:
         if not batch:
             return []
         predictions = self.predictor.predict(batch, _positive(self.batch_size if batch_size is None else batch_size),
-                                             self.truncation, list(text_pair) if text_pair is not None else None)
+                                             self.truncation, list(text_pair) if text_pair is not None else None,
+                                             self.abstain_below)
         results = [[{"label": label, "score": score, **({"truncated": True} if p.truncated else {}),
+                     **({"abstained": True} if p.abstained else {}),
                      **({"windows": p.windows} if p.windows > 1 else {})}
                     for label, score in self._answer(p, k)] for p in predictions]
         return results[0] if single else results

@@ -5,7 +5,7 @@ An exported folder holds `model.json` (Paddle 3, PIR) or `model.pdmodel` (Paddle
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -91,12 +91,15 @@ class Predictor:
                             np.ascontiguousarray(token_type_ids, dtype=np.int64))
 
     def predict(self, texts: list[str], batch_size: int = 32, truncation: str | None = None,
-                text_pair: list[str] | None = None) -> list[Prediction]:
+                text_pair: list[str] | None = None, abstain_below: float | None = None) -> list[Prediction]:
         """One `Prediction` per text, in order; `text_pair` holds the second text of each, for a model trained on
         text pairs. A text longer than max_length is read as training read it (`truncation` None), or by its
         first tokens (`head`), its last ones (`tail`, where reviews often say what they conclude), both ends
-        (`head_tail`) or in pooled windows (`sliding_window`); a pair is cut longest-first, as in training."""
+        (`head_tail`) or in pooled windows (`sliding_window`); a pair is cut longest-first, as in training.
+        A single-label model abstains on a text whose top probability is below `abstain_below` (default: the
+        model's own threshold, train.decision; none, when it has none)."""
         require_int("batch_size", batch_size, 1)
+        threshold = self.check_abstain_below(abstain_below)
         texts = check_texts(texts)
         if text_pair is not None:
             text_pair = check_texts(text_pair, "second text {}")
@@ -120,7 +123,20 @@ class Predictor:
         else:
             logits = pool_windows(logits, documents, self.meta.window_pooling)
             windows = np.bincount(documents, minlength=len(texts))
-        return [self._prediction(row, cut, int(count)) for row, cut, count in zip(logits, truncated, windows)]
+        return [self._prediction(row, cut, int(count)).deciding(threshold)
+                for row, cut, count in zip(logits, truncated, windows)]
+
+    def check_abstain_below(self, abstain_below: float | None) -> float | None:
+        """The threshold a request asks for (checked), else the model's own."""
+        if abstain_below is None:
+            return self.meta.abstain_below
+        if self.meta.multi_label:
+            raise UserError("abstain_below: a multi-label model answers with the labels over their thresholds; "
+                            "leave it out")
+        if isinstance(abstain_below, bool) or not isinstance(abstain_below, (int, float)) \
+                or not 0 <= abstain_below <= 1:
+            raise UserError(f"abstain_below={abstain_below!r}: give a probability from 0 to 1")
+        return float(abstain_below)
 
     def _prediction(self, logits: np.ndarray, truncated: bool, windows: int) -> Prediction:
         """One text's `Prediction` from its (pooled) logits [labels]."""
@@ -185,6 +201,15 @@ class Prediction:
     labels: tuple[str, ...] | None = None
     """A multi-label model's answer: the labels at or above their thresholds, most probable first (maybe
     none); None from a single-label model."""
+    abstained: bool | None = None
+    """A single-label model under an abstain threshold: its top probability is below it, so a person should decide
+    (the top label is still given); None where no threshold applies."""
+
+    def deciding(self, abstain_below: float | None) -> Prediction:
+        """This prediction under an abstain threshold (None: none)."""
+        if abstain_below is None or self.labels is not None:
+            return replace(self, abstained=None)
+        return replace(self, abstained=self.score < abstain_below)
 
     def top(self, k: int) -> list[tuple[str, float]]:
         """The `k` most probable (label, probability), best first; ties keep class-id order."""
@@ -201,7 +226,9 @@ class Prediction:
 
     def as_dict(self) -> dict:
         answer = {"label": self.label, "score": self.score} if self.labels is None else {"labels": list(self.labels)}
-        return {**answer, "probabilities": self.probabilities, "truncated": self.truncated, "windows": self.windows}
+        decided = {} if self.abstained is None else {"abstained": self.abstained}
+        return {**answer, **decided, "probabilities": self.probabilities, "truncated": self.truncated,
+                "windows": self.windows}
 
 
 def stack_probabilities(predictions: list[Prediction]) -> np.ndarray:

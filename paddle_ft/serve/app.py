@@ -50,6 +50,16 @@ def _json_integer(value):
 JsonInteger = Annotated[int, PlainValidator(_json_integer), WithJsonSchema({"type": "integer"})]
 
 
+def _json_number(value):
+    """A number as JSON Schema means it: 0.5 and 1, not "0.5" or true."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise ValueError("Input should be a valid number")
+
+
+JsonNumber = Annotated[float, PlainValidator(_json_number), WithJsonSchema({"type": "number"})]
+
+
 RENAMED_FIELDS = {"text_pairs": "text_pair"}  # a client of the old name gets the new one, not "extra input"
 
 
@@ -61,6 +71,10 @@ class ClassifyRequest(BaseModel):
                                                                    "text of each text, in the same order")
     top_k: JsonInteger = Field(1, description="labels returned per text, best first (at most the number of labels)",
                                json_schema_extra={"minimum": 1})
+    abstain_below: JsonNumber | None = Field(None, description="a single-label model: mark an answer whose top "
+                                                          "probability is below this \"abstained\" (default: the "
+                                                          "model's own threshold, if it has one)",
+                                        json_schema_extra={"minimum": 0, "maximum": 1})
 
 
 class LabelScore(BaseModel):
@@ -78,6 +92,8 @@ class Classification(BaseModel):
     truncated: bool = Field(description="the text was longer than the model's max_length and was cut")
     windows: int = Field(1, description="the windows of max_length the text was read in (more than 1 only for a "
                                         "model trained with data.long_text sliding_window)")
+    abstained: bool | None = Field(None, description="under an abstain threshold: the model is not sure enough, "
+                                                     "a person should decide (the top label is still given)")
     top_k: list[LabelScore] | None = Field(None, description="the top_k labels, when top_k > 1")
 
 
@@ -214,7 +230,8 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
             metrics.errors.inc()
             return error(500, f"prediction failed: {type(exc).__name__}: {exc}")
         metrics.texts.inc(len(body.texts))
-        return {"results": [_classification(p, body.top_k) for p in results]}
+        threshold = slot.predictor.check_abstain_below(body.abstain_below)  # checked before it joined a batch
+        return {"results": [_classification(p.deciding(threshold), body.top_k) for p in results]}
 
     _add_probes(app, slot, metrics, retry)
     app.openapi = lambda: _openapi(app, limits, slot.predictor)
@@ -249,6 +266,7 @@ def _request_problem(body: ClassifyRequest, predictor, limits: Limits, truncatio
         if body.text_pair is not None:
             check_texts(body.text_pair, "text_pair[{}]")
         predictor.check_text_pair(body.texts, body.text_pair, truncation)
+        predictor.check_abstain_below(body.abstain_below)
     except UserError as exc:
         return str(exc)
     if len(body.texts) > limits.max_texts:

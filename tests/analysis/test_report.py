@@ -39,7 +39,8 @@ def test_the_report_renders_in_a_browser_with_the_numbers_of_results_json(tiny_c
     from paddle_ft.cli import main
 
     browser = _chromium()
-    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + ["train.epochs=2"])]) == 0
+    args = tiny_config_args + ["train.epochs=2", "train.decision.target_coverage=0.8"]
+    assert main(["train", "--config", DEMO, *overrides(args)]) == 0
     run = tmp_path / "out"
     page, results = run / "report.html", json.loads((run / "results.json").read_text(encoding="utf-8"))
     assert f"and {page}" in capsys.readouterr().out  # written at the end of training
@@ -48,7 +49,8 @@ def test_the_report_renders_in_a_browser_with_the_numbers_of_results_json(tiny_c
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     assert ":CONSOLE" not in loaded.stderr, [line for line in loaded.stderr.splitlines() if ":CONSOLE" in line]
     body = re.search(r"<body[^>]*>", loaded.stdout).group(0)
-    assert 'data-images="3"' in body and 'data-images-loaded="3"' in body  # curves, confusion, reliability
+    # curves, confusion, reliability, risk-coverage
+    assert 'data-images="4"' in body and 'data-images-loaded="4"' in body
     shown = dict(re.findall(r'data-metric="([^"]+)">([0-9.]+)<', loaded.stdout))
     for split in ("dev", "test"):
         for metric in ("accuracy", "macro_f1", "ece"):
@@ -56,6 +58,8 @@ def test_the_report_renders_in_a_browser_with_the_numbers_of_results_json(tiny_c
     for name, row in results["test"]["per_class"].items():
         assert shown[f"test.per_class.{name}.recall"] == f"{row['recall']:.4f}"
     assert shown["test.ece_page"] == f"{results['test']['ece']:.4f}"  # the diagram's ECE is test's
+    for name in ("abstain_below", "coverage", "answered_accuracy"):
+        assert shown[f"test.{name}"] == f"{results['test']['decision'][name]:.4f}"
 
     from matplotlib.image import imread
 

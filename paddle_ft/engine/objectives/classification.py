@@ -10,7 +10,8 @@ from paddle_ft.config import TASK_METRICS
 from paddle_ft.data.features import Features, pad_batch
 from paddle_ft.engine.evaluate import predict_logits
 from paddle_ft.engine.losses import classification_loss
-from paddle_ft.engine.metrics import classification_report, expected_calibration_error, fit_temperature
+from paddle_ft.engine.metrics import (abstain_threshold, classification_report, decision_report,
+                                      expected_calibration_error, fit_temperature)
 from paddle_ft.engine.objectives import Objective
 from paddle_ft.text import softmax
 
@@ -54,6 +55,10 @@ class Classification(ClassifierObjective):
     calibration: str = "none"
     """temperature: a report fits the temperature on the texts it scores, unless `temperature` fixes it."""
     temperature: float | None = None
+    target_coverage: float | None = None
+    """A report fits the confidence below which the model abstains so that it answers this share of the texts it
+    scores (dev), unless `abstain_below` fixes it."""
+    abstain_below: float | None = None
     metrics: tuple[str, ...] = TASK_METRICS["single_label"]
 
     def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
@@ -68,14 +73,24 @@ class Classification(ClassifierObjective):
         logits, gold = self._text_logits(features, parts), features.document_labels
         report = classification_report(gold, logits.argmax(axis=1), self.label_names)  # softmax keeps the order
         report["ece"] = expected_calibration_error(softmax(logits), gold)
+        temperature = 1.0
         if self.calibration == "temperature":
             temperature = self.temperature or fit_temperature(logits, gold)
             report.update(ece_at_temperature_1=report["ece"], temperature=temperature,
                           ece=expected_calibration_error(softmax(logits / temperature), gold))
+        probabilities = softmax(logits / temperature)  # what the saved model will answer with
+        threshold = self.abstain_below
+        if threshold is None and self.target_coverage is not None:
+            threshold = abstain_threshold(probabilities.max(axis=1), self.target_coverage)
+        report["decision"] = decision_report(probabilities, gold, threshold)
         return report
 
     def calibrated(self, dev_report: dict | None) -> Classification:
-        """With calibration, the temperature fitted on dev (1 without dev) fixed."""
-        if self.calibration != "temperature":
-            return self
-        return replace(self, temperature=dev_report["temperature"] if dev_report else 1.0)
+        """What dev decided, fixed for test and the saved model: with calibration the temperature (1 without dev),
+        with a target coverage the abstain threshold."""
+        decided = self
+        if self.calibration == "temperature":
+            decided = replace(decided, temperature=dev_report["temperature"] if dev_report else 1.0)
+        if self.target_coverage is not None and dev_report is not None:
+            decided = replace(decided, abstain_below=dev_report["decision"]["abstain_below"])
+        return decided
