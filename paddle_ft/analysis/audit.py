@@ -20,7 +20,8 @@ EXAMPLES = 5  # of each finding, the first few are listed with their split and l
 NO_PROBLEMS = "no leakage between splits, no conflicting labels"  # what the table and the pages say of clean data
 UNKNOWN_LIMIT = 0.01  # a split with more [UNK] tokens than this share is not read by the tokenizer it is given
 COVERAGE_FIX = ("the tokenizer does not cover this text: use a backbone whose vocabulary does (a Chinese model for "
-                "Chinese text), or a scratch encoder with a vocabulary written from the data (python -m paddle_ft init)")
+                "Chinese text), or a scratch encoder with a vocabulary written from the data "
+                "(python -m paddle_ft init)")
 
 
 def normalise(text: str) -> str:
@@ -126,11 +127,13 @@ def _where(split: str, example) -> dict:
 def table(report: dict) -> str:
     """The short table `audit` prints."""
     splits = report["splits"]
-    lines = ["| split | rows | duplicates (exact / normalised) | near-empty | truncated | [UNK] tokens (texts) | labels |",
+    lines = ["| split | rows | duplicates (exact / normalised) | near-empty | truncated | [UNK] tokens (texts) "
+             "| labels |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for name, s in splits.items():
         truncated = f"{s['truncated']['rows']} ({s['truncated']['share']:.1%})" if "truncated" in s else "n/a"
-        unknown = f"{s['unknown_token_share']:.2%} ({s['unknown_text_share']:.0%})" if "unknown_token_share" in s else "n/a"
+        unknown = (f"{s['unknown_token_share']:.2%} ({s['unknown_text_share']:.0%})"
+                   if "unknown_token_share" in s else "n/a")
         labels = label_counts(s["labels"])
         lines.append(f"| {name} | {s['rows']} | {s['duplicates_exact']} / {s['duplicates_normalised']} | "
                      f"{s['near_empty']} | {truncated} | {unknown} | {labels} |")

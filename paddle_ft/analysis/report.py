@@ -3,7 +3,8 @@
 Loss, learning rate and dev metrics over the steps; the confusion matrix (counts and row-normalised); the
 per-class table; a reliability diagram with the expected calibration error; the most confident mistakes with
 their texts; the config and the data summary (and the audit, where `audit` wrote one into OUT/audit). Every
-number on the page comes from the run's results and events (`artifacts.run`) and the best model's answers on the scored split.
+number on the page comes from the run's results and events (`artifacts.run`) and the best model's answers on the
+scored split.
 """
 from __future__ import annotations
 

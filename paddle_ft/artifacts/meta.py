@@ -122,8 +122,8 @@ class ModelMeta:
                 and all(isinstance(t, (int, float)) and 0 <= t <= 1 for t in meta.thresholds))),
             ("label_delimiter", isinstance(meta.label_delimiter, str) and meta.label_delimiter.strip() != ""),
             ("temperature", isinstance(meta.temperature, (int, float)) and meta.temperature > 0),
-            ("abstain_below", meta.abstain_below is None or (
-                isinstance(meta.abstain_below, (int, float)) and 0 <= meta.abstain_below <= 1 and not meta.multi_label)),
+            ("abstain_below", meta.abstain_below is None or (isinstance(meta.abstain_below, (int, float))
+                                                             and 0 <= meta.abstain_below <= 1 and not meta.multi_label)),
             ("head_tokens", isinstance(meta.head_tokens, int)
              and (meta.truncation != "head_tail" or 0 < meta.head_tokens < meta.max_length - 2)),
             ("stride", isinstance(meta.stride, int) and 0 < meta.stride),

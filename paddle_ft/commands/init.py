@@ -55,7 +55,7 @@ def run(train: str, dev: str | None, test: str | None, backbone: str | None, out
     load_config(target)  # what init writes, training reads: a mistake here is a bug, not the user's
     for line in [*layout.reasons, *notes]:
         log(line)
-    log(f"wrote {target}; train with: python tools/train.py --config {target}")
+    log(f"wrote {target}; train with: python -m paddle_ft train -c {target}")
     return 0
 
 
@@ -115,7 +115,7 @@ def _schedule(rows: int, kind: str) -> tuple[int, int, str]:
 
 
 def _header(layout: Layout, notes: list[str], target: Path) -> str:
-    lines = [f"python tools/train.py --config {target}", "written by paddle_ft init; what it decided and why:",
+    lines = [f"python -m paddle_ft train -c {target}", "written by paddle_ft init; what it decided and why:",
              *layout.reasons, *notes]
     return "".join(f"# {line}\n" for line in lines)
 

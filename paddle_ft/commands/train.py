@@ -66,8 +66,8 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
                 log(f"{split} {scores} (best model, step {results.best_step})")
         page = write_run_report(folder.path, config, dataset)
         log(f"wrote {folder.best_dir}, {folder.files.results_file} and {page}")
-        log(f"done in {elapsed(time.perf_counter() - started)}; next: python tools/export.py --model {folder.best_dir} "
-            f"--output {folder.path / 'export'}")
+        log(f"done in {elapsed(time.perf_counter() - started)}; next: python -m paddle_ft export "
+            f"--model {folder.best_dir} --output {folder.path / 'export'}")
     return results
 
 

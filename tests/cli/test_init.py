@@ -42,8 +42,8 @@ def test_init_writes_a_config_that_trains_on_the_files_as_they_are(tmp_path, cap
     assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and {"质", "谢"} <= set(vocab)
     said = "".join(capsys.readouterr())
     assert "label column 'rating': the fewest distinct values" in said
-    assert f"train with: python tools/train.py --config {target}" in said
-    assert target.read_text(encoding="utf-8").startswith(f"# python tools/train.py --config {target}\n")
+    assert f"train with: python -m paddle_ft train -c {target}" in said
+    assert target.read_text(encoding="utf-8").startswith(f"# python -m paddle_ft train -c {target}\n")
 
 
 def test_init_reads_label_sets_and_text_pairs(tmp_path):
