@@ -71,10 +71,10 @@ class ClassifyRequest(BaseModel):
                                                                    "text of each text, in the same order")
     top_k: JsonInteger = Field(1, description="labels returned per text, best first (at most the number of labels)",
                                json_schema_extra={"minimum": 1})
-    abstain_below: JsonNumber | None = Field(None, description="a single-label model: mark an answer whose top "
-                                                          "probability is below this \"abstained\" (default: the "
-                                                          "model's own threshold, if it has one)",
-                                        json_schema_extra={"minimum": 0, "maximum": 1})
+    abstain_below: JsonNumber | None = Field(
+        None, description="a single-label model: mark an answer whose top probability is below this \"abstained\" "
+                          "(default: the model's own threshold, if it has one)",
+        json_schema_extra={"minimum": 0, "maximum": 1})
 
 
 class LabelScore(BaseModel):
@@ -340,6 +340,9 @@ def _openapi(app: FastAPI, limits: Limits, predictor) -> dict:
     result = schema["components"]["schemas"]["Classification"]
     for name in {"label", "score", "labels"} - set(answer):
         result["properties"].pop(name)
+    if predictor.meta.multi_label:  # it answers with label sets: no abstaining
+        component["properties"].pop("abstain_below")
+        result["properties"].pop("abstained")
     result["required"] = sorted({*result.get("required", []), *answer})
     if predictor.takes_text_pair:  # a pair model needs them (one per text: checked by the handler)
         component["required"] = sorted({*component.get("required", []), "text_pair"})

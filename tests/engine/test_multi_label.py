@@ -196,4 +196,5 @@ def test_the_http_service_answers_label_sets_and_its_schema_says_so(trained):
     assert [r["labels"] for r in results] == [list(p.labels) for p in Predictor(export).predict(texts)]
     assert all("label" not in r and set(r["probabilities"]) == set(TOPICS) for r in results)
     answer = schema["components"]["schemas"]["Classification"]
-    assert "labels" in answer["required"] and not {"label", "score"} & set(answer["properties"])
+    assert "labels" in answer["required"] and not {"label", "score", "abstained"} & set(answer["properties"])
+    assert "abstain_below" not in schema["components"]["schemas"]["ClassifyRequest"]["properties"]
