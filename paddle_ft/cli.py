@@ -1,5 +1,5 @@
-"""`python -m paddle_ft {init,train,pretrain,distill,audit,report,cv,sweep,eval,convert,export,quantize,predict,
-serve,bench}`; `tools/*.py` wrap `main`.
+"""`python -m paddle_ft {init,train,pretrain,distill,audit,report,cv,sweep,eval,convert,export,quantize,verify,
+predict,serve,bench}`; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -76,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_analysis(commands)
     _add_model_commands(commands)
     _add_quantize(commands)
+    verify = commands.add_parser("verify", help="check that an export is still what was written (every file, the "
+                                                "engines)")
+    verify.add_argument("folder", metavar="DIR", help="an export folder (written by export or quantize)")
+    verify.set_defaults(run=_verify)
     _add_predict(commands)
 
     from paddle_ft.serve.options import add_arguments as serve_arguments
@@ -327,6 +331,12 @@ def _quantize(args) -> int:
     print(f"quantized to {args.output}: accuracy {check['accuracy_int8']:.4f} (fp32 {check['accuracy_fp32']:.4f}), "
           f"the same answer on {check['agreement']:.2%} of {check['texts']} texts")
     return 0
+
+
+def _verify(args) -> int:
+    import paddle_ft.commands.verify as command
+
+    return command.run(args.folder)
 
 
 def _predict(args) -> int:

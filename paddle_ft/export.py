@@ -13,8 +13,8 @@ import paddle
 from paddle.static import InputSpec
 
 from paddle_ft.artifacts.bundle import load_bundle
-from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, OUTPUT_NAME, ExportInfo, program_file,
-                                               read_export_info, write_export_info)
+from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, OUTPUT_NAME, SEALS, ExportInfo, program_file,
+                                               read_export_info, seal, write_export_info)
 from paddle_ft.artifacts.run import RUN_FILES
 from paddle_ft.errors import UserError
 from paddle_ft.inference.backends import onnx_export_possible, write_onnx
@@ -105,7 +105,8 @@ def _export(model_dir: Path, output_dir: Path, tolerance: float, onnx: bool) -> 
         if _gpu_visible():  # the export will likely be served on this GPU: check that path too
             info = replace(info, parity_max_abs_diff_gpu=check(Predictor(tmp, device="gpu")))
         info = _with_onnx(info, tmp, check) if onnx else replace(info, extra={"onnx_skipped": "--no-onnx"})
-        info = replace(info, files=tuple(sorted(p.name for p in tmp.iterdir() if p.name != EXPORT_INFO)))
+        written = [p.name for p in tmp.iterdir() if p.name != EXPORT_INFO]
+        info = replace(info, files=tuple(sorted({*written, *SEALS})))
         write_export_info(info, tmp)
         if not info.parity_max_abs_diff <= tolerance:
             raise ParityError(f"exported model differs from dygraph by {info.parity_max_abs_diff:.3g} "
@@ -119,6 +120,7 @@ def _export(model_dir: Path, output_dir: Path, tolerance: float, onnx: bool) -> 
             raise ParityError(f"the export on the GPU predictor differs from dygraph by "
                               f"{info.parity_max_abs_diff_gpu:.3g} (> {GPU_PARITY_TOLERANCE:g}); nothing was written "
                               f"to {output_dir}")
+        seal(tmp, info, Path(output_dir).name)
     return info
 
 

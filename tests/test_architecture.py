@@ -20,7 +20,8 @@ LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text",
 # folder's owner and its metadata; never the config, the data readers, the engine or the model-building code
 INFERENCE_MAY_USE = {"paddle_ft", "paddle_ft.errors", "paddle_ft.arguments", "paddle_ft.log", "paddle_ft.io",
                      "paddle_ft.runtime", "paddle_ft.text", "paddle_ft.data", "paddle_ft.data.tokenizer",
-                     "paddle_ft.artifacts", "paddle_ft.artifacts.meta", "paddle_ft.artifacts.export_folder"}
+                     "paddle_ft.artifacts", "paddle_ft.artifacts.meta", "paddle_ft.artifacts.export_folder",
+                     "paddle_ft.artifacts.manifest"}
 # quantize checks accuracy on a labelled file, so it reads one (the only inference module that does)
 READS_LABELLED_FILES = {"paddle_ft.inference.quantize": {"paddle_ft.data.readers"}}
 

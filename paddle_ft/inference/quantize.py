@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.artifacts.export_folder import EXPORT_INFO, ONNX_FILE, REEXPORT, read_export_info, write_export_info
+from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, REEXPORT, SEALS, read_export_info, seal,
+                                               write_export_info)
 from paddle_ft.data.readers import Columns, format_of, read_examples, read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.inference.predictor import Predictor
@@ -51,12 +52,13 @@ def quantize_export(export_dir: Path, data: Path, output_dir: Path, method: str 
     reference = Predictor(export_dir, backend="onnxruntime")
     examples = _labelled(data, info.model)
     with atomic_directory(output_dir) as tmp:
-        for name in (*info.files, EXPORT_INFO):
+        for name in (*(n for n in info.files if n not in SEALS), EXPORT_INFO):  # the seals are written anew
             shutil.copy2(export_dir / name, tmp / name)
         _quantize_onnx(export_dir / ONNX_FILE, tmp / ONNX_FILE, method, calibration, reference)
         check = _compare(reference, Predictor(tmp, backend="onnxruntime"), examples, info.model)
         check.update(method=method, data=str(data), source_export=str(export_dir))
-        write_export_info(dataclasses.replace(info, quantization=check), tmp)
+        quantized = dataclasses.replace(info, quantization=check, files=tuple(sorted({*info.files, *SEALS})))
+        write_export_info(quantized, tmp)
         if check["agreement"] < min_agreement:
             raise AccuracyDropped(f"int8 gives the fp32 model's answer on {check['agreement']:.2%} of the "
                                   f"{check['texts']} texts of {data}, less than --min-agreement {min_agreement:g}; "
@@ -66,6 +68,7 @@ def quantize_export(export_dir: Path, data: Path, output_dir: Path, method: str 
             raise AccuracyDropped(f"int8 accuracy on {data} is {check['accuracy_int8']:.4f} against fp32's "
                                   f"{check['accuracy_fp32']:.4f}: {drop:.2f} points lost, more than --max-drop "
                                   f"{max_drop:g}; nothing was written to {output_dir}")
+        seal(tmp, quantized, Path(output_dir).name)
     return check
 
 

@@ -38,6 +38,8 @@ def test_int8_keeps_the_accuracy_and_only_onnx_runtime_serves_it(trained_export,
     assert check["accuracy_fp32"] > 0.9 and check["accuracy_fp32"] - check["accuracy_int8"] <= 0.01, check
     assert check["agreement"] >= 0.98 and check["max_probability_difference"] < 0.1
     assert (tmp_path / "int8" / "model.onnx").stat().st_size < (export / "model.onnx").stat().st_size / 2
+    assert main(["verify", str(tmp_path / "int8")]) == 0  # its own manifest, over the int8 graph
+    assert "int8" in (tmp_path / "int8" / "MODEL_CARD.md").read_text(encoding="utf-8")
     predictor = Predictor(tmp_path / "int8", cpu_threads=1)
     assert predictor.backend == "onnxruntime" and predictor.predict(["好棒"])[0].label == "正面"
     with pytest.raises(UserError, match="is quantized to int8 for ONNX Runtime .*: serve it with backend onnxruntime"):

@@ -1,0 +1,83 @@
+"""`manifest.json`: the sha256 of every file a folder holds and what made it (versions, the code's commit), so that
+`verify` can say later, in one line per difference, whether a saved model or an export is still what was written.
+`best/` (`bundle`) and the export (`export`) write one; `verify` reads it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+from pathlib import Path
+
+from paddle_ft.errors import UserError
+from paddle_ft.io import write_text_atomically
+
+MANIFEST = "manifest.json"
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def versions() -> dict:
+    """What the folder was made with: Python, Paddle and its build, PaddleNLP, paddle_ft, and the commit of the
+    paddle_ft checkout when it runs from one."""
+    import paddle
+    import paddlenlp
+
+    import paddle_ft
+
+    build = f"CUDA {paddle.version.cuda()}" if paddle.is_compiled_with_cuda() else "CPU"
+    return {"python": platform.python_version(), "paddle": paddle.__version__, "paddle_build": build,
+            "paddle_commit": paddle.version.commit, "paddlenlp": paddlenlp.__version__,
+            "paddle_ft": paddle_ft.__version__, "paddle_ft_commit": _checkout_commit()}
+
+
+def _checkout_commit() -> str | None:
+    checkout = Path(__file__).resolve().parents[2]
+    if not (checkout / ".git").exists():
+        return None
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
+def write_manifest(folder: Path, provenance: dict) -> dict:
+    """`folder`'s manifest: every file's sha256 (the manifest aside), and `provenance`."""
+    files = {path.name: file_digest(path) for path in sorted(folder.iterdir()) if path.is_file()
+             and path.name != MANIFEST}
+    manifest = {"files": files, **provenance}
+    write_text_atomically(folder / MANIFEST, json.dumps(manifest, ensure_ascii=False, indent=2) + "\n")
+    return manifest
+
+
+def read_manifest(folder: Path) -> dict:
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise UserError(f"{folder} has no {MANIFEST}: it was not written by this paddle_ft, or the file was removed; "
+                        "export (or train) it again to have one")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(manifest.get("files"), dict):
+            raise ValueError
+    except (ValueError, AttributeError, OSError):
+        raise UserError(f"{path} is damaged (not a manifest paddle_ft writes)") from None
+    return manifest
+
+
+def differences(folder: Path, manifest: dict) -> list[str]:
+    """One line per file that is missing, changed, or not in the manifest."""
+    lines = []
+    for name, digest in manifest["files"].items():
+        path = folder / name
+        if not path.is_file():
+            lines.append(f"{path} is missing")
+        elif file_digest(path) != digest:
+            lines.append(f"{path} has changed since it was written (sha256 differs from {MANIFEST})")
+    extra = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST
+                   and p.name not in manifest["files"])
+    lines += [f"{folder / name} is not in {MANIFEST}: it was added afterwards" for name in extra]
+    return lines
