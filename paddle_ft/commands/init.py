@@ -43,6 +43,9 @@ def run(train: str, dev: str | None, test: str | None, backbone: str | None, out
         raise UserError(f"--output {output}: give a .yaml file to write the config to")
     if target.exists():
         raise UserError(f"--output {output} already exists; choose another name (init never overwrites a config)")
+    if backbone is None and vocab_file(target).exists():
+        raise UserError(f"{vocab_file(target)} already exists, and init writes the scratch encoder's vocabulary "
+                        "there; choose another --output name (init never overwrites a file)")
     layout = sniff_layout(Path(train))
     columns = Columns(layout.text_column, layout.text_pair_column, layout.label_column,
                       (layout.label_delimiter or ",") if layout.multi_label else None)
@@ -74,7 +77,7 @@ def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone
     if layout.label_delimiter is not None:
         data["label_delimiter"] = layout.label_delimiter
     if backbone is None:
-        vocab = target.with_name(f"{target.stem}-vocab.txt")
+        vocab = vocab_file(target)
         tokens = character_vocab([t for e in splits["train"] for t in (e.text, e.text_pair) if t], min_count=1)
         write_text_atomically(vocab, "\n".join(tokens) + "\n")
         notes.append(f"no --backbone: a small encoder trained from scratch (configs/demo-scratch.yaml's shape), with "
@@ -89,7 +92,7 @@ def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone
                                                         "on this machine)"))
     data["max_length"] = max_length
     model = {"backbone": backbone} if backbone is not None else {
-        "scratch": {"vocab_file": str(target.with_name(f"{target.stem}-vocab.txt")), **SCRATCH,
+        "scratch": {"vocab_file": str(vocab_file(target)), **SCRATCH,
                     "max_position_embeddings": max_length}}
     metric = "micro_f1" if layout.multi_label else "accuracy"
     kind = "pretrained" if backbone is not None else "scratch"
@@ -127,6 +130,11 @@ def _lengths(examples, tokenizer) -> list[int]:
     texts, pairs = [e.text for e in examples], [e.text_pair for e in examples]
     encoded = tokenizer(texts, text_pair=pairs if pairs[0] is not None else None, max_length=None, truncation=False)
     return [len(ids) - (3 if pairs[0] is not None else 2) for ids in encoded["input_ids"]]
+
+
+def vocab_file(target: Path) -> Path:
+    """Where the vocabulary of a scratch encoder goes: beside the config, named after it."""
+    return target.with_name(f"{target.stem}-vocab.txt")
 
 
 def _vocab_tokenizer(vocab: Path):

@@ -90,6 +90,15 @@ def test_init_never_overwrites_a_config(tmp_path, capsys):
     assert "already exists" in capsys.readouterr().err and (tmp_path / "my.yaml").read_text() == "mine\n"
 
 
+def test_init_never_overwrites_a_file_where_it_would_write_the_vocabulary(tmp_path, capsys):
+    train = write_reviews(tmp_path / "train.csv", 20)
+    (tmp_path / "new-vocab.txt").write_text("mine\n")
+    assert main(["init", "--train", str(train), "--output", str(tmp_path / "new.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'new-vocab.txt'} already exists") and err.count("\n") == 1
+    assert (tmp_path / "new-vocab.txt").read_text() == "mine\n" and not (tmp_path / "new.yaml").exists()
+
+
 def test_the_config_init_writes_is_plain_yaml_a_user_can_edit(tmp_path):
     train = write_reviews(tmp_path / "train.csv", 20)
     main(["init", "--train", str(train), "--backbone", "bert-base-chinese", "--output", str(tmp_path / "b.yaml")])
