@@ -9,7 +9,6 @@ held-out masked accuracy, the versions and the commit.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import platform
 import shutil
@@ -21,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from paddle_ft.artifacts.run import RunFiles  # noqa: E402
+from paddle_ft.io import file_sha256  # noqa: E402
 
 SHIPPED = ROOT / "models" / "demo-encoder"
 RUN = ROOT / "out" / "pretrain-demo"
@@ -29,10 +29,6 @@ CORPUS, VOCAB = ROOT / "data" / "demo" / "unlabeled.txt", ROOT / "data" / "demo"
 MANIFEST = "manifest.json"
 ENCODER_FILES = ("config.json", "model_state.pdparams", "vocab.txt", "tokenizer_config.json",
                  "special_tokens_map.json")  # the encoder; pretraining's own heads stay behind
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def held_out(run: Path) -> dict:
@@ -46,7 +42,8 @@ def compare() -> int:
     print(f"held-out masked accuracy: {made['masked_accuracy']:.4f} made now (out/pretrain-demo/best), "
           f"{shipped['held_out']['masked_accuracy']:.4f} shipped (models/demo-encoder); perplexity "
           f"{made['perplexity']:.2f} vs {shipped['held_out']['perplexity']:.2f}")
-    same_data = sha256(CORPUS) == shipped["corpus"]["sha256"] and sha256(VOCAB) == shipped["vocabulary"]["sha256"]
+    same_data = (file_sha256(CORPUS) == shipped["corpus"]["sha256"]
+                 and file_sha256(VOCAB) == shipped["vocabulary"]["sha256"])
     print("the same corpus and vocabulary as the shipped encoder's" if same_data else
           "a different corpus or vocabulary from the shipped encoder's: the numbers are not comparable run to run")
     return 0
@@ -64,12 +61,12 @@ def ship() -> int:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     manifest = {
         "made_by": "make pretrain-demo, then python tools/demo_encoder.py ship",
-        "recipe": {"file": str(RECIPE.relative_to(ROOT)), "sha256": sha256(RECIPE)},
-        "corpus": {"file": str(CORPUS.relative_to(ROOT)), "sha256": sha256(CORPUS),
+        "recipe": {"file": str(RECIPE.relative_to(ROOT)), "sha256": file_sha256(RECIPE)},
+        "corpus": {"file": str(CORPUS.relative_to(ROOT)), "sha256": file_sha256(CORPUS),
                    "texts": len(CORPUS.read_text(encoding="utf-8").splitlines())},
-        "vocabulary": {"file": str(VOCAB.relative_to(ROOT)), "sha256": sha256(VOCAB)},
+        "vocabulary": {"file": str(VOCAB.relative_to(ROOT)), "sha256": file_sha256(VOCAB)},
         "held_out": held_out(RUN),
-        "weights_sha256": sha256(SHIPPED / "model_state.pdparams"),
+        "weights_sha256": file_sha256(SHIPPED / "model_state.pdparams"),
         "versions": {"python": platform.python_version(), "paddle": paddle.__version__},
         "commit": commit,
     }

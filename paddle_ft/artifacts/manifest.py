@@ -3,24 +3,15 @@
 `best/` (`bundle`) and the export (`export`) write one; `verify` reads it."""
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import subprocess
 from pathlib import Path
 
 from paddle_ft.errors import UserError
-from paddle_ft.io import write_text_atomically
+from paddle_ft.io import file_sha256, write_text_atomically
 
 MANIFEST = "manifest.json"
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def versions() -> dict:
@@ -47,7 +38,7 @@ def _checkout_commit() -> str | None:
 
 def write_manifest(folder: Path, provenance: dict) -> dict:
     """`folder`'s manifest: every file's sha256 (the manifest aside), and `provenance`."""
-    files = {path.name: file_digest(path) for path in sorted(folder.iterdir()) if path.is_file()
+    files = {path.name: file_sha256(path) for path in sorted(folder.iterdir()) if path.is_file()
              and path.name != MANIFEST}
     manifest = {"files": files, **provenance}
     write_text_atomically(folder / MANIFEST, json.dumps(manifest, ensure_ascii=False, indent=2) + "\n")
@@ -75,7 +66,7 @@ def differences(folder: Path, manifest: dict) -> list[str]:
         path = folder / name
         if not path.is_file():
             lines.append(f"{path} is missing")
-        elif file_digest(path) != digest:
+        elif file_sha256(path) != digest:
             lines.append(f"{path} has changed since it was written (sha256 differs from {MANIFEST})")
     extra = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST
                    and p.name not in manifest["files"])

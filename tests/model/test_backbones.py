@@ -190,19 +190,18 @@ def test_tests_run_outside_the_checkout_so_make_demo_then_make_test_passes(in_an
 def test_the_shipped_demo_encoder_is_the_one_its_manifest_describes():
     """models/demo-encoder (what make demo fine-tunes) carries how it was made: its weights' and recipe's checksums
     hold, and PaddleNLP loads it as the encoder configs/demo.yaml names."""
-    import hashlib
     import json
 
     from conftest import ROOT
 
     from paddle_ft.backbone import load_encoder
     from paddle_ft.config import load_config
+    from paddle_ft.io import file_sha256
 
     folder = ROOT / "models" / "demo-encoder"
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-    digest = lambda path: hashlib.sha256(path.read_bytes()).hexdigest()  # noqa: E731
-    assert manifest["weights_sha256"] == digest(folder / "model_state.pdparams")
-    assert manifest["recipe"]["sha256"] == digest(ROOT / manifest["recipe"]["file"])  # changed: ship it again
+    assert manifest["weights_sha256"] == file_sha256(folder / "model_state.pdparams")
+    assert manifest["recipe"]["sha256"] == file_sha256(ROOT / manifest["recipe"]["file"])  # changed: ship it again
     assert 0.2 < manifest["held_out"]["masked_accuracy"] < 1
     assert load_config(ROOT / "configs" / "demo.yaml").model.backbone == "models/demo-encoder"
     encoder, report = load_encoder(str(folder))
