@@ -26,7 +26,33 @@ def classification_report(gold: np.ndarray, predicted: np.ndarray, names: tuple[
     return {"accuracy": float(np.mean(gold == predicted)) if len(gold) else 0.0,
             "macro_f1": float(np.mean(f1s)),
             "examples": int(len(gold)),
+            "intervals": bootstrap_intervals(gold, predicted, len(names)),
             "per_class": per_class}
+
+
+def bootstrap_intervals(gold: np.ndarray, predicted: np.ndarray, num_classes: int, rounds: int = 1000,
+                        level: float = 0.95, seed: int = 0) -> dict:
+    """95% percentile-bootstrap intervals of accuracy and macro-F1: the texts resampled with replacement `rounds`
+    times (a fixed seed, so a report is reproducible). How far a score could move on another sample of the same
+    size; an empty split has none."""
+    if len(gold) == 0:
+        return {}
+    samples = np.random.default_rng(seed).integers(0, len(gold), size=(rounds, len(gold)))
+    g, p = gold[samples], predicted[samples]  # [rounds, texts]
+    accuracy = (g == p).mean(axis=1)
+    cells = np.arange(rounds)[:, None] * num_classes * num_classes + g * num_classes + p
+    confusion = np.bincount(cells.ravel(), minlength=rounds * num_classes ** 2).reshape(rounds, num_classes,
+                                                                                          num_classes)
+    true_positive = np.diagonal(confusion, axis1=1, axis2=2)
+    precision = true_positive / np.maximum(confusion.sum(axis=1), 1)  # columns: predicted
+    recall = true_positive / np.maximum(confusion.sum(axis=2), 1)  # rows: gold
+    f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
+    return {"accuracy": _interval(accuracy, level), "macro_f1": _interval(f1.mean(axis=1), level)}
+
+
+def _interval(values: np.ndarray, level: float) -> list[float]:
+    tail = (1 - level) / 2 * 100
+    return [float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))]
 
 
 def multi_label_report(gold: np.ndarray, predicted: np.ndarray, names: tuple[str, ...]) -> dict:
@@ -47,7 +73,20 @@ def multi_label_report(gold: np.ndarray, predicted: np.ndarray, names: tuple[str
             "micro_recall": micro_recall, "macro_f1": float(np.mean([s["f1"] for s in per_label.values()])),
             "subset_accuracy": float(np.mean((gold == predicted).all(axis=1))) if len(gold) else 0.0,
             "hamming_loss": float(np.mean(gold != predicted)) if len(gold) else 0.0,
-            "examples": int(len(gold)), "per_label": per_label}
+            "examples": int(len(gold)), "intervals": _multi_label_intervals(gold, predicted), "per_label": per_label}
+
+
+def _multi_label_intervals(gold: np.ndarray, predicted: np.ndarray, rounds: int = 1000, level: float = 0.95,
+                           seed: int = 0) -> dict:
+    """As `bootstrap_intervals`, for micro-F1 and subset accuracy of label sets [texts, labels]."""
+    if len(gold) == 0:
+        return {}
+    samples = np.random.default_rng(seed).integers(0, len(gold), size=(rounds, len(gold)))
+    true_positive = (gold & predicted).sum(axis=1)[samples].sum(axis=1)
+    guessed, actual = predicted.sum(axis=1)[samples].sum(axis=1), gold.sum(axis=1)[samples].sum(axis=1)
+    micro_f1 = np.where(guessed + actual > 0, 2 * true_positive / np.maximum(guessed + actual, 1), 0.0)
+    exact = (gold == predicted).all(axis=1)[samples].mean(axis=1)
+    return {"micro_f1": _interval(micro_f1, level), "subset_accuracy": _interval(exact, level)}
 
 
 def tune_thresholds(gold: np.ndarray, probabilities: np.ndarray, default: float = 0.5) -> np.ndarray:

@@ -98,6 +98,10 @@ def test_multi_label_metrics_are_exact():
     assert report["per_label"]["c"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
     assert report["macro_f1"] == pytest.approx(2 / 3)
     assert report["subset_accuracy"] == 0.5 and report["hamming_loss"] == pytest.approx(2 / 12)
+    low, high = report["intervals"]["subset_accuracy"]  # four texts: a wide interval around the point
+    assert 0 <= low < 0.5 < high <= 1
+    low, high = report["intervals"]["micro_f1"]
+    assert 0 <= low <= 0.8 <= high <= 1
 
 
 def test_each_threshold_maximises_its_labels_f1_halfway_between_scores():

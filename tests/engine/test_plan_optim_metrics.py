@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from paddle_ft.engine.metrics import classification_report
+from paddle_ft.engine.metrics import bootstrap_intervals, classification_report
 from paddle_ft.engine.optim import build_optimizer, uses_weight_decay
 from paddle_ft.engine.plan import plan_run, warmup_steps
 
@@ -75,3 +75,20 @@ def test_classification_report_values():
     assert (b["precision"], b["recall"], b["f1"]) == (0.5, 0.5, 0.5)
     assert (c["precision"], c["recall"], c["f1"], c["support"]) == (0.0, 0.0, 0.0, 1)
     assert report["macro_f1"] == pytest.approx((a["f1"] + 0.5 + 0.0) / 3)
+
+
+def test_bootstrap_intervals_are_the_percentiles_of_the_reports_on_resampled_texts():
+    rng = np.random.default_rng(3)
+    gold = rng.integers(0, 3, 200)
+    predicted = np.where(rng.random(200) < 0.7, gold, rng.integers(0, 3, 200))
+    intervals = bootstrap_intervals(gold, predicted, 3, rounds=40)
+    # the same resamples, scored one by one with the report itself
+    samples = np.random.default_rng(0).integers(0, 200, size=(40, 200))
+    reports = [classification_report(gold[s], predicted[s], ("a", "b", "c")) for s in samples]
+    for metric in ("accuracy", "macro_f1"):
+        values = [r[metric] for r in reports]
+        assert intervals[metric] == pytest.approx([np.percentile(values, 2.5), np.percentile(values, 97.5)])
+    point = classification_report(gold, predicted, ("a", "b", "c"))
+    low, high = point["intervals"]["accuracy"]
+    assert low < point["accuracy"] < high and 0.08 < high - low < 0.16  # ~ 4 standard errors of 0.7 at n=200
+    assert bootstrap_intervals(gold[:0], predicted[:0], 3) == {}
