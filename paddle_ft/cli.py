@@ -76,9 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_analysis(commands)
     _add_model_commands(commands)
     _add_quantize(commands)
-    verify = commands.add_parser("verify", help="check that an export is still what was written (every file, the "
-                                                "engines)")
-    verify.add_argument("folder", metavar="DIR", help="an export folder (written by export or quantize)")
+    verify = commands.add_parser("verify", help="check that a saved model or an export is still what was written "
+                                                "(every file, the engines, the score on a recorded data file)")
+    verify.add_argument("folder", metavar="DIR", help="an export folder (written by export or quantize) or a "
+                                                      "training run's best/")
+    verify.add_argument("--data", metavar="FILE", help="one of the labelled files the model was trained or scored on: "
+                        "checked against its recorded sha256, and the model scored on it again")
     verify.set_defaults(run=_verify)
     _add_predict(commands)
 
@@ -336,7 +339,7 @@ def _quantize(args) -> int:
 def _verify(args) -> int:
     import paddle_ft.commands.verify as command
 
-    return command.run(args.folder)
+    return command.run(args.folder, args.data)
 
 
 def _predict(args) -> int:

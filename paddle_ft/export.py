@@ -15,6 +15,7 @@ from paddle.static import InputSpec
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, OUTPUT_NAME, SEALS, ExportInfo, program_file,
                                                read_export_info, seal, write_export_info)
+from paddle_ft.artifacts.manifest import training_provenance
 from paddle_ft.artifacts.run import RUN_FILES
 from paddle_ft.errors import UserError
 from paddle_ft.inference.backends import onnx_export_possible, write_onnx
@@ -120,7 +121,7 @@ def _export(model_dir: Path, output_dir: Path, tolerance: float, onnx: bool) -> 
             raise ParityError(f"the export on the GPU predictor differs from dygraph by "
                               f"{info.parity_max_abs_diff_gpu:.3g} (> {GPU_PARITY_TOLERANCE:g}); nothing was written "
                               f"to {output_dir}")
-        seal(tmp, info, Path(output_dir).name)
+        seal(tmp, info, Path(output_dir).name, training_provenance(Path(model_dir)))
     return info
 
 

@@ -123,7 +123,11 @@ def data_dir(tmp_path) -> Path:
 @pytest.fixture
 def tiny_config_args(data_dir, vocab_file, tmp_path) -> list[str]:
     """`-o` overrides that make configs/demo-scratch.yaml train the tiny model on the synthetic corpus."""
-    return [f"output_dir={tmp_path / 'out'}", f"data.train={data_dir / 'train.tsv'}",
+    return tiny_run_args(data_dir, vocab_file, tmp_path / "out")
+
+
+def tiny_run_args(data_dir: Path, vocab_file: Path, output_dir: Path) -> list[str]:
+    return [f"output_dir={output_dir}", f"data.train={data_dir / 'train.tsv'}",
             f"data.dev={data_dir / 'dev.tsv'}", f"data.test={data_dir / 'test.tsv'}", "data.max_length=64",
             f"model.scratch.vocab_file={vocab_file}", "model.scratch.hidden_size=32", "model.scratch.num_layers=2",
             "model.scratch.num_heads=2", "model.scratch.intermediate_size=64",

@@ -21,7 +21,7 @@ LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text",
 INFERENCE_MAY_USE = {"paddle_ft", "paddle_ft.errors", "paddle_ft.arguments", "paddle_ft.log", "paddle_ft.io",
                      "paddle_ft.runtime", "paddle_ft.text", "paddle_ft.data", "paddle_ft.data.tokenizer",
                      "paddle_ft.artifacts", "paddle_ft.artifacts.meta", "paddle_ft.artifacts.export_folder",
-                     "paddle_ft.artifacts.manifest"}
+                     "paddle_ft.artifacts.manifest", "paddle_ft.artifacts.model_card"}
 # quantize checks accuracy on a labelled file, so it reads one (the only inference module that does)
 READS_LABELLED_FILES = {"paddle_ft.inference.quantize": {"paddle_ft.data.readers"}}
 
@@ -30,7 +30,8 @@ OWNERS = {"results.json": "paddle_ft.artifacts.run", "metrics.jsonl": "paddle_ft
           "config.yaml": "paddle_ft.artifacts.run", "export.json": "paddle_ft.artifacts.export_folder",
           "model.json": "paddle_ft.artifacts.export_folder", "model.pdmodel": "paddle_ft.artifacts.export_folder",
           "model.pdiparams": "paddle_ft.artifacts.export_folder", "model.onnx": "paddle_ft.artifacts.export_folder",
-          "label_map.json": "paddle_ft.data.labels", "paddle_ft.json": "paddle_ft.artifacts.meta"}
+          "label_map.json": "paddle_ft.data.labels", "paddle_ft.json": "paddle_ft.artifacts.meta",
+          "MODEL_CARD.md": "paddle_ft.artifacts.model_card"}
 
 
 def test_imports_run_one_way_through_the_layers():

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "paddle_ft"
 # the file names of the artifacts: a module that spells one as a whole string literal reads or writes it
 ARTIFACT_FILES = ("results.json", "metrics.jsonl", "config.yaml", "export.json", "model.json", "model.pdmodel",
-                  "model.pdiparams", "model.onnx", "label_map.json", "paddle_ft.json")
+                  "model.pdiparams", "model.onnx", "label_map.json", "paddle_ft.json", "MODEL_CARD.md")
 
 
 def module_name(path: Path) -> str:

@@ -4,7 +4,9 @@ The folder is PaddleNLP's sequence-classification layout, so PaddleNLP reads it 
 `config.json` (the encoder's config with `architectures`, `num_classes`, `id2label` and `label2id`),
 `model_state.pdparams` (float32; the encoder's weights under PaddleNLP's prefix, `bert.` / `ernie.` / `roberta.`,
 and the head as `classifier.*`), the tokenizer files; beside them `label_map.json` and `paddle_ft.json`
-(`meta.ModelMeta`). Where PaddleNLP has a class that computes what paddle_ft's model does (a BERT or ERNIE encoder,
+(`meta.ModelMeta`); once the run has scored it, `MODEL_CARD.md` and `manifest.json` (every file's sha256, the
+data files' sha256 and rows, the resolved config, the seed, the versions, the scores with bootstrap intervals).
+Where PaddleNLP has a class that computes what paddle_ft's model does (a BERT or ERNIE encoder,
 pooler pooling), `architectures` names it (`BertForSequenceClassification`, `ErnieForSequenceClassification`) and
 `AutoModelForSequenceClassification.from_pretrained(best)` loads every weight and gives paddle_ft's logits;
 otherwise it names the encoder class, which `AutoModel.from_pretrained(best)` loads with every encoder weight.
@@ -19,10 +21,12 @@ from pathlib import Path
 
 import paddle
 
+from paddle_ft.artifacts.manifest import versions, write_manifest
 from paddle_ft.artifacts.meta import MODEL_META, ModelMeta, read_model_meta, write_model_meta
+from paddle_ft.artifacts.model_card import MODEL_CARD, model_card
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.errors import UserError, first_line
-from paddle_ft.io import atomic_directory
+from paddle_ft.io import atomic_directory, write_text_atomically
 from paddle_ft.model import BERTForTextClassification, float32_state, in_dtypes_of
 
 MODEL_STATE = "model_state.pdparams"
@@ -57,6 +61,14 @@ def save_bundle(directory: Path, model: BERTForTextClassification, tokenizer, me
         tokenizer.save_pretrained(str(tmp))
         LabelMap(meta.labels).save(tmp)
         write_model_meta(meta, tmp)  # last, as it marks the folder as a model
+
+
+def seal_bundle(directory: Path, name: str, training: dict) -> None:
+    """`MODEL_CARD.md` and `manifest.json` of a saved model, once the run has scored it: `training` holds its
+    `manifest.TRAINING_KEYS` (seed, resolved config, data files, metrics)."""
+    provenance = {"kind": "model", "versions": versions(), **training}
+    write_text_atomically(directory / MODEL_CARD, model_card(name, read_model_meta(directory), provenance))
+    write_manifest(directory, provenance)
 
 
 def paddlenlp_config(model: BERTForTextClassification, meta: ModelMeta):

@@ -5,6 +5,7 @@ rewrites, and the predictor reads.
     model.onnx                                                                  the same graph for ONNX Runtime
     tokenizer files, label_map.json                                             what reads the texts, the labels
     export.json                                                                 `ExportInfo`: metadata and proofs
+    MODEL_CARD.md, manifest.json                 the card, every file's sha256 and the provenance (written last)
 
 Imports neither Paddle nor the training code.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from paddle_ft.artifacts.manifest import MANIFEST, versions, write_manifest
 from paddle_ft.artifacts.meta import FORMAT_VERSION, ModelMeta, read_json, write_json
+from paddle_ft.artifacts.model_card import MODEL_CARD, model_card
 from paddle_ft.errors import UserError
 from paddle_ft.io import write_text_atomically
 
@@ -25,7 +27,6 @@ PARAMS_FILE = "model.pdiparams"
 ONNX_FILE = "model.onnx"
 OUTPUT_NAME = "logits"  # the graphs' output, [batch, labels] float32
 DYNAMIC_AXES = ("batch", "sequence")  # the ONNX graph's names for the inputs' dimensions
-MODEL_CARD = "MODEL_CARD.md"
 SEALS = (MODEL_CARD, MANIFEST)  # written last, over everything else: what the export is and where it came from
 REEXPORT = "re-create it with tools/export.py --model OUT/best --output DIR"
 
@@ -105,53 +106,28 @@ def read_export_info(directory: Path) -> ExportInfo:
         raise UserError(f"{path} is damaged (its fields are not an export's); {REEXPORT}") from None
 
 
-def seal(folder: Path, info: ExportInfo, name: str) -> None:
+def seal(folder: Path, info: ExportInfo, name: str, training: dict) -> None:
     """The export's `MODEL_CARD.md` (titled `name`) and `manifest.json` (every file's sha256, the versions that made
-    it), written once everything else is in `folder`; `info.files` already names both."""
-    made = versions()
-    write_text_atomically(folder / MODEL_CARD, model_card(name, info, made))
-    write_manifest(folder, {"kind": "export", "source_model": info.source_model, "versions": made})
+    it, the parity of each engine, and `training`: what the trained model's own manifest recorded of its data,
+    metrics, seed and config), written once everything else is in `folder`; `info.files` already names both."""
+    provenance = {"kind": "export", "source_model": info.source_model, "versions": versions(),
+                  "parity": _parity(info), **training}
+    write_text_atomically(folder / MODEL_CARD, model_card(name, info.model, provenance, _checks(info)))
+    write_manifest(folder, provenance)
 
 
-def model_card(name: str, info: ExportInfo, made: dict) -> str:
-    """What the model does, how it was checked and where it came from, from what the export knows of itself."""
-    meta = info.model
-    reads = "text pairs" if meta.takes_text_pair else "texts"
-    if meta.multi_label:
-        answer = ("each text gets the labels whose probability reaches their threshold (tuned on dev): "
-                  + ", ".join(f"{name} {t:.3f}" for name, t in zip(meta.labels, meta.label_thresholds)))
-    else:
-        answer = "each text gets its most probable label" + (
-            f"; below a top probability of {meta.abstain_below:.4f} the answer carries \"abstained\": true (a person "
-            "should decide)" if meta.abstain_below is not None else "")
-    checks = [f"Paddle Inference: {info.parity_max_abs_diff:.3g}"] if info.parity_max_abs_diff is not None else []
-    if info.parity_max_abs_diff_onnx is not None:
-        checks.append(f"ONNX Runtime: {info.parity_max_abs_diff_onnx:.3g}")
-    if info.parity_max_abs_diff_gpu is not None:
-        checks.append(f"GPU: {info.parity_max_abs_diff_gpu:.3g}")
+def _parity(info: ExportInfo) -> dict:
+    """The largest logit difference from the trained model, by engine, as export measured it."""
+    measured = {"paddle_inference": info.parity_max_abs_diff, "onnxruntime": info.parity_max_abs_diff_onnx,
+                "paddle_inference_gpu": info.parity_max_abs_diff_gpu}
+    return {engine: value for engine, value in measured.items() if value is not None}
+
+
+def _checks(info: ExportInfo) -> str:
+    names = {"paddle_inference": "Paddle Inference", "onnxruntime": "ONNX Runtime", "paddle_inference_gpu": "GPU"}
+    checks = "; ".join(f"{names[engine]}: {value:.3g}" for engine, value in _parity(info).items()) or "none"
     quantized = "" if info.quantization is None else (
         f"\nThe ONNX graph is int8 ({info.quantization.get('method')} quantization): accuracy "
         f"{info.quantization.get('accuracy_int8'):.4f} against fp32's {info.quantization.get('accuracy_fp32'):.4f}, "
         f"the same answer on {info.quantization.get('agreement'):.2%} of {info.quantization.get('texts')} texts.\n")
-    commit = made.get("paddle_ft_commit") or "not from a git checkout"
-    return f"""# Model card: {name}
-
-## What it does
-A {meta.task.replace("_", "-")} classifier of Chinese {reads} into {meta.num_classes} labels: {", ".join(meta.labels)}.
-It reads up to {meta.max_length} tokens of a text ({meta.truncation} truncation beyond that); {answer}.
-Probabilities are the softmax of the logits divided by {meta.temperature:.4g} (1 = as trained).
-
-## How it was checked
-Largest logit difference from the trained model on a padded sample batch, by engine: {"; ".join(checks) or "none"}.
-{quantized}`python -m paddle_ft verify <this folder>` checks every file against `{MANIFEST}` and the engines against
-each other again.
-
-## Where it came from
-Exported from `{info.source_model}` with Python {made["python"]}, Paddle {made["paddle"]} ({made["paddle_build"]}),
-PaddleNLP {made["paddlenlp"]}, paddle_ft {made["paddle_ft"]} ({commit}).
-
-## Limits
-It knows only the labels above: a text that fits none of them still gets one (an abstain threshold, train.decision,
-routes the least sure to a person). Its scores were measured on the data it was trained and scored on; texts unlike
-them (another domain, another language) can score lower.
-"""
+    return f"Largest logit difference from the trained model on a padded sample batch, by engine: {checks}.\n{quantized}"

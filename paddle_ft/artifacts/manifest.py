@@ -12,6 +12,8 @@ from paddle_ft.errors import UserError
 from paddle_ft.io import file_sha256, write_text_atomically
 
 MANIFEST = "manifest.json"
+TRAINING_KEYS = ("seed", "config", "data", "metrics")
+"""What a trained model's manifest records of its making; an export (and its int8 copy) carries them over."""
 
 
 def versions() -> dict:
@@ -32,8 +34,12 @@ def _checkout_commit() -> str | None:
     checkout = Path(__file__).resolve().parents[2]
     if not (checkout / ".git").exists():
         return None
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True)
-    return done.stdout.strip() or None
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True).stdout.strip()
+    if not head:
+        return None
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=checkout,
+                             capture_output=True, text=True).stdout.strip()
+    return f"{head} with uncommitted changes" if changed else head  # the commit alone would not make it again
 
 
 def write_manifest(folder: Path, provenance: dict) -> dict:
@@ -43,6 +49,20 @@ def write_manifest(folder: Path, provenance: dict) -> dict:
     manifest = {"files": files, **provenance}
     write_text_atomically(folder / MANIFEST, json.dumps(manifest, ensure_ascii=False, indent=2) + "\n")
     return manifest
+
+
+def data_file(path: str | Path, rows: int) -> dict:
+    """A data file as a manifest records it: the path as the config gave it, its sha256, the rows read from it."""
+    return {"path": str(path), "sha256": file_sha256(Path(path)), "rows": rows}
+
+
+def training_provenance(folder: Path) -> dict:
+    """What `folder`'s manifest records of the model's making (`TRAINING_KEYS`); nothing for a folder without one
+    (a model saved by other means)."""
+    if not (folder / MANIFEST).is_file():
+        return {}
+    manifest = read_manifest(folder)
+    return {key: manifest[key] for key in TRAINING_KEYS if key in manifest}
 
 
 def read_manifest(folder: Path) -> dict:

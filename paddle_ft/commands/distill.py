@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from paddle_ft.artifacts.bundle import load_bundle
+from paddle_ft.artifacts.manifest import data_file
 from paddle_ft.artifacts.meta import MODEL_META, is_model_folder
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.report import write_run_report
-from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
+from paddle_ft.commands.session import data_record, opened_run, ready_to_train, run_engine, seal_best, shared_backbone
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import read_corpus
 from paddle_ft.data.features import Features, tokenize
@@ -31,6 +32,7 @@ def run(config_path: str, overrides: list[str], teacher: str | None) -> int:
 
 def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
     dataset = read_dataset(config.data, config.task)
+    data = data_record(dataset) if dist.is_main else None
     if dataset.label_map.names != teacher_bundle.meta.labels:
         raise ConfigError("data.labels", f"the student's labels {list(dataset.label_map.names)} are not the "
                           f"teacher's {list(teacher_bundle.meta.labels)}: give data.labels in the teacher's order")
@@ -41,9 +43,12 @@ def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
                           truncation_of(config.data))
     if config.distill.unlabeled:
-        texts, _ = read_corpus(config.distill.unlabeled, config.data.text_column)
+        texts, origins = read_corpus(config.distill.unlabeled, config.data.text_column)
         splits = dataclasses.replace(splits, train=_with_unlabeled(splits.train, texts, tokenizer, config))
         log(f"distillation: {len(texts)} unlabeled texts learnt from the teacher alone")
+        if dist.is_main:
+            for number, path in enumerate(config.distill.unlabeled, 1):
+                data[f"unlabeled-{number}"] = data_file(path, sum(origin == str(path) for origin, _ in origins))
     teacher_logits = teacher_logits_of(teacher_bundle.model, splits.train, config.train.evaluation.batch_size,
                                        tokenizer.pad_token_id, dist)
     model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
@@ -53,6 +58,7 @@ def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
                              temperature=config.distill.temperature, alpha=config.distill.alpha)
     results = run_engine(model, splits, config, folder, dist, resume_from, "distill", objective)
     if dist.is_main:
+        seal_best(folder, config, data, results)
         for split in ("dev", "test"):
             report = getattr(results, split)
             if report is not None:

@@ -11,9 +11,11 @@ import numpy as np
 import paddle
 
 from paddle_ft import runtime
+from paddle_ft.artifacts.bundle import seal_bundle
+from paddle_ft.artifacts.manifest import data_file
 from paddle_ft.artifacts.run import Results
-from paddle_ft.build import resolve_backbone
-from paddle_ft.config import Config, ModelConfig
+from paddle_ft.build import Dataset, resolve_backbone
+from paddle_ft.config import Config, ModelConfig, config_to_dict
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import check_amp_supported, set_tf32
@@ -89,6 +91,19 @@ def run_engine(model, splits, config: Config, folder: RunFolder, dist, resume_fr
         raise UserError(problem) from None
     dist.shutdown()
     return results
+
+
+def data_record(dataset: Dataset) -> dict:
+    """Each data file of the run as best/'s manifest records it (path, sha256, rows read), taken when the files are
+    read: a file edited while the model trains is not the one it learnt from."""
+    return {split: data_file(path, len(dataset.examples[split])) for split, path in dataset.paths.items()}
+
+
+def seal_best(folder: RunFolder, config: Config, data: dict, results: Results) -> None:
+    """best/'s model card and manifest, once the run has scored it: data, config, seed and scores."""
+    metrics = {split: report for split in ("dev", "test") if (report := getattr(results, split)) is not None}
+    seal_bundle(folder.best_dir, folder.path.name,
+                {"seed": config.seed, "config": config_to_dict(config), "data": data, "metrics": metrics})
 
 
 def apply_runtime(model, config: Config, dist) -> None:

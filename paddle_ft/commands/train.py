@@ -7,7 +7,7 @@ from paddle_ft.analysis.audit import coverage_problem, leakage, unknown_shares
 from paddle_ft.artifacts.run import Results
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.report import write_run_report
-from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
+from paddle_ft.commands.session import data_record, opened_run, ready_to_train, run_engine, seal_best, shared_backbone
 from paddle_ft.config import TASK_METRICS, load_config
 from paddle_ft.data.augment import augmented
 from paddle_ft.engine.losses import class_weights
@@ -39,6 +39,7 @@ def trained(config_path: str | None, overrides: list[str], on_eval=None) -> Resu
 
 def _train(config, dist, folder, resume_from, on_eval, started: float) -> Results | None:
     dataset = read_dataset(config.data, config.task)
+    data = data_record(dataset) if dist.is_main else None
     if dist.is_main:
         warn_on_leakage(dataset)
     if config.data.augment.copies:
@@ -59,6 +60,7 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
     results = run_engine(model, splits, config, folder, dist, resume_from, "train", objective(config, splits, dist),
                          on_eval)
     if dist.is_main:
+        seal_best(folder, config, data, results)
         for split in ("dev", "test"):
             report = getattr(results, split)
             if report is not None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, REEXPORT, SEALS, read_export_info, seal,
                                                write_export_info)
+from paddle_ft.artifacts.manifest import training_provenance
 from paddle_ft.data.readers import Columns, format_of, read_examples, read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.inference.predictor import Predictor
@@ -68,7 +69,7 @@ def quantize_export(export_dir: Path, data: Path, output_dir: Path, method: str 
             raise AccuracyDropped(f"int8 accuracy on {data} is {check['accuracy_int8']:.4f} against fp32's "
                                   f"{check['accuracy_fp32']:.4f}: {drop:.2f} points lost, more than --max-drop "
                                   f"{max_drop:g}; nothing was written to {output_dir}")
-        seal(tmp, quantized, Path(output_dir).name)
+        seal(tmp, quantized, Path(output_dir).name, training_provenance(export_dir))
     return check
 
 
@@ -118,20 +119,36 @@ def _labelled(path: Path, meta) -> list:
     return examples
 
 
+def labelled_accuracy(predictor: Predictor, path: Path) -> tuple[float, int, bool]:
+    """(accuracy of `predictor` on the labelled file `path` (subset accuracy for a multi-label model), its texts,
+    whether the model is multi-label)."""
+    meta = predictor.meta
+    examples = _labelled(path, meta)
+    right = [_answer(p, meta) == _gold(e, meta) for p, e in zip(_predictions(predictor, examples, meta), examples)]
+    return float(np.mean(right)), len(examples), meta.multi_label
+
+
 def _compare(fp32: Predictor, int8: Predictor, examples: list, meta) -> dict:
     """Accuracy of each (subset accuracy for multi-label), how often they answer alike, and the largest
     probability difference."""
-    texts = [e.text for e in examples]
-    text_pair = [e.text_pair for e in examples] if meta.takes_text_pair else None
-    before, after = fp32.predict(texts, text_pair=text_pair), int8.predict(texts, text_pair=text_pair)
-
-    def answer(prediction):
-        return frozenset(prediction.labels) if meta.multi_label else prediction.label
-
-    gold = [frozenset(e.label) if meta.multi_label else e.label for e in examples]
+    before, after = _predictions(fp32, examples, meta), _predictions(int8, examples, meta)
+    gold = [_gold(e, meta) for e in examples]
     difference = max(abs(a - b) for x, y in zip(before, after)
                      for a, b in zip(x.probabilities.values(), y.probabilities.values()))
-    return {"accuracy_fp32": float(np.mean([answer(p) == g for p, g in zip(before, gold)])),
-            "accuracy_int8": float(np.mean([answer(p) == g for p, g in zip(after, gold)])),
-            "agreement": float(np.mean([answer(a) == answer(b) for a, b in zip(before, after)])),
+    return {"accuracy_fp32": float(np.mean([_answer(p, meta) == g for p, g in zip(before, gold)])),
+            "accuracy_int8": float(np.mean([_answer(p, meta) == g for p, g in zip(after, gold)])),
+            "agreement": float(np.mean([_answer(a, meta) == _answer(b, meta) for a, b in zip(before, after)])),
             "max_probability_difference": float(difference), "texts": len(examples)}
+
+
+def _predictions(predictor: Predictor, examples: list, meta) -> list:
+    text_pair = [e.text_pair for e in examples] if meta.takes_text_pair else None
+    return predictor.predict([e.text for e in examples], text_pair=text_pair)
+
+
+def _answer(prediction, meta):
+    return frozenset(prediction.labels) if meta.multi_label else prediction.label
+
+
+def _gold(example, meta):
+    return frozenset(example.label) if meta.multi_label else example.label

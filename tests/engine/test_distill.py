@@ -69,6 +69,9 @@ def test_a_small_student_learns_from_the_teacher_and_unlabeled_text(corpus, caps
     assert results["test"]["accuracy"] >= 0.95 * teacher_results["test"]["accuracy"], (results, teacher_results)
     config = (root / "student" / "config.yaml").read_text(encoding="utf-8")
     assert f"teacher: {teacher}" in config  # a resume needs no --teacher
+    manifest = json.loads((root / "student" / "best" / "manifest.json").read_text(encoding="utf-8"))
+    assert {split: entry["rows"] for split, entry in manifest["data"].items()} == \
+        {"train": 300, "dev": 100, "test": 200, "unlabeled-1": 200}
     assert main(["export", "--model", str(root / "student" / "best"), "--output", str(root / "student-export")]) == 0
 
 

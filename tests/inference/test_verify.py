@@ -1,12 +1,14 @@
-"""An export's manifest and model card, and `verify`: a fresh copy passes; a one-byte change to the weights, a
-tampered export.json or an added file fail, each in one line."""
+"""Manifests and model cards, and `verify`: a fresh copy of an export passes; a one-byte change to the weights, a
+tampered export.json, an added file, a changed data file fail, each in one line. best/ records its data files,
+config, seed and scores; the export carries them over."""
 import json
 import shutil
 
 import pytest
-from conftest import LABELS, export_tiny_model
+from conftest import DEMO, LABELS, export_tiny_model, overrides, tiny_run_args, write_splits, write_vocab
 
 from paddle_ft.cli import main
+from paddle_ft.io import file_sha256
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +61,65 @@ def test_verify_without_a_manifest_says_what_to_do(export, tmp_path, capsys):
     (copy / "manifest.json").unlink()
     assert main(["verify", str(copy)]) == 2
     assert "has no manifest.json" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- a trained model's provenance
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny run's folder, its best/ and its export, and the data it was trained and scored on."""
+    root = tmp_path_factory.mktemp("trained")
+    data = write_splits(root / "data", (240, 60, 60))
+    args = tiny_run_args(data, write_vocab(root / "vocab.txt"), root / "run")
+    assert main(["train", "-c", DEMO, *overrides(args)]) == 0
+    assert main(["export", "--model", str(root / "run" / "best"), "--output", str(root / "export")]) == 0
+    return root
+
+
+def test_best_records_its_data_config_seed_and_scores_with_intervals(trained):
+    best = trained / "run" / "best"
+    manifest = json.loads((best / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["kind"] == "model" and manifest["seed"] == 42
+    assert manifest["config"]["data"]["test"] == str(trained / "data" / "test.tsv")
+    assert {split: entry["rows"] for split, entry in manifest["data"].items()} == {"train": 240, "dev": 60, "test": 60}
+    assert manifest["data"]["test"]["sha256"] == file_sha256(trained / "data" / "test.tsv")
+    results = json.loads((trained / "run" / "results.json").read_text(encoding="utf-8"))
+    assert manifest["metrics"]["test"] == results["test"]
+    low, high = manifest["metrics"]["test"]["intervals"]["accuracy"]
+    assert low <= results["test"]["accuracy"] <= high
+    card = (best / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert f"| test | `{trained / 'data' / 'test.tsv'}` | 60 | `{manifest['data']['test']['sha256'][:16]}` |" in card
+    assert f"- test (60 texts): accuracy {results['test']['accuracy']:.4f} [{low:.4f}, {high:.4f}]" in card
+    # the export carries what training recorded, beside its own parity
+    exported = json.loads((trained / "export" / "manifest.json").read_text(encoding="utf-8"))
+    assert {key: exported[key] for key in ("seed", "config", "data", "metrics")} == \
+        {key: manifest[key] for key in ("seed", "config", "data", "metrics")}
+    assert set(exported["parity"]) == {"paddle_inference", "onnxruntime"}
+
+
+@pytest.mark.parametrize("folder", ["run/best", "export"])
+def test_verify_data_scores_a_recorded_file_again(trained, folder, capsys):
+    assert main(["verify", str(trained / folder), "--data", str(trained / "data" / "test.tsv")]) == 0
+    assert "test.tsv is its test file, unchanged, and accuracy on it is" in capsys.readouterr().out
+
+
+def test_verify_data_fails_in_one_line_for_a_changed_or_unknown_file(trained, tmp_path, capsys):
+    copy = shutil.copytree(trained / "data", tmp_path / "data")
+    lines = (copy / "test.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    label = "正面" if "负面" in lines[1] else "负面"
+    (copy / "test.tsv").write_text("".join([lines[0], lines[1].rsplit("\t", 1)[0] + f"\t{label}\n", *lines[2:]]),
+                                   encoding="utf-8")
+    export = trained / "export"
+    assert main(["verify", str(export), "--data", str(copy / "test.tsv")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is none of the data files" in err and "its sha256 matches none" in err
+    changed = trained / "data" / "test.tsv"  # the recorded path itself, one label changed
+    original = changed.read_bytes()
+    try:
+        shutil.copy(copy / "test.tsv", changed)
+        assert main(["verify", str(export), "--data", str(changed)]) == 1
+        err = capsys.readouterr().err
+        assert err == (f"error: verify: {changed} has changed since the model was trained and scored on it (its "
+                       "sha256 differs from the one manifest.json records for test)\n")
+    finally:
+        changed.write_bytes(original)

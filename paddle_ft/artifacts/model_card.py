@@ -1,0 +1,101 @@
+"""`MODEL_CARD.md`: what a model does, on which data it was trained and scored, its scores with their
+uncertainty, how it was checked, where it came from and how to make it again. Written from what the folder knows
+of itself (its `ModelMeta` and the provenance its `manifest.json` records), beside that manifest, by `best/`'s
+owner (`bundle`) and the export's (`export_folder`)."""
+from __future__ import annotations
+
+from paddle_ft.artifacts.manifest import MANIFEST
+from paddle_ft.artifacts.meta import ModelMeta
+
+MODEL_CARD = "MODEL_CARD.md"
+SCORED = ("dev", "test")
+DATA = ("train", "unlabeled", "dev", "test")  # unlabeled-N: the files a distilled student learnt from its teacher alone
+
+
+def model_card(name: str, meta: ModelMeta, provenance: dict, checks: str = "") -> str:
+    """The card titled `name`. `provenance` is what the manifest records beside the files (versions, and for a
+    trained model its data, metrics, seed and config); `checks` says how the folder was checked (an export's
+    parity), a paragraph or nothing."""
+    made = provenance["versions"]
+    commit = made.get("paddle_ft_commit") or "not from a git checkout"
+    return f"""# Model card: {name}
+
+## What it does
+{_what_it_does(meta)}
+
+## Data
+{_data(provenance.get("data"))}
+
+## Results
+{_results(provenance.get("metrics"), meta)}
+
+## How it was checked
+{checks}`python -m paddle_ft verify <this folder>` checks every file against `{MANIFEST}`{" and the engines against each other again" if checks else ""}; with `--data FILE` (one of the files above) it scores the model on it again and compares.
+
+## Where it came from
+Made with Python {made["python"]}, Paddle {made["paddle"]} ({made["paddle_build"]}), PaddleNLP {made["paddlenlp"]},
+paddle_ft {made["paddle_ft"]} ({commit}).
+{_reproduce(provenance)}
+## Limits
+It knows only the labels above: a text that fits none of them still gets one (an abstain threshold, train.decision,
+routes the least sure to a person). Its scores were measured on the data above; texts unlike them (another domain,
+another language, another period) can score lower.
+"""
+
+
+def _what_it_does(meta: ModelMeta) -> str:
+    reads = "text pairs" if meta.takes_text_pair else "texts"
+    if meta.multi_label:
+        answer = ("each text gets the labels whose probability reaches their threshold (tuned on dev): "
+                  + ", ".join(f"{label} {t:.3f}" for label, t in zip(meta.labels, meta.label_thresholds)))
+    else:
+        answer = "each text gets its most probable label" + (
+            f"; below a top probability of {meta.abstain_below:.4f} the answer carries \"abstained\": true (a person "
+            "should decide)" if meta.abstain_below is not None else "")
+    return (f"A {meta.task.replace('_', '-')} classifier of Chinese {reads} into {meta.num_classes} labels: "
+            f"{', '.join(meta.labels)}.\nIt reads up to {meta.max_length} tokens of a text ({meta.truncation} "
+            f"truncation beyond that); {answer}.\nProbabilities are the softmax of the logits divided by "
+            f"{meta.temperature:.4g} (1 = as trained).")
+
+
+def _data(data: dict | None) -> str:
+    if not data:
+        return "Not recorded: this model was not written by a training run of this paddle_ft."
+    ordered = sorted(data, key=lambda split: DATA.index(split.split("-")[0]) if split.split("-")[0] in DATA else 9)
+    rows = [f"| {split} | `{data[split]['path']}` | {data[split]['rows']} | `{data[split]['sha256'][:16]}` |"
+            for split in ordered]
+    return "\n".join(["| split | file | rows read | sha256 (first 16) |", "|---|---|---:|---|", *rows])
+
+
+def _results(metrics: dict | None, meta: ModelMeta) -> str:
+    if not metrics:
+        return "Not recorded: no split was scored when this model was written."
+    names = ("micro_f1", "macro_f1", "subset_accuracy") if meta.multi_label else ("accuracy", "macro_f1")
+    lines = ["Scores of the saved model, with 95% bootstrap intervals (1,000 resamples of the split's texts):", ""]
+    for split in SCORED:
+        report = metrics.get(split)
+        if not report:
+            continue
+        scores = []
+        for metric in names:
+            low_high = report.get("intervals", {}).get(metric)
+            span = f" [{low_high[0]:.4f}, {low_high[1]:.4f}]" if low_high else ""
+            scores.append(f"{metric} {report[metric]:.4f}{span}")
+        if "ece" in report:
+            scores.append(f"ECE {report['ece']:.4f}")
+        decision = report.get("decision", {})
+        if decision.get("coverage") is not None:
+            answered = decision["answered_accuracy"]
+            scores.append(f"answered {decision['coverage']:.1%} of texts"
+                          + (f" at accuracy {answered:.4f}" if answered is not None else ""))
+        lines.append(f"- {split} ({report['examples']} texts): " + "; ".join(scores))
+    return "\n".join(lines)
+
+
+def _reproduce(provenance: dict) -> str:
+    if "config" not in provenance:
+        return ""
+    return (f"\n## How to make it again\nWith the data files above in place (their sha256 must match), the versions "
+            f"above and seed {provenance.get('seed')}: `python tools/train.py --config config.yaml`, where config.yaml is "
+            f"the training run's own (the same resolved configuration as `config` in `{MANIFEST}`). The same kind of "
+            "machine gives the same model.\n")
