@@ -9,6 +9,7 @@ from paddle_ft import backbone
 from paddle_ft.artifacts.meta import ModelMeta
 from paddle_ft.config import Config, DataConfig, ModelConfig
 from paddle_ft.data.cache import cached_tokenize
+from paddle_ft.data.corrections import apply_corrections, read_corrections
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, format_of, read_examples
@@ -55,7 +56,21 @@ def read_dataset(data: DataConfig, task: str = "single_label") -> Dataset:
             examples[split], report = read_examples(path, format_of_split(data, path), columns,
                                                     frozenset(label_map.names), data.on_bad_row)
             log(report.summary())
-    return Dataset(label_map, examples, {split: getattr(data, split) for split in examples})
+    paths = {split: getattr(data, split) for split in examples}
+    if data.corrections is not None:
+        examples = _corrected(examples, paths, data.corrections, columns, label_map)
+    return Dataset(label_map, examples, paths)
+
+
+def _corrected(examples: dict, paths: dict, corrections: str, columns: Columns, label_map: LabelMap) -> dict:
+    if not Path(corrections).is_file():
+        raise ConfigError("data.corrections", f"{corrections} does not exist; give the review file label-issues "
+                          "wrote (OUT/review.tsv), or remove the key")
+    examples, counts = apply_corrections(examples, paths, read_corrections(corrections, columns,
+                                                                           frozenset(label_map.names)))
+    log(f"data.corrections: {counts['relabelled']} rows relabelled and {counts['dropped']} dropped, as {corrections} "
+        "decides")
+    return examples
 
 
 def truncation_of(data: DataConfig) -> Truncation:

@@ -1,4 +1,4 @@
-"""`python -m paddle_ft {init,train,pretrain,distill,audit,report,cv,sweep,eval,convert,export,quantize,verify,
+"""`python -m paddle_ft {init,train,pretrain,distill,audit,report,cv,label-issues,sweep,eval,convert,export,quantize,verify,
 predict,serve,bench}`; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
@@ -198,7 +198,7 @@ def _add_predict(commands) -> None:
 
 
 def _add_analysis(commands) -> None:
-    """audit, cv, sweep and report: the data and the runs, looked at."""
+    """audit, cv, label-issues, sweep and report: the data and the runs, looked at."""
     audit = _config_arguments(commands.add_parser(
         "audit", help="check a config's data: duplicates, leakage, conflicting labels, ..."), "configs/demo.yaml")
     audit.add_argument("--output", help="folder for audit.json (default: OUTPUT_DIR/audit)")
@@ -210,6 +210,17 @@ def _add_analysis(commands) -> None:
     cv.add_argument("--restart", action="store_true", help="delete the folds an earlier cv left in OUTPUT_DIR and "
                                                            "start afresh (a rerun otherwise resumes them)")
     cv.set_defaults(run=_cv)
+    issues = _config_arguments(commands.add_parser(
+        "label-issues", help="find probably mislabelled rows of train and dev (out-of-fold confident learning)"),
+        "configs/demo.yaml")
+    issues.add_argument("--folds", type=positive_int, default=5, help="number of folds (default 5)")
+    issues.add_argument("--output", required=True, help="the folder for the folds, the table, the page and the review "
+                                                        "file (a rerun into it resumes)")
+    issues.add_argument("--prune", action="store_true", help="also train with every row and without the flagged ones, "
+                                                             "and compare them on test")
+    issues.add_argument("--restart", action="store_true", help="delete what an earlier label-issues left in --output "
+                                                               "and start afresh")
+    issues.set_defaults(run=_label_issues)
     sweep = _config_arguments(commands.add_parser(
         "sweep", help="hyperparameter search with Optuna (resumable; see docs/analysis.md)"), "configs/demo.yaml")
     sweep.add_argument("--space", required=True, help="the search space YAML (params, sampler, trials, pruner)")
@@ -277,6 +288,12 @@ def _cv(args) -> int:
     import paddle_ft.commands.cv as command
 
     return command.run(args.config, args.override, args.folds, args.restart)
+
+
+def _label_issues(args) -> int:
+    import paddle_ft.commands.label_issues as command
+
+    return command.run(args.config, args.override, args.folds, args.output, args.prune, args.restart)
 
 
 def _sweep(args) -> int:

@@ -88,6 +88,9 @@ class DataConfig:
     a bad row, as an empty label usually means a row someone forgot to label)."""
     labels: tuple[str, ...] | str | None = None
     """Label names as a list, a file with one name per line, or null to take them from train."""
+    corrections: str | None = None
+    """A review file `label-issues` wrote, its decision column filled in (keep, accept, drop or a label): the labels
+    it changes and the rows it drops are applied to train and dev as they are read (docs/analysis.md)."""
     max_length: int = field(default=128, metadata=_check(lambda v: v >= 8, "an integer >= 8"))
     """Tokens per example after truncation, [CLS] and [SEP] included."""
     long_text: str = field(default="head", metadata=_one_of(*TRUNCATIONS))

@@ -187,16 +187,22 @@ def write_examples(path: Path, fmt: str, columns: Columns, examples: list[Exampl
         return {name: value for name, value in fields.items() if name is not None}
 
     names = [n for n in (columns.text, columns.text_pair, columns.label) if n is not None]
+    write_records(path, fmt, names, [record(e) for e in examples])
+
+
+def write_records(path: Path, fmt: str, names: list[str], records: list[dict]) -> None:
+    """Rows {column: value} as a file of format `fmt` with the columns `names` (a header for TSV and CSV), which
+    `read_records` reads back. A TSV field must hold no tab or newline (a TSV that was read holds none)."""
     with atomic_file(path, newline="") as out:
         if fmt == "jsonl":
-            out.writelines(json.dumps(record(e), ensure_ascii=False) + "\n" for e in examples)
+            out.writelines(json.dumps({n: r[n] for n in names}, ensure_ascii=False) + "\n" for r in records)
         elif fmt == "csv":
             writer = csv.DictWriter(out, fieldnames=names)
             writer.writeheader()
-            writer.writerows(record(e) for e in examples)
-        else:  # tsv: what it read held no tab or newline inside a field
+            writer.writerows({n: r[n] for n in names} for r in records)
+        else:
             out.write("\t".join(names) + "\n")
-            out.writelines("\t".join(record(e)[n] for n in names) + "\n" for e in examples)
+            out.writelines("\t".join(str(r[n]) for n in names) + "\n" for r in records)
 
 
 _SKIP_HINT = " (fix the row, or set data.on_bad_row=skip to drop bad rows)"

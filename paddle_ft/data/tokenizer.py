@@ -13,7 +13,6 @@ import sys
 import unicodedata
 from typing import Sequence
 
-
 # paddlenlp.transformers.tokenizer_utils: _is_punctuation (ASCII non-alphanumerics, Unicode P*) or
 # _is_symbol (Unicode S* and a few listed code points)
 _PUNCTUATION_OR_SYMBOL = r"!-/:-@\[-`{-~\p{P}\p{S}\x{00AD}\x{00B2}\x{00BA}\x{3007}\x{00B5}\x{00D8}\x{014B}\x{01B1}"

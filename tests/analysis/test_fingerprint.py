@@ -48,7 +48,7 @@ def test_a_cv_rerun_with_other_folds_or_settings_is_refused_and_restart_starts_a
     assert "train.optimizer.learning_rate: 0.003 then, 0.001 now" in error_line(capsys)
     assert json.loads((root / "cv.json").read_text(encoding="utf-8")) == first  # untouched by the refusals
     assert main(["cv", "--config", DEMO, "--folds", "2", *args]) == 0  # the same settings: resumed, nothing rerun
-    assert "cv: fold" not in capsys.readouterr().out
+    assert "rows to train" not in capsys.readouterr().out
     assert main(["cv", "--config", DEMO, "--folds", "3", "--restart", *args]) == 0
     assert json.loads((root / "cv.json").read_text(encoding="utf-8"))["folds"] == 3
     assert sorted(p.name for p in root.glob("fold-*")) == ["fold-1", "fold-2", "fold-3"]
