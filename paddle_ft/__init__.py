@@ -4,8 +4,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # `paddle_ft.Predictor`, `paddle_ft.Classifier`, `paddle_ft.train` and `paddle_ft.load` without importing paddle
-    # for code that only needs, say, the demo data.
+    # `paddle_ft.Predictor`, `paddle_ft.Classifier`, `paddle_ft.Explainer`, `paddle_ft.train` and `paddle_ft.load`
+    # without importing paddle for code that only needs, say, the demo data.
     if name in ("train", "load"):
         from paddle_ft import api
 
@@ -14,6 +14,10 @@ def __getattr__(name):
         from paddle_ft.inference.predictor import Predictor
 
         return Predictor
+    if name == "Explainer":
+        from paddle_ft.analysis.explain import Explainer
+
+        return Explainer
     if name == "Classifier":
         from paddle_ft.inference.classifier import Classifier
 

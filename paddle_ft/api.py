@@ -6,6 +6,8 @@
     >>> classify = paddle_ft.load("out/my/best")                     # a best/ folder or an export
     >>> classify("质量很好，物流快")
     [{'label': '好评', 'score': 0.98}]
+    >>> why = paddle_ft.Explainer.load("out/my/best")                 # token attributions, nearest training texts
+    >>> why.explain("质量很好，物流快")[0].top_tokens(3)
 """
 from __future__ import annotations
 

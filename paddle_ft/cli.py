@@ -1,5 +1,5 @@
-"""`python -m paddle_ft {init,train,pretrain,distill,audit,report,cv,label-issues,sweep,eval,convert,export,quantize,verify,
-predict,serve,bench}`; `tools/*.py` wrap `main`.
+"""`python -m paddle_ft {init,train,pretrain,distill,audit,report,cv,label-issues,sweep,eval,explain,convert,export,
+quantize,verify,predict,serve,bench}`; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -165,6 +165,23 @@ def _add_model_commands(commands) -> None:
     evaluate.add_argument("--batch-size", type=positive_int, default=64)
     evaluate.set_defaults(run=_eval)
 
+    explain = commands.add_parser("explain", help="why a trained model answers: token attributions (integrated "
+                                                  "gradients) and the nearest training texts")
+    _model_argument(explain)
+    explain.add_argument("--text", action="append", required=True, help="a text to explain; repeatable")
+    explain.add_argument("--text-pair", action="append", help="the second text of a --text, in the same order, for a "
+                                                              "model trained on text pairs; repeatable")
+    explain.add_argument("--label", help="the label to explain (default: the model's answer; each label of a "
+                                         "multi-label answer)")
+    explain.add_argument("--steps", type=positive_int, default=50, help="integrated-gradients steps (more: a smaller "
+                                                                        "completeness error, slower; default 50)")
+    explain.add_argument("--neighbours", type=non_negative_int, default=3,
+                         help="nearest labelled texts to show (0: none; default 3)")
+    explain.add_argument("--data", help="labelled TSV / CSV / JSONL file to find the nearest texts in (default: the "
+                                        "training file the model's manifest records)")
+    explain.add_argument("--html", help="also write the explanations as highlighted text to this page")
+    explain.set_defaults(run=_explain)
+
     convert = commands.add_parser("convert", help="convert a Hugging Face checkpoint folder to a PaddleNLP one")
     convert.add_argument("--from-hf", required=True, help="a Hugging Face folder: config.json, model.safetensors "
                                                           "or pytorch_model.bin, vocab.txt")
@@ -288,6 +305,13 @@ def _cv(args) -> int:
     import paddle_ft.commands.cv as command
 
     return command.run(args.config, args.override, args.folds, args.restart)
+
+
+def _explain(args) -> int:
+    import paddle_ft.commands.explain as command
+
+    return command.run(args.model, args.text, args.text_pair, args.label, args.steps, args.neighbours,
+                       args.data, args.html)
 
 
 def _label_issues(args) -> int:

@@ -9,12 +9,13 @@ scored split.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from paddle_ft.analysis.audit import NO_PROBLEMS, label_counts
+from paddle_ft.analysis.explain import Explanation
 from paddle_ft.artifacts.run import Event, Results, RunFiles
 from paddle_ft.config import Config, config_to_dict, flat_config, load_config
 from paddle_ft.engine.metrics import expected_calibration_error
@@ -36,6 +37,8 @@ class Answers:
     gold: np.ndarray         # [n] class ids
     probabilities: np.ndarray  # [n, classes]
     labels: tuple[str, ...]
+    explanations: list[Explanation] = field(default_factory=list)
+    """Of the most confident mistakes, most confident first (the report shows them highlighted)."""
 
 
 def write_report(run_dir: Path, answers: Answers | None, data_summary: dict | None = None) -> Path:
@@ -228,8 +231,32 @@ def _mistakes_section(answers: Answers) -> str:
     names = [html.escape(name) for name in answers.labels]
     rows = "".join(f"<tr><td>{answers.probabilities[i, predicted[i]]:.3f}</td><td>{names[predicted[i]]}</td>"
                    f"<td>{names[answers.gold[i]]}</td><td>{html.escape(answers.texts[i])}</td></tr>" for i in worst)
+    why = "" if not answers.explanations else (
+        "<h3>Why the most confident ones</h3><p>Each token shaded by how much it pushed the model towards the label "
+        "it gave (green) or away from it (red), by integrated gradients; below, the training texts the model sees as "
+        "nearest.</p>" + "".join(explanation_html(e) for e in answers.explanations))
     return (f"<h2>The most confident mistakes ({len(wrong)} wrong in all)</h2><table><tr><th>probability</th>"
-            f"<th>predicted</th><th>gold</th><th>text</th></tr>{rows}</table>")
+            f"<th>predicted</th><th>gold</th><th>text</th></tr>{rows}</table>{why}")
+
+
+def explanation_html(explanation: Explanation) -> str:
+    """The explained text with each token shaded by its attribution (green towards the label, red away, the
+    strongest fully), the numbers, and the nearest texts."""
+    strongest = max(float(np.abs(explanation.attributions).max()), 1e-12)
+    spans = []
+    for token, segment, value in zip(explanation.tokens, explanation.segments, explanation.attributions):
+        if token in ("[CLS]", "[SEP]", "[PAD]"):
+            spans.append(" ‖ " if token == "[SEP]" and segment == 0 and explanation.text_pair else "")
+            continue
+        colour = "0,150,0" if value >= 0 else "200,0,0"
+        spans.append(f'<span title="{value:+.4f}" style="background:rgba({colour},{abs(value) / strongest:.2f})">'
+                     f"{html.escape(token.removeprefix('##'))}</span>")
+    near = "".join(f"<li>{n.similarity:.3f} {html.escape(n.label or '')}: {html.escape(n.text)}</li>"
+                   for n in explanation.neighbours)
+    return (f'<div class="explanation"><p><b>{html.escape(explanation.label)}</b> '
+            f"{explanation.probability:.3f} (from {explanation.baseline_probability:.3f} at the baseline; "
+            f"completeness error {explanation.completeness_error:.2g})</p><p style=\"font-size:1.2em\">"
+            f"{''.join(spans)}</p>" + (f"<ul>{near}</ul>" if near else "") + "</div>")
 
 
 def _per_class_section(results: Results) -> str:

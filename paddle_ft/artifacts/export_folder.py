@@ -130,4 +130,5 @@ def _checks(info: ExportInfo) -> str:
         f"\nThe ONNX graph is int8 ({info.quantization.get('method')} quantization): accuracy "
         f"{info.quantization.get('accuracy_int8'):.4f} against fp32's {info.quantization.get('accuracy_fp32'):.4f}, "
         f"the same answer on {info.quantization.get('agreement'):.2%} of {info.quantization.get('texts')} texts.\n")
-    return f"Largest logit difference from the trained model on a padded sample batch, by engine: {checks}.\n{quantized}"
+    return (f"Largest logit difference from the trained model on a padded sample batch, by engine: {checks}.\n"
+            f"{quantized}")

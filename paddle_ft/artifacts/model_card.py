@@ -30,7 +30,7 @@ def model_card(name: str, meta: ModelMeta, provenance: dict, checks: str = "") -
 {_results(provenance.get("metrics"), meta)}
 
 ## How it was checked
-{checks}`python -m paddle_ft verify <this folder>` checks every file against `{MANIFEST}`{" and the engines against each other again" if checks else ""}; with `--data FILE` (one of the files above) it scores the model on it again and compares.
+{checks}{_verify_line(bool(checks))}
 
 ## Where it came from
 Made with Python {made["python"]}, Paddle {made["paddle"]} ({made["paddle_build"]}), PaddleNLP {made["paddlenlp"]},
@@ -41,6 +41,12 @@ It knows only the labels above: a text that fits none of them still gets one (an
 routes the least sure to a person). Its scores were measured on the data above; texts unlike them (another domain,
 another language, another period) can score lower.
 """
+
+
+def _verify_line(engines: bool) -> str:
+    return (f"`python -m paddle_ft verify <this folder>` checks every file against `{MANIFEST}`"
+            + (" and the engines against each other again" if engines else "")
+            + "; with `--data FILE` (one of the files above) it scores the model on it again and compares.")
 
 
 def _what_it_does(meta: ModelMeta) -> str:
@@ -96,6 +102,6 @@ def _reproduce(provenance: dict) -> str:
     if "config" not in provenance:
         return ""
     return (f"\n## How to make it again\nWith the data files above in place (their sha256 must match), the versions "
-            f"above and seed {provenance.get('seed')}: `python tools/train.py --config config.yaml`, where config.yaml is "
-            f"the training run's own (the same resolved configuration as `config` in `{MANIFEST}`). The same kind of "
+            f"above and seed {provenance.get('seed')}: `python tools/train.py --config config.yaml`, where config.yaml "
+            f"is the training run's own (the same resolved configuration as `config` in `{MANIFEST}`). The same kind of "
             "machine gives the same model.\n")

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from paddle_ft.analysis.audit import audit
+from paddle_ft.analysis.explain import Explainer
 from paddle_ft.analysis.report import Answers, write_report
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.run import RunFiles
@@ -15,6 +18,8 @@ from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.ownership import owned_folder, owner_of, require_owner
 
 CLASSIFIER_RUNS = ("train", "distill")  # the runs whose best/ is a classifier to report on
+EXPLAINED = 3  # the most confident mistakes the report explains
+NEIGHBOUR_POOL = 10_000  # training texts searched for their nearest
 
 
 def run(run_dir: str) -> int:
@@ -46,4 +51,21 @@ def _answers(bundle, tokenizer, config: Config, dataset: Dataset) -> Answers | N
     features = tokenize(rows, tokenizer, bundle.meta.max_length, bundle.label_map, bundle.meta.truncation_rule)
     _, probabilities = evaluate(bundle.model, features, config.train.evaluation.batch_size, tokenizer.pad_token_id,
                                 bundle.label_map.names, temperature=bundle.meta.temperature)
-    return Answers(split, [e.text for e in rows], features.document_labels, probabilities, bundle.meta.labels)
+    gold = features.document_labels
+    return Answers(split, [e.text for e in rows], gold, probabilities, bundle.meta.labels,
+                   _explained_mistakes(bundle, rows, gold, probabilities, dataset.examples.get("train", [])))
+
+
+def _explained_mistakes(bundle, rows, gold: np.ndarray, probabilities: np.ndarray, train_rows) -> list:
+    """Explanations of the `EXPLAINED` most confident mistakes, each with its nearest training texts (among at most
+    `NEIGHBOUR_POOL` of them, a seeded sample: the report must not take as long as the training)."""
+    predicted = probabilities.argmax(axis=1)
+    wrong = np.flatnonzero(predicted != gold)
+    worst = wrong[np.argsort(-probabilities[wrong, predicted[wrong]], kind="stable")][:EXPLAINED]
+    if not len(worst):
+        return []
+    explainer = Explainer(bundle)
+    if train_rows:
+        chosen = np.random.default_rng(0).permutation(len(train_rows))[:NEIGHBOUR_POOL]
+        explainer.index([train_rows[i] for i in np.sort(chosen)])
+    return [explainer.explain(rows[i].text, rows[i].text_pair, neighbours=3 if train_rows else 0)[0] for i in worst]

@@ -1,0 +1,60 @@
+"""`explain`: why a trained model answers as it does, one JSON object per explained label: each token's attribution
+(integrated gradients), the completeness error, and the nearest texts of a labelled file (by default the training
+file the model's manifest records); `--html FILE` writes the same as highlighted text."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from paddle_ft.analysis.explain import Explainer
+from paddle_ft.analysis.report import explanation_html, write_page
+from paddle_ft.artifacts.export_folder import EXPORT_INFO
+from paddle_ft.artifacts.manifest import training_provenance
+from paddle_ft.artifacts.meta import is_model_folder
+from paddle_ft.data.readers import Columns, format_of, read_examples
+from paddle_ft.errors import UserError
+from paddle_ft.log import log
+
+
+def run(model_dir: str, texts: list[str], text_pairs: list[str] | None, label: str | None, steps: int,
+        neighbours: int, data: str | None, html_path: str | None) -> int:
+    folder = Path(model_dir)
+    if (folder / EXPORT_INFO).is_file():
+        raise UserError(f"--model {folder} is an export: explaining takes gradients, which only the trained model "
+                        "has; give the training run's best/ folder")
+    if not is_model_folder(folder):
+        raise UserError(f"--model {folder} is not a model folder a training run wrote (OUT/best)")
+    if text_pairs is not None and len(text_pairs) != len(texts):
+        raise UserError(f"--text-pair is given {len(text_pairs)} times for {len(texts)} --text: give one per --text")
+    explainer = Explainer.load(folder, steps=steps)
+    if label is not None and label not in explainer.meta.labels:
+        raise UserError(f"--label {label!r} is not one of the model's labels ({', '.join(explainer.meta.labels)})")
+    if explainer.meta.takes_text_pair and text_pairs is None:
+        raise UserError(f"{folder} was trained on text pairs: give a --text-pair for each --text")
+    if neighbours:
+        _index(explainer, folder, data)
+    explanations = []
+    for i, text in enumerate(texts):
+        pair = text_pairs[i] if text_pairs else None
+        explanations += explainer.explain(text, pair, label, neighbours)
+    for explanation in explanations:
+        print(json.dumps(explanation.as_dict(), ensure_ascii=False))
+    if html_path:
+        page = write_page(Path(html_path), f"Why {folder}", [explanation_html(e) for e in explanations])
+        log(f"wrote {page}")
+    return 0
+
+
+def _index(explainer: Explainer, folder: Path, data: str | None) -> None:
+    """The texts the nearest are searched among: `data`, else the training file the manifest records."""
+    if data is None:
+        recorded = training_provenance(folder).get("data", {}).get("train")
+        if recorded is None or not Path(recorded["path"]).is_file():
+            raise UserError(f"{folder} records no training file that is still there: give --data FILE (labelled "
+                            "texts to find the nearest among), or --neighbours 0")
+        data = recorded["path"]
+    meta = explainer.meta
+    columns = Columns.of_model(meta)
+    examples, _ = read_examples(data, format_of(data, meta.format), columns, frozenset(meta.labels))
+    log(f"explain: indexing {len(examples)} texts of {data} for the nearest")
+    explainer.index(examples)
