@@ -104,6 +104,15 @@ class Explainer:
         return [self._explained(text, text_pair, input_ids, token_type_ids, self._class_id(name), near)
                 for name in labels]
 
+    def probability_without(self, explanation: Explanation, positions) -> float:
+        """The explained label's probability once the tokens at `positions` are taken out of what the model read (the
+        deletion test: removing the tokens that matter should cost the answer more than removing others)."""
+        kept = [i for i in range(len(explanation.tokens)) if i not in set(positions)]
+        ids = np.array(self.tokenizer.convert_tokens_to_ids([explanation.tokens[i] for i in kept]), dtype=np.int64)
+        segments = np.array([explanation.segments[i] for i in kept], dtype=np.int64)
+        probabilities = self._probabilities(self._logits(ids[None], segments[None]))[0]
+        return float(probabilities[self._class_id(explanation.label)])
+
     def _explained(self, text, text_pair, input_ids, token_type_ids, class_id: int, near) -> Explanation:
         embedding = self._word_embeddings(input_ids)
         special = np.isin(input_ids, [self.tokenizer.cls_token_id, self.tokenizer.sep_token_id])
