@@ -59,7 +59,8 @@ def run(config_path: str | None, overrides: list[str], folds: int, output: str, 
                         "label-issues run")
         pool = labelled_pool(config, folds)
         write_text_atomically(before, json.dumps(work, ensure_ascii=False, indent=2))
-        probabilities = _out_of_fold(pool, train_folds(config_path, overrides, config, pool, folds, root), root)
+        probabilities = _out_of_fold(pool, train_folds(config_path, overrides, config, pool, folds, root), root,
+                                     config.train.evaluation.batch_size)
         issues = _find(pool, probabilities, config.task == "multi_label")
         summary = {"folds": folds, "rows": len(pool.examples), "flagged": len(issues),
                    "given_to_suggested": _pairs(issues)}
@@ -76,7 +77,7 @@ def run(config_path: str | None, overrides: list[str], folds: int, output: str, 
     return 0
 
 
-def _out_of_fold(pool: Pool, folds: list[Fold], root: Path) -> np.ndarray:
+def _out_of_fold(pool: Pool, folds: list[Fold], root: Path, batch_size: int) -> np.ndarray:
     """[rows, labels]: each row's probabilities from the fold model that held it out (read back when a rerun finds
     them written)."""
     names = pool.dataset.label_map.names
@@ -90,7 +91,7 @@ def _out_of_fold(pool: Pool, folds: list[Fold], root: Path) -> np.ndarray:
         meta, tokenizer = bundle.meta, fastest(bundle.tokenizer)
         features = tokenize([pool.examples[i] for i in fold.held_out], tokenizer, meta.max_length, bundle.label_map,
                             meta.truncation_rule)
-        _, scored = evaluate(bundle.model, features, 64, tokenizer.pad_token_id, names,
+        _, scored = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, names,
                              thresholds=meta.label_thresholds if meta.multi_label else None,
                              temperature=meta.temperature)
         probabilities[fold.held_out] = scored

@@ -79,8 +79,7 @@ def _scores_again(folder: Path, manifest: dict, data: Path) -> tuple[str | None,
                           f"from the one {MANIFEST} records for {same_path[0]})")
         files = ", ".join(f"{name} {entry['path']}" for name, entry in recorded.items())
         return None, f"{data} is none of the data files {folder / MANIFEST} records ({files}): its sha256 matches none"
-    meta = read_export_info(folder).model if (folder / EXPORT_INFO).is_file() else None
-    accuracy, texts, metric = _accuracy_now(folder, meta, data)
+    accuracy, texts, metric = _accuracy_now(folder, data)
     before = (manifest.get("metrics") or {}).get(split, {}).get(metric)
     if before is None:
         return f"{data} is its {split} file, unchanged; {metric} on it now {accuracy:.4f} (none was recorded)", None
@@ -90,10 +89,10 @@ def _scores_again(folder: Path, manifest: dict, data: Path) -> tuple[str | None,
     return f"{data} is its {split} file, unchanged, and {metric} on it is {accuracy:.4f} as recorded", None
 
 
-def _accuracy_now(folder: Path, meta, data: Path) -> tuple[float, int, str]:
+def _accuracy_now(folder: Path, data: Path) -> tuple[float, int, str]:
     """(accuracy on `data` by the folder's model, texts, the metric's name): an export through its predictor; a
     saved model through an export of it made for the check."""
-    if meta is not None:
+    if (folder / EXPORT_INFO).is_file():
         accuracy, texts, multi_label = labelled_accuracy(Predictor(folder), data)
     else:
         with tempfile.TemporaryDirectory(prefix="paddle_ft-verify-") as scratch:
