@@ -52,7 +52,7 @@ def write_manifest(folder: Path, provenance: dict) -> dict:
 
 
 def data_file(path: str | Path, rows: int) -> dict:
-    """A data file as a manifest records it: the path as the config gave it, its sha256, the rows read from it."""
+    """A data file as a manifest records it: the path as the config gave it, its sha256, the rows used from it."""
     return {"path": str(path), "sha256": file_sha256(Path(path)), "rows": rows}
 
 

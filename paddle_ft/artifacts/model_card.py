@@ -9,7 +9,8 @@ from paddle_ft.artifacts.meta import ModelMeta
 
 MODEL_CARD = "MODEL_CARD.md"
 SCORED = ("dev", "test")
-DATA = ("train", "unlabeled", "dev", "test")  # unlabeled-N: the files a distilled student learnt from its teacher alone
+# unlabeled-N: the files a distilled student learnt from its teacher alone; corrections: the reviewed label changes
+DATA = ("train", "unlabeled", "dev", "test", "corrections")
 
 
 def model_card(name: str, meta: ModelMeta, provenance: dict, checks: str = "") -> str:
@@ -70,7 +71,7 @@ def _data(data: dict | None) -> str:
     ordered = sorted(data, key=lambda split: DATA.index(split.split("-")[0]) if split.split("-")[0] in DATA else 9)
     rows = [f"| {split} | `{data[split]['path']}` | {data[split]['rows']} | `{data[split]['sha256'][:16]}` |"
             for split in ordered]
-    return "\n".join(["| split | file | rows read | sha256 (first 16) |", "|---|---|---:|---|", *rows])
+    return "\n".join(["| split | file | rows used | sha256 (first 16) |", "|---|---|---:|---|", *rows])
 
 
 def _results(metrics: dict | None, meta: ModelMeta) -> str:

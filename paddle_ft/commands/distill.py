@@ -32,7 +32,7 @@ def run(config_path: str, overrides: list[str], teacher: str | None) -> int:
 
 def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
     dataset = read_dataset(config.data, config.task)
-    data = data_record(dataset) if dist.is_main else None
+    data = data_record(dataset, config.data.corrections) if dist.is_main else None
     if dataset.label_map.names != teacher_bundle.meta.labels:
         raise ConfigError("data.labels", f"the student's labels {list(dataset.label_map.names)} are not the "
                           f"teacher's {list(teacher_bundle.meta.labels)}: give data.labels in the teacher's order")

@@ -17,6 +17,7 @@ from paddle_ft.artifacts.run import Results
 from paddle_ft.build import Dataset, resolve_backbone
 from paddle_ft.config import Config, ModelConfig, config_to_dict
 from paddle_ft.data.labels import LabelMap
+from paddle_ft.data.readers import format_of, read_records
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import check_amp_supported, set_tf32
 from paddle_ft.engine.cpu_linear import use_fast_linear
@@ -93,10 +94,14 @@ def run_engine(model, splits, config: Config, folder: RunFolder, dist, resume_fr
     return results
 
 
-def data_record(dataset: Dataset) -> dict:
-    """Each data file of the run as best/'s manifest records it (path, sha256, rows read), taken when the files are
-    read: a file edited while the model trains is not the one it learnt from."""
-    return {split: data_file(path, len(dataset.examples[split])) for split, path in dataset.paths.items()}
+def data_record(dataset: Dataset, corrections: str | None) -> dict:
+    """Each data file of the run as best/'s manifest records it (path, sha256, rows used), taken when the files are
+    read: a file edited while the model trains is not the one it learnt from. The review file of data.corrections
+    is one of them (its rows: the rows it holds, decided or not)."""
+    files = {split: data_file(path, len(dataset.examples[split])) for split, path in dataset.paths.items()}
+    if corrections is not None:
+        files["corrections"] = data_file(corrections, len(read_records(corrections, format_of(corrections, "tsv"))))
+    return files
 
 
 def seal_best(folder: RunFolder, config: Config, data: dict, results: Results) -> None:

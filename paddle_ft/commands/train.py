@@ -39,7 +39,7 @@ def trained(config_path: str | None, overrides: list[str], on_eval=None) -> Resu
 
 def _train(config, dist, folder, resume_from, on_eval, started: float) -> Results | None:
     dataset = read_dataset(config.data, config.task)
-    data = data_record(dataset) if dist.is_main else None
+    data = data_record(dataset, config.data.corrections) if dist.is_main else None
     if dist.is_main:
         warn_on_leakage(dataset)
     if config.data.augment.copies:
