@@ -117,15 +117,20 @@ def test_the_lock_is_re_entrant_within_a_process(tmp_path):
 
 
 def comparable(folder: Path) -> dict[str, bytes]:
-    """A run folder's files, less what differs between two equal runs: its own path in config.yaml, speeds in
-    metrics.jsonl, and the report page and VisualDL records, which hold times."""
+    """A run folder's files, less what differs between two equal runs: its own path and name in config.yaml and in
+    best/'s card and manifest, speeds in metrics.jsonl, and the report page and VisualDL records, which hold times."""
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         name = str(path.relative_to(folder))
         if name.startswith("vdl/") or name == "report.html":
             files[name.split(".")[0]] = b""
-        elif name == "config.yaml":
-            files[name] = path.read_bytes().replace(str(folder).encode(), b"OUT")
+        elif name in ("config.yaml", "best/MODEL_CARD.md"):  # the card is titled with the run's name
+            files[name] = path.read_bytes().replace(str(folder).encode(), b"OUT").replace(
+                f"# Model card: {folder.name}".encode(), b"# Model card: OUT")
+        elif name == "best/manifest.json":  # the config in it names the folder; the card's hash follows its title
+            manifest = json.loads(path.read_text(encoding="utf-8").replace(str(folder), "OUT"))
+            del manifest["files"]["MODEL_CARD.md"]
+            files[name] = json.dumps(manifest).encode()
         elif name == "metrics.jsonl":
             events = [json.loads(line) for line in path.read_text().splitlines()]
             files[name] = json.dumps([{k: v for k, v in e.items() if not k.endswith("_per_s")} for e in events]).encode()
