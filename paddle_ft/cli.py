@@ -6,6 +6,7 @@ A `UserError` (bad config, bad data, bad path) is printed as one `error:` line a
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import sys
 from pathlib import Path
@@ -204,13 +205,25 @@ def _add_predict(commands) -> None:
     source.add_argument("--text", action="append", help="a text to classify; repeatable")
     predict.add_argument("--text-pair", action="append", help="the second text of a --text, in the same order, "
                                                               "for a model trained on text pairs; repeatable")
-    source.add_argument("--input", help="a file of texts: .txt (one per line), or .tsv/.csv/.jsonl with the text "
-                                        "column the model was trained with (and its pair column for a pair model)")
-    predict.add_argument("--output", help="JSON Lines file to write (default: standard output)")
+    source.add_argument("--input", action="append", help="a file of texts: .txt (one per line), or .tsv/.csv/.jsonl "
+                        "with the text column the model was trained with (and its pair column for a pair model); "
+                        "with --ray, repeatable and a glob pattern may name many")
+    predict.add_argument("--output", help="JSON Lines file to write (default: standard output); with --ray, the "
+                                          "folder for the shards, their manifest and --merge's file")
     predict.add_argument("--batch-size", type=positive_int, default=32)
     predict.add_argument("--abstain-below", type=share, help="mark answers whose top probability is below this "
                                                              "\"abstained\" (default: the model's own threshold)")
     _inference_arguments(predict)
+    ray = predict.add_argument_group("on a Ray cluster (pip install 'paddle_ft[ray]'; docs/operations.md)")
+    ray.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                     help="score --input on Ray: the cluster at ADDRESS (host:port, or auto), or without one a Ray "
+                          "started for this run on this machine")
+    ray.add_argument("--shard-rows", type=positive_int, default=10_000, help="texts per output shard (default 10000)")
+    ray.add_argument("--actors", type=positive_int, help="scoring actors (default: the cluster's CPUs / --threads)")
+    ray.add_argument("--merge", action="store_true", help="also write OUTPUT/predictions.jsonl, every row in input "
+                                                          "order")
+    ray.add_argument("--restart", action="store_true", help="delete what an earlier run left in --output and start "
+                                                            "afresh (a rerun otherwise scores only the shards missing)")
     predict.set_defaults(run=_predict)
 
 
@@ -388,8 +401,22 @@ def _predict(args) -> int:
 
     options = {"device": args.device, "gpu_id": args.gpu_id, "cpu_threads": args.threads,
                "precision": args.precision, "use_tensorrt": args.tensorrt, "backend": args.backend}
-    return command.run(args.export, args.text, args.text_pair, args.input, args.output, args.batch_size, options,
-                       args.truncation, args.abstain_below)
+    if args.ray is not None:
+        import paddle_ft.commands.predict_ray as on_ray
+
+        if not args.input or not args.output:
+            raise UserError("predict --ray scores files: give --input FILES and --output FOLDER")
+        return on_ray.run(args.export, args.input, args.output, None if args.ray == "local" else args.ray,
+                          args.batch_size, options, args.truncation, args.abstain_below, args.shard_rows, args.actors,
+                          args.merge, args.restart)
+    ray_only = [flag for flag, given in (("--merge", args.merge), ("--restart", args.restart),
+                                         ("--actors", args.actors is not None)) if given]
+    if ray_only:
+        raise UserError(f"{ray_only[0]} goes with --ray")
+    if args.input and (len(args.input) > 1 or glob.has_magic(args.input[0])):
+        raise UserError("predict reads one --input file; for many (or a glob pattern), add --ray")
+    return command.run(args.export, args.text, args.text_pair, args.input[0] if args.input else None, args.output,
+                       args.batch_size, options, args.truncation, args.abstain_below)
 
 
 def _serve(args) -> int:

@@ -25,10 +25,11 @@ from paddle_ft.io import check_output_folder, write_text_atomically
 from paddle_ft.log import log
 
 OWNER_FILE, LOCK_FILE = ".paddle_ft-owner", ".paddle_ft-lock"
-KINDS = ("train", "pretrain", "distill", "cv", "label-issues", "sweep", "audit", "bench")
+KINDS = ("train", "pretrain", "distill", "cv", "label-issues", "sweep", "audit", "bench", "predict")
 DESCRIPTIONS = {"train": "a training run", "pretrain": "a pretraining run", "distill": "a distillation run",
                 "cv": "a cross-validation",
-                "label-issues": "a label-issues run", "sweep": "a sweep", "audit": "an audit", "bench": "a benchmark"}
+                "label-issues": "a label-issues run", "sweep": "a sweep", "audit": "an audit", "bench": "a benchmark",
+                "predict": "a batch prediction"}
 
 OUTPUT_DIR = "config key 'output_dir':"  # how the errors name the folder of train, pretrain, distill, cv and sweep
 

@@ -1,6 +1,7 @@
 """`eval`: score a trained model folder on a labelled file; write the rows it got wrong."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,8 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     examples, _ = read_examples(data_path, format_of(data_path, meta.format), Columns.of_model(meta),
                                 frozenset(label_map.names))
     features = tokenize(examples, tokenizer, meta.max_length, label_map, meta.truncation_rule)
-    progress = Progress(len(features), "eval") if len(features) > LONG_INPUT else None
+    # the report is printed on standard output: the progress goes to standard error, apart from it
+    progress = Progress(len(features), "eval", file=sys.stderr) if len(features) > LONG_INPUT else None
     report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names,
                              thresholds=meta.label_thresholds if meta.multi_label else None,
                              temperature=meta.temperature, on_batch=progress and progress.update,

@@ -34,23 +34,31 @@ def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, i
         check_output_file(output_path, "--output", {"--input": input_path})
     predictor = Predictor(export_dir, **predictor_options)
     threshold = predictor.check_abstain_below(abstain_below)
-    results = _predicted(predictor, texts, text_pair or None, batch_size, truncation, threshold)
+    # without --output the answers go to standard output, and the progress to standard error, apart from them
+    results = _predicted(predictor, texts, text_pair or None, batch_size, truncation, threshold,
+                         None if output_path else sys.stderr)
     with atomic_file(output_path) if output_path else contextlib.nullcontext(sys.stdout) as out:
         for i, (text, result) in enumerate(zip(texts, results)):
-            record = {"text": text, **({"text_pair": text_pair[i]} if text_pair else {}),
-                      **({"line": lines[i]} if lines else {}), **_answer(result),
-                      **({"windows": result.windows} if result.windows > 1 else {})}
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            answer = record(text, text_pair[i] if text_pair else None, lines[i] if lines else None, result)
+            out.write(json.dumps(answer, ensure_ascii=False) + "\n")
     return 0
 
 
+def record(text: str, text_pair: str | None, line: int | None, result) -> dict:
+    """One output row: the text (and its pair, its line in the input file), the answer, and how many windows a long
+    text was read in."""
+    return {"text": text, **({"text_pair": text_pair} if text_pair is not None else {}),
+            **({"line": line} if line is not None else {}), **_answer(result),
+            **({"windows": result.windows} if result.windows > 1 else {})}
+
+
 def _predicted(predictor: Predictor, texts: list[str], text_pair: list[str] | None, batch_size: int,
-               truncation: str | None, abstain_below: float | None) -> list:
+               truncation: str | None, abstain_below: float | None, progress_to=None) -> list:
     """Every text's prediction; a long input in chunks, with progress (the answers are the texts' own: a text's
     prediction does not depend on the others in its batch)."""
     if len(texts) <= LONG_INPUT:
         return predictor.predict(texts, batch_size, truncation, text_pair, abstain_below)
-    progress, results = Progress(len(texts), "predict"), []
+    progress, results = Progress(len(texts), "predict", file=progress_to), []
     for start in range(0, len(texts), CHUNK):
         pairs = text_pair[start:start + CHUNK] if text_pair else None
         results += predictor.predict(texts[start:start + CHUNK], batch_size, truncation, pairs, abstain_below)

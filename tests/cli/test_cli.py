@@ -172,6 +172,11 @@ def test_predict_on_a_long_input_shows_progress_and_answers_as_in_one_call(tmp_p
     alone = Predictor(export, cpu_threads=1).predict(texts)
     assert [r["label"] for r in rows] == [p.label for p in alone]
     assert max(abs(r["score"] - round(p.score, 6)) for r, p in zip(rows, alone)) < 1e-5
+    # answers on standard output: the progress goes to standard error, apart from them
+    assert main(["predict", "--export", str(export), "--input", str(tmp_path / "texts.txt"), "--threads", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["label"] for line in out.splitlines()] == [p.label for p in alone]
+    assert "predict: 2100/2100, elapsed " in err
 
 
 def test_eval_on_a_long_file_shows_progress(tmp_path, capsys):
@@ -179,6 +184,7 @@ def test_eval_on_a_long_file_shows_progress(tmp_path, capsys):
 
     export = export_tiny_model(tmp_path / "model")
     data = write_tsv(tmp_path / "long.tsv", synthetic_rows(2100, seed=4))
+    capsys.readouterr()
     assert main(["eval", "--model", str(export.parent / "best"), "--data", str(data)]) == 0
-    out = capsys.readouterr().out
-    assert "eval: 2100/2100, elapsed " in out and json.loads(out[out.index("{"):])["examples"] == 2100
+    out, err = capsys.readouterr()
+    assert "eval: 2100/2100, elapsed " in err and json.loads(out)["examples"] == 2100  # stdout: the report alone

@@ -1,0 +1,178 @@
+"""`predict --ray`: many or large input files scored on a Ray cluster, written as shards that a rerun does not
+score again.
+
+The driver reads every input file with the readers `predict` uses (every row checked, a bad one named by its file
+and line), cuts each file into shards of `--shard-rows` texts and hands the shards still to do to Ray Data as a
+dataset; an actor pool scores them (`ShardScorer`: each actor loads the export once, with the predictor options of
+`predict`) and writes each shard's predictions to OUT/shards/ (atomically: a shard file that exists is complete).
+Every output row carries its source file and line. OUT/manifest.json lists the shards; `--merge` writes
+OUT/predictions.jsonl, every row in input order. What the shards were made from (the export's files, the inputs'
+sha256, the settings that change an answer) is fingerprinted in OUT/predict-fingerprint.json: a rerun with anything
+else is refused (`--restart` starts afresh).
+
+The output folder must be one every node can write (a shared filesystem on a real cluster). Ray is imported here
+only: `predict` without `--ray` never loads it."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from paddle_ft.analysis.fingerprint import check_same_work
+from paddle_ft.artifacts.export_folder import read_export_info
+from paddle_ft.artifacts.manifest import read_manifest
+from paddle_ft.commands.predict import record
+from paddle_ft.data.readers import read_texts
+from paddle_ft.errors import UserError
+from paddle_ft.inference.predictor import Predictor
+from paddle_ft.io import atomic_file, file_sha256, write_text_atomically
+from paddle_ft.log import log
+from paddle_ft.ownership import clear, owned_folder
+
+FINGERPRINT, MANIFEST, MERGED, SHARDS = "predict-fingerprint.json", "manifest.json", "predictions.jsonl", "shards"
+
+
+@dataclass(frozen=True)
+class Shard:
+    name: str
+    source: str
+    texts: list[str]
+    pairs: list[str] | None
+    lines: list[int]
+
+
+def input_files(patterns: list[str]) -> list[Path]:
+    """The files `--input` names: paths or glob patterns, in the order given (a pattern's matches sorted)."""
+    files = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matches:
+            raise UserError(f"--input {pattern} matches no file")
+        for match in matches:
+            if not Path(match).is_file():
+                raise UserError(f"--input {match} does not exist")
+            files.append(Path(match))
+    return files
+
+
+def run(export_dir: str, patterns: list[str], output: str, address: str | None, batch_size: int,
+        predictor_options: dict, truncation: str | None, abstain_below: float | None, shard_rows: int,
+        actors: int | None, merge: bool, restart: bool) -> int:
+    export = Path(export_dir)
+    meta = read_export_info(export).model
+    files = input_files(patterns)
+    with owned_folder(output, "predict", "--output") as root:
+        if restart:
+            clear(root)
+        return _predict(export, meta, files, root, address, batch_size, predictor_options, truncation, abstain_below,
+                        shard_rows, actors, merge)
+
+
+def _predict(export: Path, meta, files: list[Path], root: Path, address: str | None, batch_size: int,
+             predictor_options: dict, truncation: str | None, abstain_below: float | None, shard_rows: int,
+             actors: int | None, merge: bool) -> int:
+    work = {"export": read_manifest(export)["files"], "inputs": [[str(f), file_sha256(f)] for f in files],
+            "shard_rows": shard_rows, "truncation": truncation, "abstain_below": abstain_below,
+            "precision": predictor_options.get("precision"), "backend": predictor_options.get("backend")}
+    before = root / FINGERPRINT
+    check_same_work(root, json.loads(before.read_text(encoding="utf-8")) if before.is_file() else None, work,
+                    "batch prediction")
+    write_text_atomically(before, json.dumps(work, ensure_ascii=False, indent=2))
+    shards = _shards(files, meta, shard_rows)
+    (root / SHARDS).mkdir(exist_ok=True)
+    to_do = [s for s in shards if not (root / SHARDS / s.name).is_file()]
+    log(f"predict --ray: {len(shards)} shards of {sum(len(s.texts) for s in shards)} texts; {len(shards) - len(to_do)} "
+        f"already written, {len(to_do)} to score")
+    started = time.perf_counter()
+    if to_do:
+        _score_on_ray(to_do, export, root / SHARDS, address, batch_size, predictor_options, truncation, abstain_below,
+                      actors)
+    seconds = time.perf_counter() - started
+    texts = sum(len(s.texts) for s in to_do)
+    log(f"predict --ray: scored {len(to_do)} shards ({texts} texts) in {seconds:.1f} s"
+        + (f", {texts / seconds:.0f} texts/s" if texts else ""))
+    _write_manifest(root, shards, len(to_do))
+    if merge:
+        _merge(root, shards)
+    return 0
+
+
+def _shards(files: list[Path], meta, shard_rows: int) -> list[Shard]:
+    shards = []
+    for number, path in enumerate(files, start=1):
+        texts, pairs, lines = read_texts(path, meta.text_column, meta.text_pair_column)
+        if meta.takes_text_pair and pairs is None:
+            raise UserError(f"{path} has no {meta.text_pair_column} column, which this pair model reads")
+        for start in range(0, len(texts), shard_rows):
+            end = start + shard_rows
+            shards.append(Shard(f"{number:04d}-{path.stem}-{start // shard_rows:06d}.jsonl", str(path),
+                                texts[start:end], pairs[start:end] if pairs else None, lines[start:end]))
+    return shards
+
+
+class ShardScorer:
+    """A Ray actor: loads the export once, then scores whole shards and writes each one's file."""
+
+    def __init__(self, export: str, folder: str, batch_size: int, options: dict, truncation: str | None,
+                 abstain_below: float | None):
+        self.predictor = Predictor(export, **options)
+        self.folder, self.batch_size, self.truncation = Path(folder), batch_size, truncation
+        self.abstain_below = self.predictor.check_abstain_below(abstain_below)
+
+    def __call__(self, batch: dict) -> dict:
+        done = []
+        for name, source, texts, pairs, lines in zip(batch["name"], batch["source"], batch["texts"], batch["pairs"],
+                                                     batch["lines"]):
+            texts, pairs = list(texts), (list(pairs) if pairs is not None and len(pairs) else None)
+            results = self.predictor.predict(texts, self.batch_size, self.truncation, pairs, self.abstain_below)
+            rows = [json.dumps({"source": source, **record(text, pairs[i] if pairs else None, int(lines[i]), result)},
+                               ensure_ascii=False) + "\n" for i, (text, result) in enumerate(zip(texts, results))]
+            write_text_atomically(self.folder / name, "".join(rows))
+            done.append(name)
+        return {"name": done, "pid": [os.getpid()] * len(done)}
+
+
+def _score_on_ray(shards: list[Shard], export: Path, folder: Path, address: str | None, batch_size: int,
+                  options: dict, truncation: str | None, abstain_below: float | None, actors: int | None) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise UserError("predict --ray needs Ray: pip install 'paddle_ft[ray]'") from None
+    threads = options.get("cpu_threads") or 1
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
+    try:
+        if actors is None:  # one actor per `threads` CPUs of the cluster
+            actors = max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
+        items = [{"name": s.name, "source": s.source, "texts": s.texts, "pairs": s.pairs or [], "lines": s.lines}
+                 for s in shards]
+        dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+            ShardScorer, batch_size=1, concurrency=actors, num_cpus=threads,
+            fn_constructor_kwargs={"export": str(export.resolve()), "folder": str(folder.resolve()),
+                                   "batch_size": batch_size, "options": options, "truncation": truncation,
+                                   "abstain_below": abstain_below})
+        for _ in dataset.iter_rows():  # runs the pipeline; each row is a shard written
+            pass
+    finally:
+        ray.shutdown()
+
+
+def _write_manifest(root: Path, shards: list[Shard], scored: int) -> None:
+    listed = [{"name": s.name, "source": s.source, "first_line": s.lines[0], "rows": len(s.texts),
+               "sha256": file_sha256(root / SHARDS / s.name)} for s in shards]
+    write_text_atomically(root / MANIFEST, json.dumps({"shards": listed, "rows": sum(len(s.texts) for s in shards),
+                                                       "scored_by_the_last_run": scored}, ensure_ascii=False,
+                                                      indent=2) + "\n")
+
+
+def _merge(root: Path, shards: list[Shard]) -> None:
+    """Every row in input order: the input files in the order given, each shard's rows in file order."""
+    with atomic_file(root / MERGED) as out:
+        for shard in shards:
+            with open(root / SHARDS / shard.name, encoding="utf-8") as rows:
+                for row in rows:
+                    out.write(row)
+    log(f"predict --ray: wrote {root / MERGED}")
