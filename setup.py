@@ -58,13 +58,15 @@ setup(
         # python -m paddle_ft label-issues: confident learning (cleanlab's find_label_issues, the maintained
         # implementation of the method; its own dependencies, scikit-learn and pandas, come with paddlenlp already)
         "labels": ["cleanlab>=2.6,<3"],
+        # python -m paddle_ft predict --ray: batch prediction on a Ray cluster (Ray Data's actor pools)
+        "ray": ["ray[data]>=2.51,<3"],
         # python -m paddle_ft sweep: hyperparameter search (its study in SQLite, or a shared database)
         "sweep": ["optuna>=4"],
         # hypothesis: property tests of readers, config and tokenizer; schemathesis: the HTTP service
         # against its own OpenAPI schema (both find inputs nobody thought to write down); vermin: the oldest
         # Python the code runs on, held to python_requires
-        "test": ["pytest", "snownlp", "jieba", "optuna>=4", "cleanlab>=2.6,<3", "hypothesis>=6.100",
-                 "schemathesis>=4,<5", "vermin"],
+        "test": ["pytest", "snownlp", "jieba", "optuna>=4", "cleanlab>=2.6,<3", "ray[data]>=2.51,<3",
+                 "hypothesis>=6.100", "schemathesis>=4,<5", "vermin"],
     },
     entry_points={"console_scripts": ["paddle_ft=paddle_ft.cli:main"]},
 )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import glob
 import json
-import os
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,7 +132,9 @@ class ShardScorer:
                                ensure_ascii=False) + "\n" for i, (text, result) in enumerate(zip(texts, results))]
             write_text_atomically(self.folder / name, "".join(rows))
             done.append(name)
-        return {"name": done, "pid": [os.getpid()] * len(done)}
+        import ray
+
+        return {"name": done, "node": [ray.get_runtime_context().get_node_id()] * len(done)}
 
 
 def _score_on_ray(shards: list[Shard], export: Path, folder: Path, address: str | None, batch_size: int,
@@ -144,18 +146,21 @@ def _score_on_ray(shards: list[Shard], export: Path, folder: Path, address: str 
     threads = options.get("cpu_threads") or 1
     ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
              runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
+    logging.getLogger("ray.data").setLevel(logging.ERROR)  # its progress lines would drown ours
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = context.print_on_execution_start = False
     try:
         if actors is None:  # one actor per `threads` CPUs of the cluster
             actors = max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
         items = [{"name": s.name, "source": s.source, "texts": s.texts, "pairs": s.pairs or [], "lines": s.lines}
                  for s in shards]
         dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
-            ShardScorer, batch_size=1, concurrency=actors, num_cpus=threads,
+            ShardScorer, batch_size=1, compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=threads,
             fn_constructor_kwargs={"export": str(export.resolve()), "folder": str(folder.resolve()),
                                    "batch_size": batch_size, "options": options, "truncation": truncation,
                                    "abstain_below": abstain_below})
-        for _ in dataset.iter_rows():  # runs the pipeline; each row is a shard written
-            pass
+        nodes = {row["node"] for row in dataset.iter_rows()}  # runs the pipeline; each row is a shard written
+        log(f"predict --ray: {actors} actors on {len(nodes)} node(s)")
     finally:
         ray.shutdown()
 

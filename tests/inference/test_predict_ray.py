@@ -1,0 +1,99 @@
+"""predict --ray on a local two-node Ray cluster (two raylets on loopback): the same answers as single-process
+predict over 50,000 texts in 8 files, and a run killed mid-way resumes by scoring only the shards it had not
+written."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import export_tiny_model, synthetic_rows, write_tsv
+
+from paddle_ft.cli import main
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # a Ray cluster, and 50,000 texts scored three times
+ROOT = Path(__file__).resolve().parents[2]
+# Ray 2.5x turns token authentication on by default; the two nodes here are one machine's loopback
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray = [str(Path(sys.executable).with_name("ray"))]
+    address = f"127.0.0.1:{free_port()}"
+    common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
+    try:
+        subprocess.run([*ray, "start", "--head", f"--port={address.split(':')[1]}", "--include-dashboard=false",
+                        *common], env=ENV, check=True, capture_output=True, timeout=120)
+        subprocess.run([*ray, "start", f"--address={address}", *common], env=ENV, check=True, capture_output=True,
+                       timeout=120)
+        yield address
+    finally:
+        subprocess.run([*ray, "stop", "--force"], env=ENV, capture_output=True, timeout=120)
+
+
+def predict_on_ray(export, inputs, output, address, *extra) -> subprocess.Popen:
+    command = [sys.executable, "-m", "paddle_ft", "predict", "--export", str(export), "--input", str(inputs),
+               "--output", str(output), "--ray", address, "--shard-rows", "2500", "--threads", "1", *extra]
+    return subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def settled(folder: Path) -> int:
+    """How many shard files `folder` holds once that number has not changed for 3 s."""
+    count, since = -1, time.monotonic()
+    while time.monotonic() - since < 3:
+        now = len(list(folder.glob("*.jsonl")))
+        if now != count:
+            count, since = now, time.monotonic()
+        time.sleep(0.1)
+    return count
+
+
+def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_path, capsys):
+    export = export_tiny_model(tmp_path / "model")
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    files = [write_tsv(inputs / f"part-{i}.tsv", synthetic_rows(6250, seed=100 + i)) for i in range(8)]
+    alone = []
+    for path in files:  # single-process predict, file by file
+        assert main(["predict", "--export", str(export), "--input", str(path), "--output", str(tmp_path / "one.jsonl"),
+                     "--threads", "1"]) == 0
+        alone += [{"source": str(path), **json.loads(line)} for line in (tmp_path / "one.jsonl").read_text(
+            encoding="utf-8").splitlines()]
+    assert len(alone) == 50_000
+
+    output = tmp_path / "out"
+    first = predict_on_ray(export, inputs / "*.tsv", output, cluster)
+    deadline = time.monotonic() + 300
+    while len(list((output / "shards").glob("*.jsonl"))) < 4 and first.poll() is None:
+        assert time.monotonic() < deadline, "no shard written in 5 minutes"
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)  # the whole run, mid-way
+    first.wait()
+    written = settled(output / "shards")  # the dead run's actors may finish the shard in their hands
+    assert 4 <= written < 24, written  # 24 shards in all: 2,500 + 2,500 + 1,250 texts of each file
+
+    second = predict_on_ray(export, inputs / "*.tsv", output, cluster, "--merge")
+    out, err = second.communicate(timeout=600)
+    assert second.returncode == 0, err
+    assert f"24 shards of 50000 texts; {written} already written, {24 - written} to score" in out
+    assert f"scored {24 - written} shards" in out and "2 actors on 2 node(s)" in out
+    merged = [json.loads(line) for line in (output / "predictions.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [(r["source"], r["line"], r["text"], r["label"]) for r in merged] == \
+        [(r["source"], r["line"], r["text"], r["label"]) for r in alone]
+    assert max(abs(a["score"] - b["score"]) for a, b in zip(merged, alone)) <= 1e-6
+    manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["rows"] == 50_000 and len(manifest["shards"]) == 24
+    assert manifest["scored_by_the_last_run"] == 24 - written
