@@ -188,3 +188,20 @@ def test_eval_on_a_long_file_shows_progress(tmp_path, capsys):
     assert main(["eval", "--model", str(export.parent / "best"), "--data", str(data)]) == 0
     out, err = capsys.readouterr()
     assert "eval: 2100/2100, elapsed " in err and json.loads(out)["examples"] == 2100  # stdout: the report alone
+
+
+def test_predict_without_ray_never_imports_it_and_ray_options_need_ray(tmp_path, capsys):
+    from conftest import export_tiny_model
+
+    export = export_tiny_model(tmp_path / "model")
+    (tmp_path / "a.txt").write_text("质量很好\n", encoding="utf-8")
+    code = ("import sys; from paddle_ft.cli import main; "
+            f"assert main(['predict', '--export', {str(export)!r}, '--input', {str(tmp_path / 'a.txt')!r}]) == 0; "
+            "assert not any(m == 'ray' or m.startswith('ray.') for m in sys.modules), 'ray was imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    capsys.readouterr()
+    assert main(["predict", "--export", str(export), "--input", str(tmp_path / "a.txt"), "--merge"]) == 2
+    assert capsys.readouterr().err == "error: --merge goes with --ray\n"
+    assert main(["predict", "--export", str(export), "--input", str(tmp_path / "*.txt")]) == 2
+    assert "predict reads one --input file; for many (or a glob pattern), add --ray" in capsys.readouterr().err
