@@ -48,6 +48,17 @@ class Truncation:
         step = min(self.stride, body)  # a wider step would skip the tokens between two windows
         return [[ids[0], *inner[start:start + body], ids[-1]] for start in range(0, len(inner) - body + step, step)]
 
+    def tokens_read(self, characters: int, max_length: int) -> int:
+        """About how many tokens the model reads of a text of `characters` characters (its cost to a batch): a
+        character is taken for a token (as a Chinese one is; a word of letters is fewer, so this errs high), [CLS]
+        and [SEP] added, cut to max_length, and with sliding_window every window counted at max_length."""
+        tokens = characters + 2
+        if self.mode != "sliding_window" or tokens <= max_length:
+            return min(tokens, max_length)
+        body = max_length - 2
+        step = min(self.stride, body)
+        return (1 + -(-(characters - body) // step)) * max_length
+
     def characters_read(self, text: str, max_length: int) -> str:
         """The part of `text` its kept tokens come from, cut before tokenising: a token covers at least one
         character, so past CHARACTERS_PER_TOKEN per kept token the rest is never read, and a line of millions of

@@ -10,6 +10,7 @@ crashes the server.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import sys
 import time
@@ -195,8 +196,13 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
         return slot.predictor.predict(texts, batch_size=limits.max_batch_size, truncation=truncation,
                                       text_pair=None if pairs[0] is None else pairs)
 
+    def cost(item: tuple[str, str | None]) -> int:
+        """The tokens the model reads of a (text, second text) item: what it takes of a batch's budget."""
+        return reading_cost(slot.predictor, truncation, item)
+
     batcher = DynamicBatcher(run_batch, limits.max_batch_size, limits.max_wait_ms, limits.max_queue_texts,
-                             on_batch=metrics.batch_sizes.observe)
+                             on_batch=metrics.batch_sizes.observe, max_batch_tokens=limits.max_batch_tokens,
+                             cost=cost)
     metrics.queue_depth.set_function(lambda: batcher.queued_texts)
 
     @asynccontextmanager
@@ -271,9 +277,23 @@ def _request_problem(body: ClassifyRequest, predictor, limits: Limits, truncatio
         return str(exc)
     if len(body.texts) > limits.max_texts:
         return f"{len(body.texts)} texts in one request; the limit is {limits.max_texts}: split it"
+    tokens = sum(reading_cost(predictor, truncation, item)
+                 for item in zip(body.texts, body.text_pair or [None] * len(body.texts)))
+    if tokens > limits.max_request_tokens:
+        return (f"the model would read about {tokens} tokens of this request; the limit is "
+                f"{limits.max_request_tokens} (--max-request-tokens): send fewer or shorter texts")
     if not 1 <= body.top_k <= len(predictor.labels):
         return f"top_k={body.top_k}: give 1 to {len(predictor.labels)}"
     return None
+
+
+def reading_cost(predictor, truncation: str | None, item: tuple[str, str | None]) -> int:
+    """About how many tokens the model reads of a (text, second text) item, under the server's truncation."""
+    rule = predictor.meta.truncation_rule
+    if truncation is not None:
+        rule = dataclasses.replace(rule, mode=truncation)
+    text, pair = item
+    return rule.tokens_read(len(text) + (len(pair) + 1 if pair is not None else 0), predictor.meta.max_length)
 
 
 def _classification(prediction, top_k: int) -> dict:

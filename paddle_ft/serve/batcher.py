@@ -1,18 +1,26 @@
-"""Dynamic batching: requests that arrive together are classified in one predictor call.
+"""Dynamic batching by token budget: requests that arrive together are classified in one predictor call, and
+no request, however large, holds the predictor from the others.
 
 The predictor runs on one worker thread (a Paddle predictor is not thread-safe), so the event loop keeps
-accepting requests meanwhile, and the next batch is formed only when the predictor is free: it takes what
-queued up while the last batch ran, up to `max_batch_size` texts. So a lone request runs at once, and batches
-form only under load, as large as the load makes them (the adaptive rule). With `max_wait_ms` > 0 a batch
-also waits up to that long after its first request for more to arrive: larger batches at low load, for the
-price of that latency on every lone request. A batch that fails fails
-only the requests in it: it is run again one request at a time, so that only a request that fails on
-its own gets the error.
+accepting requests meanwhile, and the next batch is formed only when the predictor is free, from what queued up
+while the last batch ran (the adaptive rule: a lone request runs at once, batches form only under load). With
+`max_wait_ms` > 0 a batch also waits up to that long after its first request for more to arrive.
+
+A batch holds at most `max_batch_size` texts and `max_batch_tokens` tokens (a text's cost, `cost(item)`, is the
+tokens the model will read of it), so how long a batch holds the predictor is bounded. The budget is shared
+between the requests waiting, round robin: each gets an equal share of every batch, and a request larger than its
+share goes in chunks over several batches, interleaved with the requests that arrive meanwhile. So a one-text
+request waits behind at most one batch, not behind all of a large request. A text whose cost alone exceeds the
+budget runs in a batch of its own.
+
+A batch that fails fails only the requests in it: each request's part is run again alone, so that only a request
+that fails on its own gets the error (its other chunks are dropped).
 """
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -22,22 +30,41 @@ class QueueFull(Exception):
     """More texts are waiting than the server takes; the client should retry later."""
 
 
-@dataclass
-class _Pending:
-    texts: list[str]
+@dataclass(eq=False)
+class _Request:
+    items: list
+    costs: list[int]
     future: asyncio.Future
     enqueued: float = field(default_factory=time.perf_counter)
+    taken: int = 0
+    """Items already given to a batch."""
+    results: list = field(default_factory=list)
+    finished: int = 0
+    """Items whose results are in."""
+
+    def __post_init__(self):
+        self.results = [None] * len(self.items)
+
+
+@dataclass(frozen=True)
+class _Part:
+    request: _Request
+    start: int
+    end: int
 
 
 class DynamicBatcher:
-    def __init__(self, run_batch: Callable[[list[str]], list], max_batch_size: int, max_wait_ms: float,
-                 max_queue_texts: int, on_batch: Callable[[int], None] = lambda size: None):
+    def __init__(self, run_batch: Callable[[list], list], max_batch_size: int, max_wait_ms: float,
+                 max_queue_texts: int, on_batch: Callable[[int], None] = lambda size: None,
+                 max_batch_tokens: int | None = None, cost: Callable[[object], int] = lambda item: 1):
         self.run_batch, self.max_batch_size = run_batch, max_batch_size
         self.max_wait, self.max_queue_texts = max_wait_ms / 1000, max_queue_texts
+        self.max_batch_tokens, self.cost = max_batch_tokens, cost
         self.on_batch = on_batch
         self.queued_texts = 0  # waiting, not yet in a running batch
-        self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue()
-        self._carry: _Pending | None = None  # a request that did not fit in the last batch
+        self._arrivals: asyncio.Queue[_Request | None] = asyncio.Queue()
+        self._active: deque[_Request] = deque()  # requests with items not yet batched, in turn order
+        self._stopping = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predictor")
         self._worker: asyncio.Task | None = None
 
@@ -47,80 +74,130 @@ class DynamicBatcher:
     async def stop(self) -> None:
         """Finish what is queued, then stop the worker."""
         if self._worker is not None:
-            await self._queue.put(None)
+            await self._arrivals.put(None)
             await self._worker
         self._executor.shutdown(wait=True)
 
-    async def submit(self, texts: list[str]) -> list:
-        """Results for `texts`, in order, once their batch has run."""
-        if self.queued_texts + len(texts) > self.max_queue_texts:
+    async def submit(self, items: list) -> list:
+        """Results for `items`, in order, once all of them have run."""
+        if self.queued_texts + len(items) > self.max_queue_texts:
             raise QueueFull(f"{self.queued_texts} texts are waiting (limit {self.max_queue_texts})")
-        pending = _Pending(texts, asyncio.get_running_loop().create_future())
-        self.queued_texts += len(texts)
-        await self._queue.put(pending)
-        return await pending.future
+        request = _Request(list(items), [max(1, self.cost(item)) for item in items],
+                           asyncio.get_running_loop().create_future())
+        self.queued_texts += len(items)
+        await self._arrivals.put(request)
+        return await request.future
+
+    # ------------------------------------------------------------------ forming batches
 
     async def _work(self) -> None:
         while True:
-            batch = await self._next_batch()
-            if not batch:
+            if not await self._gather():
                 return
-            await self._run(batch)
+            parts = self._next_batch()
+            if parts:
+                await self._run(parts)
 
-    async def _next_batch(self) -> list[_Pending]:
-        first = self._carry or await self._queue.get()
-        self._carry = None
-        if first is None:
-            return []
-        batch, size = [first], len(first.texts)
-        deadline = first.enqueued + self.max_wait
-        while size < self.max_batch_size:
+    async def _gather(self) -> bool:
+        """Move arrivals into the active requests: wait for one when there is none, then take what has queued (for
+        up to max_wait after the first request of the batch). False once stopping with nothing left."""
+        if not self._active:
+            if self._stopping:
+                return False
+            self._admit(await self._arrivals.get())
+        deadline = (self._active[0].enqueued + self.max_wait) if self._active else time.perf_counter()
+        while True:
             timeout = deadline - time.perf_counter()
-            if timeout <= 0 and self._queue.empty():
-                break
             try:
-                nxt = self._queue.get_nowait() if timeout <= 0 else await asyncio.wait_for(self._queue.get(), timeout)
+                arrival = self._arrivals.get_nowait() if timeout <= 0 or self._stopping else \
+                    await asyncio.wait_for(self._arrivals.get(), timeout)
             except (asyncio.TimeoutError, asyncio.QueueEmpty):
                 break
-            if nxt is None:  # stop requested: run this batch, then stop
-                self._queue.put_nowait(None)
+            self._admit(arrival)
+            if self._texts_waiting() >= self.max_batch_size:
                 break
-            if size + len(nxt.texts) > self.max_batch_size:
-                self._carry = nxt  # heads the next batch
-                break
-            batch.append(nxt)
-            size += len(nxt.texts)
-        return batch
+        return bool(self._active) or not self._stopping
 
-    async def _run(self, batch: list[_Pending]) -> None:
-        texts = [text for pending in batch for text in pending.texts]
-        self.queued_texts -= len(texts)
-        self.on_batch(len(texts))
+    def _admit(self, arrival: _Request | None) -> None:
+        if arrival is None:
+            self._stopping = True  # run what is queued, then stop
+        elif not arrival.future.done():
+            self._active.append(arrival)
+        else:  # the client went away before its turn
+            self.queued_texts -= len(arrival.items)
+
+    def _texts_waiting(self) -> int:
+        return sum(len(r.items) - r.taken for r in self._active)
+
+    def _next_batch(self) -> list[_Part]:
+        """Round robin over the waiting requests: each turn gives the request in front an equal share of what is
+        left of the budget (at least one text), then sends it to the back if it has more."""
+        parts: list[_Part] = []
+        texts, tokens = 0, 0
+        budget = self.max_batch_tokens
+        while self._active and texts < self.max_batch_size and (budget is None or tokens < budget):
+            request = self._active.popleft()
+            if request.future.done():  # the client went away: its items are not run
+                self.queued_texts -= len(request.items) - request.taken
+                continue
+            share_texts = max(1, (self.max_batch_size - texts) // (len(self._active) + 1))
+            share_tokens = None if budget is None else max(1, (budget - tokens) // (len(self._active) + 1))
+            start, end, spent = request.taken, request.taken, 0
+            while end < len(request.items) and end - start < share_texts:
+                cost = request.costs[end]
+                if share_tokens is not None and spent + cost > share_tokens:
+                    if end > start:
+                        break  # this request has had its share of this batch
+                    if parts and tokens + cost > budget:
+                        break  # its next text does not fit what is left: it heads a later batch
+                    # else its first text runs though over its share (over the whole budget: in a batch alone)
+                spent += cost
+                end += 1
+            if end > start:
+                parts.append(_Part(request, start, end))
+                request.taken, texts, tokens = end, texts + end - start, tokens + spent
+            if request.taken < len(request.items):
+                self._active.append(request)
+            if end == start:  # nothing more fits this batch
+                break
+        self.queued_texts -= texts
+        return parts
+
+    # ------------------------------------------------------------------ running them
+
+    async def _run(self, parts: list[_Part]) -> None:
+        items = [item for part in parts for item in part.request.items[part.start:part.end]]
+        self.on_batch(len(items))
         try:
-            results = await self._predict(texts)
+            results = await self._predict(items)
         except Exception as exc:  # the predictor failed on this batch: find the request(s) that cause it
-            if len(batch) == 1:
-                _settle(batch[0], exception=exc)
+            if len(parts) == 1:
+                self._fail(parts[0].request, exc)
                 return
-            for pending in batch:
+            for part in parts:
                 try:
-                    _settle(pending, await self._predict(pending.texts))
+                    self._deliver(part, await self._predict(part.request.items[part.start:part.end]))
                 except Exception as alone:
-                    _settle(pending, exception=alone)
+                    self._fail(part.request, alone)
             return
         start = 0
-        for pending in batch:
-            _settle(pending, results[start:start + len(pending.texts)])
-            start += len(pending.texts)
+        for part in parts:
+            self._deliver(part, results[start:start + part.end - part.start])
+            start += part.end - part.start
 
-    async def _predict(self, texts: list[str]) -> list:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.run_batch, texts)
+    def _deliver(self, part: _Part, results: list) -> None:
+        request = part.request
+        request.results[part.start:part.end] = results
+        request.finished += part.end - part.start
+        if request.finished == len(request.items) and not request.future.done():
+            request.future.set_result(request.results)
 
+    def _fail(self, request: _Request, exception: Exception) -> None:
+        if request in self._active:  # its other chunks are not run
+            self._active.remove(request)
+            self.queued_texts -= len(request.items) - request.taken
+        if not request.future.done():
+            request.future.set_exception(exception)
 
-def _settle(pending: _Pending, results: list | None = None, exception: Exception | None = None) -> None:
-    if pending.future.done():  # the client went away
-        return
-    if exception is not None:
-        pending.future.set_exception(exception)
-    else:
-        pending.future.set_result(results)
+    async def _predict(self, items: list) -> list:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.run_batch, items)

@@ -41,13 +41,14 @@ def main(args: argparse.Namespace) -> int:
                         "never be queued; raise --max-queue")
     check_listen_address(args.host, args.port)
     limits = Limits(args.max_batch_size, args.max_wait_ms, args.max_texts, args.max_body_bytes, args.max_queue,
+                    max_batch_tokens=args.max_batch_tokens, max_request_tokens=args.max_request_tokens,
                     read_timeout_s=args.read_timeout)
     backend = choose_backend(args.backend or ("paddle" if args.tensorrt else None), export_dir, device, precision)
     options = {"device": device, "gpu_id": args.gpu_id, "cpu_threads": args.threads, "precision": precision,
                "use_tensorrt": args.tensorrt, "backend": backend}
     app = create_app(lambda: Predictor(export_dir, **options), limits, args.truncation)
     print(f"serving {export_dir} on http://{args.host}:{args.port} (POST /v1/classify; {backend}, max batch "
-          f"{limits.max_batch_size}, wait {limits.max_wait_ms:g} ms)", file=sys.stderr, flush=True)
+          f"{limits.max_batch_size} texts or {limits.max_batch_tokens} tokens, wait {limits.max_wait_ms:g} ms)", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=args.access_log,
                             timeout_graceful_shutdown=args.graceful_timeout,
                             http=protocol_with_head_timeout(limits.read_timeout_s))

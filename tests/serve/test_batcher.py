@@ -94,3 +94,59 @@ def test_a_failing_batch_is_retried_per_request_so_only_the_guilty_one_fails():
     first, guilty, last = asyncio.run(scenario())
     assert first == ["A", "B"] and last == ["C"] and isinstance(guilty, ValueError)
     assert calls[0] == ["a", "b", "poison", "c"] and len(calls) == 4  # one batch, then one call per request
+
+
+def test_a_large_request_goes_in_chunks_that_interleave_with_the_small_ones():
+    """Budget 50 tokens a batch; a request of 20 texts of 10 tokens each, and one-text requests that arrive while
+    its first chunk runs: every batch stays within the budget, the small ones are answered in the next batch, and
+    the large one gets its results in order."""
+    first_running, release, calls, finished = threading.Event(), threading.Event(), [], []
+
+    def run_batch(items):
+        calls.append(list(items))
+        if len(calls) == 1:
+            first_running.set()
+            release.wait(5)
+        return [item.upper() for item in items]
+
+    async def scenario():
+        batcher = DynamicBatcher(run_batch, max_batch_size=32, max_wait_ms=0, max_queue_texts=100,
+                                 max_batch_tokens=50, cost=lambda item: 10 if item.startswith("big") else 1)
+        batcher.start()
+
+        async def send(items, name):
+            result = await batcher.submit(items)
+            finished.append(name)
+            return result
+
+        large = asyncio.ensure_future(send([f"big{i}" for i in range(20)], "large"))
+        while not first_running.is_set():
+            await asyncio.sleep(0.001)
+        small = [asyncio.ensure_future(send([f"s{i}"], f"s{i}")) for i in range(3)]
+        await asyncio.sleep(0.05)
+        release.set()
+        results = await asyncio.gather(large, *small)
+        await batcher.stop()
+        return results
+
+    large, *small = asyncio.run(scenario())
+    assert large == [f"BIG{i}" for i in range(20)] and small == [["S0"], ["S1"], ["S2"]]
+    cost = [sum(10 if item.startswith("big") else 1 for item in call) for call in calls]
+    assert max(cost) <= 50 and calls[0] == [f"big{i}" for i in range(5)]
+    assert {"s0", "s1", "s2"} <= set(calls[1])  # the next batch after the first: the small ones are in it
+    assert finished[-1] == "large" and len(calls) == 1 + 4  # 20 big texts, at most 4 a batch with company, then 5
+
+
+def test_a_text_over_the_whole_budget_runs_in_a_batch_of_its_own():
+    calls = []
+
+    async def scenario():
+        batcher = DynamicBatcher(lambda items: calls.append(list(items)) or items, max_batch_size=8, max_wait_ms=50,
+                                 max_queue_texts=100, max_batch_tokens=10, cost=len)
+        batcher.start()
+        results = await asyncio.gather(batcher.submit(["x" * 30]), batcher.submit(["ab", "cd"]))
+        await batcher.stop()
+        return results
+
+    assert asyncio.run(scenario()) == [["x" * 30], ["ab", "cd"]]
+    assert calls == [["x" * 30], ["ab", "cd"]]

@@ -50,7 +50,7 @@ def predictor(export_dir):
 @pytest.fixture(scope="module")
 def server(export_dir, tmp_path_factory):
     server = Server(export_dir, tmp_path_factory.mktemp("log") / "server.log", "--max-texts", "16",
-                    "--max-body-bytes", "20000", "--max-wait-ms", "10")
+                    "--max-body-bytes", "20000", "--max-wait-ms", "10", "--max-request-tokens", "900")
     yield server
     assert server.stop() == 0
 
@@ -118,6 +118,9 @@ def _metric(server, name: str) -> float:
     (b'{"texts": ["ok"], "text_pairs": ["x"]}', {"content-type": "application/json"}, 422,
      "text_pairs is now called text_pair: send text_pair instead"),
     (json.dumps({"texts": ["好" * 3000] * 3}).encode(), {"content-type": "application/json"}, 413, "20000 bytes"),
+    # 15 texts the model reads 64 tokens of (max_length 64) cost 960 > --max-request-tokens 900
+    (json.dumps({"texts": ["好" * 100] * 15}).encode(), {"content-type": "application/json"}, 422,
+     "the model would read about 960 tokens of this request; the limit is 900 (--max-request-tokens)"),
 ])
 def test_every_bad_request_gets_its_status_and_a_json_message(server, body, headers, status, message):
     response = httpx.post(f"{server.url}/v1/classify", content=body, headers=headers)
