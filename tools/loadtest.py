@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from paddle_ft.bench.serving import load_test, markdown  # noqa: E402
+from paddle_ft.bench.serving import fairness_markdown, fairness_test, load_test, markdown  # noqa: E402
 
 FALLBACK_TEXTS = ["这个服务太差了，再也不来了", "质量很好，物流也快，非常满意", "一般般吧", "房间很干净，早餐丰富",
                   "客服态度恶劣，退款拖了一个月", "性价比高，推荐购买"]
@@ -34,7 +34,14 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=400, help="requests per level (upper bound)")
     parser.add_argument("--seconds", type=float, default=60, help="time per level (upper bound)")
     parser.add_argument("--threads", type=int, default=None, help="server predictor threads")
+    parser.add_argument("--fairness", action="store_true", help="instead: one-text p99 idle and while 64 x "
+                        "4,000-character requests run, and requests/s at 32, with the token budget and without")
     args = parser.parse_args()
+    if args.fairness:
+        rows = fairness_test(Path(args.export), read_texts(Path(args.texts)), args.requests, args.seconds,
+                             args.threads)
+        print(fairness_markdown(rows), end="")
+        return 1 if any(r["errors"] for r in rows) else 0
 
     rows = load_test(Path(args.export), read_texts(Path(args.texts)), [int(c) for c in args.concurrency.split(",")],
                      args.requests, args.seconds, args.threads)

@@ -80,3 +80,59 @@ def run_level(url: str, texts: list[str], concurrency: int, requests: int, secon
     return {"requests_per_s": len(latencies) / wall, "p50_ms": 1000 * statistics.median(latencies),
             "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
             "requests": len(latencies), "errors": errors}
+
+
+BUDGETS = (("a request's share 256 tokens (default)", []),
+           ("no token limits", ["--max-batch-tokens", str(10 ** 9), "--max-request-share", str(10 ** 9)]))
+LARGE_REQUEST = (64, 4000)  # texts, characters each: the largest request the default limits let in
+
+
+def fairness_test(export_dir: Path, texts: list[str], requests: int, seconds: float,
+                  threads: int | None = None) -> list[dict]:
+    """Per batching budget: the p99 of one-text requests (4 clients) when idle and while large requests
+    (64 x 4,000 characters) are sent back to back, and requests/s at concurrency 32 without them."""
+    extra = ["--threads", str(threads)] if threads else []
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    count, length = LARGE_REQUEST
+    large = {"texts": [(texts[i % len(texts)] * (length // len(texts[i % len(texts)]) + 1))[:length]
+                       for i in range(count)]}
+    rows = []
+    with tempfile.TemporaryDirectory() as logs:
+        for name, options in BUDGETS:
+            server = ServerProcess(export_dir, Path(logs) / f"{len(rows)}.log", *options, *extra)
+            try:
+                run_level(server.url, texts, 4, 40, 30)  # warm-up
+                idle = run_level(server.url, texts, 4, requests, seconds)
+                stop, large_latencies = threading.Event(), []
+
+                def send_large() -> None:
+                    with httpx.Client(timeout=120) as http:
+                        while not stop.is_set():
+                            started = time.perf_counter()
+                            http.post(f"{server.url}/v1/classify", json=large).raise_for_status()
+                            large_latencies.append(time.perf_counter() - started)
+
+                sender = threading.Thread(target=send_large)
+                sender.start()
+                time.sleep(0.5)
+                loaded = run_level(server.url, texts, 4, requests, seconds)
+                stop.set()
+                sender.join()
+                busy = run_level(server.url, texts, 32, requests, seconds)
+            finally:
+                server.stop()
+            rows.append({"budget": name, "idle_p99_ms": idle["p99_ms"], "with_large_p99_ms": loaded["p99_ms"],
+                         "ratio": loaded["p99_ms"] / idle["p99_ms"], "large_requests": len(large_latencies),
+                         "large_mean_s": statistics.mean(large_latencies) if large_latencies else None,
+                         "requests_per_s_at_32": busy["requests_per_s"],
+                         "errors": idle["errors"] + loaded["errors"] + busy["errors"]})
+    return rows
+
+
+def fairness_markdown(rows: list[dict]) -> str:
+    lines = ["| token limits | one-text p99 idle ms | with 64 x 4,000-char requests ms | ratio | large requests (mean s) | "
+             "requests/s at 32 | errors |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['budget']} | {r['idle_p99_ms']:.1f} | {r['with_large_p99_ms']:.1f} | {r['ratio']:.1f}x | "
+              f"{r['large_requests']} ({r['large_mean_s'] or 0:.2f}) | {r['requests_per_s_at_32']:.1f} | "
+              f"{r['errors']} |" for r in rows]
+    return "\n".join(lines) + "\n"

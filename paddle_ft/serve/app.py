@@ -202,7 +202,7 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
 
     batcher = DynamicBatcher(run_batch, limits.max_batch_size, limits.max_wait_ms, limits.max_queue_texts,
                              on_batch=metrics.batch_sizes.observe, max_batch_tokens=limits.max_batch_tokens,
-                             cost=cost)
+                             cost=cost, max_request_share=limits.max_request_share)
     metrics.queue_depth.set_function(lambda: batcher.queued_texts)
 
     @asynccontextmanager

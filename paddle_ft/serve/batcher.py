@@ -7,11 +7,12 @@ while the last batch ran (the adaptive rule: a lone request runs at once, batche
 `max_wait_ms` > 0 a batch also waits up to that long after its first request for more to arrive.
 
 A batch holds at most `max_batch_size` texts and `max_batch_tokens` tokens (a text's cost, `cost(item)`, is the
-tokens the model will read of it), so how long a batch holds the predictor is bounded. The budget is shared
-between the requests waiting, round robin: each gets an equal share of every batch, and a request larger than its
-share goes in chunks over several batches, interleaved with the requests that arrive meanwhile. So a one-text
-request waits behind at most one batch, not behind all of a large request. A text whose cost alone exceeds the
-budget runs in a batch of its own.
+tokens the model will read of it). The budget is shared between the requests waiting, round robin: each gets an
+equal share of every batch, and no single request more than `max_request_share` tokens of one, so a request larger
+than that goes in chunks over several batches, interleaved with the requests that arrive meanwhile. Many small
+requests still fill a batch (each is within its share), while a large one never makes a batch long: a one-text
+request waits behind at most one short chunk, not behind all of a large request. A text whose cost alone exceeds
+its share runs first in a batch, or alone.
 
 A batch that fails fails only the requests in it: each request's part is run again alone, so that only a request
 that fails on its own gets the error (its other chunks are dropped).
@@ -56,10 +57,11 @@ class _Part:
 class DynamicBatcher:
     def __init__(self, run_batch: Callable[[list], list], max_batch_size: int, max_wait_ms: float,
                  max_queue_texts: int, on_batch: Callable[[int], None] = lambda size: None,
-                 max_batch_tokens: int | None = None, cost: Callable[[object], int] = lambda item: 1):
+                 max_batch_tokens: int | None = None, cost: Callable[[object], int] = lambda item: 1,
+                 max_request_share: int | None = None):
         self.run_batch, self.max_batch_size = run_batch, max_batch_size
         self.max_wait, self.max_queue_texts = max_wait_ms / 1000, max_queue_texts
-        self.max_batch_tokens, self.cost = max_batch_tokens, cost
+        self.max_batch_tokens, self.cost, self.max_request_share = max_batch_tokens, cost, max_request_share
         self.on_batch = on_batch
         self.queued_texts = 0  # waiting, not yet in a running batch
         self._arrivals: asyncio.Queue[_Request | None] = asyncio.Queue()
@@ -130,18 +132,24 @@ class DynamicBatcher:
         return sum(len(r.items) - r.taken for r in self._active)
 
     def _next_batch(self) -> list[_Part]:
-        """Round robin over the waiting requests: each turn gives the request in front an equal share of what is
-        left of the budget (at least one text), then sends it to the back if it has more."""
+        """Round robin over the waiting requests: each gets one turn, an equal share of what is left of the budget
+        (at least one text, at most `max_request_share` tokens), then goes to the back if it has more."""
         parts: list[_Part] = []
         texts, tokens = 0, 0
         budget = self.max_batch_tokens
+        served = set()  # one turn per request per batch: its share is all it gets of this one
         while self._active and texts < self.max_batch_size and (budget is None or tokens < budget):
+            if id(self._active[0]) in served:
+                break
             request = self._active.popleft()
+            served.add(id(request))
             if request.future.done():  # the client went away: its items are not run
                 self.queued_texts -= len(request.items) - request.taken
                 continue
             share_texts = max(1, (self.max_batch_size - texts) // (len(self._active) + 1))
             share_tokens = None if budget is None else max(1, (budget - tokens) // (len(self._active) + 1))
+            if self.max_request_share is not None:  # no one request holds a batch longer than this much work
+                share_tokens = min(share_tokens or self.max_request_share, self.max_request_share)
             start, end, spent = request.taken, request.taken, 0
             while end < len(request.items) and end - start < share_texts:
                 cost = request.costs[end]

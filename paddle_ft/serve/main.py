@@ -41,7 +41,8 @@ def main(args: argparse.Namespace) -> int:
                         "never be queued; raise --max-queue")
     check_listen_address(args.host, args.port)
     limits = Limits(args.max_batch_size, args.max_wait_ms, args.max_texts, args.max_body_bytes, args.max_queue,
-                    max_batch_tokens=args.max_batch_tokens, max_request_tokens=args.max_request_tokens,
+                    max_batch_tokens=args.max_batch_tokens, max_request_share=args.max_request_share,
+                    max_request_tokens=args.max_request_tokens,
                     read_timeout_s=args.read_timeout)
     backend = choose_backend(args.backend or ("paddle" if args.tensorrt else None), export_dir, device, precision)
     options = {"device": device, "gpu_id": args.gpu_id, "cpu_threads": args.threads, "precision": precision,

@@ -17,9 +17,11 @@ class Limits:
     max_body_bytes: int = 1 << 20
     max_queue_texts: int = 1024
     """Texts waiting for a batch; beyond it requests get 503."""
-    max_batch_tokens: int = 2048
-    """Tokens per predictor call (about a character each): a batch is bounded in time as well as in texts, and a
-    larger request goes in chunks that share batches with the others (serve/batcher.py)."""
+    max_batch_tokens: int = 4096
+    """Tokens per predictor call (about a character each)."""
+    max_request_share: int = 256
+    """Tokens of one request in one predictor call: a larger request goes in chunks that share batches with the
+    others, so it never holds the model for long (serve/batcher.py)."""
     max_request_tokens: int = 524_288
     """Tokens one request may cost (64 texts of 8,192); more: 422."""
     retry_after_s: int = 1
@@ -41,8 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "queued while the predictor was busy")
     parser.add_argument("--max-texts", type=positive_int, default=d.max_texts, help="texts per request (more: 422)")
     parser.add_argument("--max-batch-tokens", type=positive_int, default=d.max_batch_tokens,
-                        help="tokens per predictor call, about one a character (default 2048): bounds how long a "
-                             "batch holds the model; a larger request goes in chunks that share batches with others")
+                        help="tokens per predictor call, about one a character (default 4096)")
+    parser.add_argument("--max-request-share", type=positive_int, default=d.max_request_share,
+                        help="tokens of one request in one predictor call (default 256): a larger request goes in "
+                             "chunks that share batches with the others, so it never holds the model for long")
     parser.add_argument("--max-request-tokens", type=positive_int, default=d.max_request_tokens,
                         help="tokens one request may cost (more: 422; default 524288)")
     parser.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes, help="request body size (more: 413)")

@@ -150,3 +150,22 @@ def test_a_text_over_the_whole_budget_runs_in_a_batch_of_its_own():
 
     assert asyncio.run(scenario()) == [["x" * 30], ["ab", "cd"]]
     assert calls == [["x" * 30], ["ab", "cd"]]
+
+
+def test_no_request_gets_more_than_its_share_of_a_batch_even_alone():
+    """64 texts of 128 tokens, a share of 256: two texts a predictor call, so a request arriving meanwhile waits
+    behind at most two texts' work; small requests still fill a batch together."""
+    calls = []
+
+    async def scenario():
+        batcher = DynamicBatcher(lambda items: calls.append(list(items)) or items, max_batch_size=32, max_wait_ms=20,
+                                 max_queue_texts=1000, max_batch_tokens=4096, cost=len, max_request_share=256)
+        batcher.start()
+        large = await batcher.submit(["x" * 128] * 64)
+        small = await asyncio.gather(*(batcher.submit([f"s{i}"]) for i in range(20)))
+        await batcher.stop()
+        return large, small
+
+    large, small = asyncio.run(scenario())
+    assert large == ["x" * 128] * 64 and small == [[f"s{i}"] for i in range(20)]
+    assert [len(call) for call in calls[:32]] == [2] * 32 and calls[32:] == [[f"s{i}" for i in range(20)]]
