@@ -13,8 +13,8 @@ import paddle
 from paddle.static import InputSpec
 
 from paddle_ft.artifacts.bundle import load_bundle
-from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, OUTPUT_NAME, SEALS, ExportInfo, program_file,
-                                               read_export_info, seal, write_export_info)
+from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, OUTPUT_NAME, PARITY_TOLERANCE, SEALS,
+                                               ExportInfo, program_file, read_export_info, seal, write_export_info)
 from paddle_ft.artifacts.manifest import training_provenance
 from paddle_ft.artifacts.run import RUN_FILES
 from paddle_ft.errors import UserError
@@ -27,7 +27,6 @@ from paddle_ft.log import native_output_captured
 # the user: the parity check below is what proves the traced graph
 _PIR_OUT_TENSOR_WARNING = re.compile(r"^W[0-9 :.]+\S+\] Paddle static graph\(PIR\) not support input out tensor.*\n",
                                      re.MULTILINE)
-PARITY_TOLERANCE = 1e-4
 # the GPU predictor's kernels may compute float32 matmuls in TF32 on Ampere and newer (10 mantissa bits), moving
 # logits by ~1e-3; not measured here (no GPU), hence a bound this loose
 GPU_PARITY_TOLERANCE = 1e-2

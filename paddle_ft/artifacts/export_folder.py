@@ -27,6 +27,7 @@ PARAMS_FILE = "model.pdiparams"
 ONNX_FILE = "model.onnx"
 OUTPUT_NAME = "logits"  # the graphs' output, [batch, labels] float32
 DYNAMIC_AXES = ("batch", "sequence")  # the ONNX graph's names for the inputs' dimensions
+PARITY_TOLERANCE = 1e-4  # largest logit difference an engine may have from the trained model (export refuses more)
 SEALS = (MODEL_CARD, MANIFEST)  # written last, over everything else: what the export is and where it came from
 REEXPORT = "re-create it with tools/export.py --model OUT/best --output DIR"
 

@@ -8,12 +8,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
-from paddle_ft.artifacts.export_folder import EXPORT_INFO, ONNX_FILE, read_export_info
+from paddle_ft.artifacts.export_folder import EXPORT_INFO
 from paddle_ft.artifacts.manifest import MANIFEST, differences, read_manifest
 from paddle_ft.errors import UserError
-from paddle_ft.export import PARITY_TOLERANCE, export_model
+from paddle_ft.export import export_model
+from paddle_ft.inference.agreement import engines_agree
 from paddle_ft.inference.predictor import Predictor
 from paddle_ft.inference.quantize import labelled_accuracy
 from paddle_ft.io import file_sha256
@@ -25,7 +24,7 @@ def run(folder: str, data: str | None = None) -> int:
     problems = differences(folder, manifest)
     said = [f"its {len(manifest['files'])} files are as written"]
     if not problems and (folder / EXPORT_INFO).is_file():
-        agreement, problem = _engines_agree(folder)
+        agreement, problem = engines_agree(folder)
         problems += [problem] if problem else []
         said += [] if agreement is None else [f"Paddle Inference and ONNX Runtime agree to {agreement:.3g}"]
     if not problems and data is not None:
@@ -38,26 +37,6 @@ def run(folder: str, data: str | None = None) -> int:
         return 1
     print(f"verified {folder}: {'; '.join(said)}")
     return 0
-
-
-def _engines_agree(folder: Path, rows: int = 8, seed: int = 0) -> tuple[float | None, str | None]:
-    """(the largest logit difference between the two engines on a sample batch, a problem line or None); (None,
-    None) where there is one engine, or an int8 ONNX graph that differs from the fp32 one by design."""
-    info = read_export_info(folder)
-    if info.onnx_file is None or info.quantization is not None or not (folder / ONNX_FILE).is_file():
-        return None, None
-    paddle, onnx = Predictor(folder, backend="paddle"), Predictor(folder, backend="onnxruntime")
-    rng = np.random.default_rng(seed)
-    vocabulary, pad = paddle.tokenizer.vocab_size, paddle.tokenizer.pad_token_id
-    input_ids = rng.integers(0, vocabulary, size=(rows, info.model.max_length))
-    input_ids[input_ids == pad] = (pad + 1) % vocabulary
-    input_ids[1:, info.model.max_length // 2:] = pad  # most rows padded, as batches are
-    token_type_ids = np.zeros_like(input_ids)
-    worst = float(np.abs(paddle.run(input_ids, token_type_ids) - onnx.run(input_ids, token_type_ids)).max())
-    if worst > 2 * PARITY_TOLERANCE:  # each was within PARITY_TOLERANCE of the trained model at export
-        return worst, (f"{folder}: Paddle Inference and ONNX Runtime now differ by {worst:.3g} (more than "
-                       f"{2 * PARITY_TOLERANCE:g}): the graphs or this machine's engines changed since export")
-    return worst, None
 
 
 def _scores_again(folder: Path, manifest: dict, data: Path) -> tuple[str | None, str | None]:
