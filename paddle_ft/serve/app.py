@@ -10,11 +10,13 @@ crashes the server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import sys
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Annotated, Callable
 
 from fastapi import FastAPI, Request
@@ -25,9 +27,13 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictStr, WithJsonSchema
 from starlette.exceptions import HTTPException
 
+from paddle_ft.artifacts.export_folder import EXPORT_INFO
+from paddle_ft.artifacts.manifest import MANIFEST
 from paddle_ft.data.tokenizer import readable_pattern
 from paddle_ft.errors import UserError
+from paddle_ft.inference.agreement import export_problems
 from paddle_ft.inference.predictor import check_texts
+from paddle_ft.io import file_sha256
 from paddle_ft.serve.batcher import DynamicBatcher, QueueFull
 from paddle_ft.serve.metrics import Metrics
 from paddle_ft.serve.options import Limits
@@ -99,6 +105,8 @@ class Classification(BaseModel):
 
 
 class ClassifyResponse(BaseModel):
+    model: str = Field(description="the model that gave every answer of this response: its export folder's name and "
+                                   "the start of its manifest's sha256 (GET /v1/model; a reload changes it)")
     results: list[Classification]
 
 
@@ -157,30 +165,73 @@ class BodyLimit:
 
 class ModelSlot:
     """The predictor once it has loaded (on a worker thread, so /healthz answers meanwhile), or why it
-    has not."""
+    has not; and on SIGHUP, the model its folder holds now, checked and warmed up before it is swapped in
+    (`reload`). A request keeps the predictor it started with to its end, so in-flight requests finish on the old
+    model, and each answer says which model gave it (`version`)."""
 
     def __init__(self, load_predictor: Callable[[], object], metrics: Metrics):
         self._load_predictor, self._metrics = load_predictor, metrics
-        self.predictor, self.load_error = None, None
+        self.predictor, self.load_error, self.version, self.loaded_at = None, None, None, None
+        self._reloading = asyncio.Lock()
 
     def _load(self) -> None:
         try:
-            self.predictor = self._load_predictor()
+            self._swap(self._load_predictor())
             self._metrics.ready.set(1)
         except Exception as exc:  # reported by /readyz and the log; the process stays up to say so
             self.load_error = f"{type(exc).__name__}: {exc}"
             print(f"error: the model failed to load: {self.load_error}", file=sys.stderr, flush=True)
 
+    def _swap(self, predictor) -> None:
+        version = model_version(predictor.export_dir)
+        self.predictor, self.version, self.loaded_at = predictor, version, time.time()
+
     async def load(self) -> None:
-        # Creating a Paddle predictor installs Paddle's own C handler for SIGTERM, which would kill the
-        # process instead of letting uvicorn drain it: put uvicorn's handlers back (on the main thread).
-        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        await asyncio.to_thread(self._load)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+        with _paddle_keeps_off_our_signals():
+            await asyncio.to_thread(self._load)
+
+    async def reload(self) -> bool:
+        """The model the export folder holds now, if it is what was written (its files against its manifest, its
+        engines against each other) and loads; otherwise the one serving keeps serving. True once swapped."""
+        async with self._reloading:
+            folder = self.predictor.export_dir if self.predictor is not None else None
+            try:
+                problems = await asyncio.to_thread(export_problems, folder) if folder else ["no model loaded"]
+                if problems:
+                    raise ValueError(problems[0])
+                with _paddle_keeps_off_our_signals():
+                    fresh = await asyncio.to_thread(self._load_predictor)
+            except Exception as exc:
+                self._metrics.reloads.labels(result="refused").inc()
+                print(f"error: reload refused, {self.version} keeps serving: {exc}", file=sys.stderr, flush=True)
+                return False
+            self._swap(fresh)
+            self._metrics.reloads.labels(result="swapped").inc()
+            print(f"reloaded {folder}: now serving {self.version}", file=sys.stderr, flush=True)
+            return True
 
     def status(self) -> str:
         return "loading" if self.load_error is None else f"failed to load: {self.load_error}"
+
+
+@contextmanager
+def _paddle_keeps_off_our_signals():
+    """Creating a Paddle predictor installs Paddle's own C handler for SIGTERM, which would kill the process
+    instead of letting uvicorn drain it: put the handlers back afterwards (on the main thread)."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def model_version(export_dir) -> str:
+    """Which model answers: the export's folder name and the first 12 hex digits of the sha256 of its manifest
+    (of export.json for an export without one), so two versions in the same folder differ."""
+    folder = Path(export_dir).resolve()
+    seal = folder / MANIFEST if (folder / MANIFEST).is_file() else folder / EXPORT_INFO
+    return f"{folder.name}@{file_sha256(seal)[:12]}"
 
 
 def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
@@ -190,15 +241,22 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
     metrics = Metrics()
     slot = ModelSlot(load_predictor, metrics)
 
-    def run_batch(items: list[tuple[str, str | None]]) -> list:
-        """One predictor call for the (text, second text or None) items of a batch."""
-        texts, pairs = [text for text, _ in items], [pair for _, pair in items]
-        return slot.predictor.predict(texts, batch_size=limits.max_batch_size, truncation=truncation,
-                                      text_pair=None if pairs[0] is None else pairs)
+    def run_batch(items: list[tuple[str, str | None, object]]) -> list:
+        """The (text, second text or None, predictor) items of a batch, each on the predictor its request started
+        with: one call per predictor (two only while a reload swaps them)."""
+        results = [None] * len(items)
+        for predictor in {id(item[2]): item[2] for item in items}.values():
+            positions = [i for i, item in enumerate(items) if item[2] is predictor]
+            pairs = [items[i][1] for i in positions]
+            answers = predictor.predict([items[i][0] for i in positions], batch_size=limits.max_batch_size,
+                                        truncation=truncation, text_pair=None if pairs[0] is None else pairs)
+            for i, answer in zip(positions, answers):
+                results[i] = answer
+        return results
 
-    def cost(item: tuple[str, str | None]) -> int:
-        """The tokens the model reads of a (text, second text) item: what it takes of a batch's budget."""
-        return reading_cost(slot.predictor, truncation, item)
+    def cost(item: tuple[str, str | None, object]) -> int:
+        """The tokens the model reads of an item: what it takes of a batch's budget."""
+        return reading_cost(item[2], truncation, item[:2])
 
     batcher = DynamicBatcher(run_batch, limits.max_batch_size, limits.max_wait_ms, limits.max_queue_texts,
                              on_batch=metrics.batch_sizes.observe, max_batch_tokens=limits.max_batch_tokens,
@@ -207,7 +265,10 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        loader = asyncio.get_running_loop().create_task(slot.load())
+        loop = asyncio.get_running_loop()
+        loader = loop.create_task(slot.load())
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no SIGHUP (Windows, a thread)
+            loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(slot.reload()))
         batcher.start()
         yield
         await batcher.stop()  # uvicorn has let in-flight requests finish; nothing is queued by now
@@ -225,19 +286,21 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
         if slot.predictor is None:
             return error(503, "the model is still loading" if slot.load_error is None else
                          f"the model failed to load: {slot.load_error}", retry)
-        problem = _request_problem(body, slot.predictor, limits, truncation)  # before it joins a batch: a bad
-        if problem is not None:                                                # text must not fail others
+        predictor, version = slot.predictor, slot.version  # this request's model, to its end, across any reload
+        problem = _request_problem(body, predictor, limits, truncation)  # before it joins a batch: a bad text
+        if problem is not None:                                          # must not fail others
             return error(422, problem)
         try:
-            results = await batcher.submit(list(zip(body.texts, body.text_pair or [None] * len(body.texts))))
+            results = await batcher.submit([(text, pair, predictor) for text, pair in
+                                            zip(body.texts, body.text_pair or [None] * len(body.texts))])
         except QueueFull as exc:
             return error(503, f"server busy: {exc}; retry later", retry)
         except Exception as exc:  # this batch failed; other requests are unaffected
             metrics.errors.inc()
             return error(500, f"prediction failed: {type(exc).__name__}: {exc}")
         metrics.texts.inc(len(body.texts))
-        threshold = slot.predictor.check_abstain_below(body.abstain_below)  # checked before it joined a batch
-        return {"results": [_classification(p.deciding(threshold), body.top_k) for p in results]}
+        threshold = predictor.check_abstain_below(body.abstain_below)  # checked before it joined a batch
+        return {"model": version, "results": [_classification(p.deciding(threshold), body.top_k) for p in results]}
 
     _add_probes(app, slot, metrics, retry)
     app.openapi = lambda: _openapi(app, limits, slot.predictor)
@@ -250,6 +313,14 @@ def _add_probes(app: FastAPI, slot: ModelSlot, metrics: Metrics, retry: dict) ->
     async def healthz():
         """The process is up (the model may still be loading)."""
         return {"status": "ok"}
+
+    @app.get("/v1/model")
+    async def model():
+        """Which model answers (after a SIGHUP reload, the new one), since when, and its labels."""
+        if slot.predictor is None:
+            return error(503, slot.status(), retry)
+        return {"model": slot.version, "export": str(slot.predictor.export_dir), "loaded_at": slot.loaded_at,
+                "labels": list(slot.predictor.labels)}
 
     @app.get("/readyz")
     async def readyz():

@@ -25,6 +25,8 @@ class Metrics:
                                      registry=r)
         self.queue_depth = Gauge("paddle_ft_queue_depth_texts", "Texts waiting for a batch", registry=r)
         self.ready = Gauge("paddle_ft_model_ready", "1 once the model is loaded and warmed up", registry=r)
+        self.reloads = Counter("paddle_ft_model_reloads", "SIGHUP reloads by result (swapped, refused)", ["result"],
+                               registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
