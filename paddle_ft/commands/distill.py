@@ -12,7 +12,8 @@ from paddle_ft.artifacts.manifest import data_file
 from paddle_ft.artifacts.meta import MODEL_META, is_model_folder
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.report import write_run_report
-from paddle_ft.commands.session import data_record, opened_run, ready_to_train, run_engine, seal_best, shared_backbone
+from paddle_ft.commands.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine, seal_best,
+                                        shared_backbone)
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import read_corpus
 from paddle_ft.data.features import Features, tokenize
@@ -58,7 +59,7 @@ def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
                              temperature=config.distill.temperature, alpha=config.distill.alpha)
     results = run_engine(model, splits, config, folder, dist, resume_from, "distill", objective)
     if dist.is_main:
-        seal_best(folder, config, data, results)
+        seal_best(folder, config, data, results, drift_reference(dataset, splits, tokenizer.unk_token_id))
         for split in ("dev", "test"):
             report = getattr(results, split)
             if report is not None:

@@ -11,6 +11,7 @@ import numpy as np
 import paddle
 
 from paddle_ft import runtime
+from paddle_ft.analysis.audit import unknown_shares
 from paddle_ft.artifacts.bundle import seal_bundle
 from paddle_ft.artifacts.manifest import data_file
 from paddle_ft.artifacts.run import Results
@@ -18,6 +19,7 @@ from paddle_ft.build import Dataset, resolve_backbone
 from paddle_ft.config import Config, ModelConfig, config_to_dict
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import format_of, read_records
+from paddle_ft.drift import reference
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import check_amp_supported, set_tf32
 from paddle_ft.engine.cpu_linear import use_fast_linear
@@ -104,11 +106,20 @@ def data_record(dataset: Dataset, corrections: str | None) -> dict:
     return files
 
 
-def seal_best(folder: RunFolder, config: Config, data: dict, results: Results) -> None:
-    """best/'s model card and manifest, once the run has scored it: data, config, seed and scores."""
+def seal_best(folder: RunFolder, config: Config, data: dict, results: Results, reference: dict) -> None:
+    """best/'s model card and manifest, once the run has scored it: data, config, seed, scores, and the training
+    side of drift (`drift.reference`)."""
     metrics = {split: report for split in ("dev", "test") if (report := getattr(results, split)) is not None}
-    seal_bundle(folder.best_dir, folder.path.name,
-                {"seed": config.seed, "config": config_to_dict(config), "data": data, "metrics": metrics})
+    seal_bundle(folder.best_dir, folder.path.name, {"seed": config.seed, "config": config_to_dict(config),
+                                                    "data": data, "metrics": metrics, "reference": reference})
+
+
+def drift_reference(dataset: Dataset, splits, unk_token_id: int | None) -> dict:
+    """The training rows' label shares, text lengths and [UNK] share, for the server's drift gauges."""
+    rows = dataset.examples["train"]
+    tokens, _ = unknown_shares(splits.train.input_ids, unk_token_id)
+    return reference([name for e in rows for name in e.label_names], dataset.label_map.names,
+                     [len(e.text) + (len(e.text_pair) + 1 if e.text_pair is not None else 0) for e in rows], tokens)
 
 
 def apply_runtime(model, config: Config, dist) -> None:

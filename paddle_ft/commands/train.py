@@ -7,7 +7,8 @@ from paddle_ft.analysis.audit import coverage_problem, leakage, unknown_shares
 from paddle_ft.artifacts.run import Results
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
 from paddle_ft.commands.report import write_run_report
-from paddle_ft.commands.session import data_record, opened_run, ready_to_train, run_engine, seal_best, shared_backbone
+from paddle_ft.commands.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine, seal_best,
+                                        shared_backbone)
 from paddle_ft.config import TASK_METRICS, load_config
 from paddle_ft.data.augment import augmented
 from paddle_ft.engine.losses import class_weights
@@ -60,7 +61,7 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
     results = run_engine(model, splits, config, folder, dist, resume_from, "train", objective(config, splits, dist),
                          on_eval)
     if dist.is_main:
-        seal_best(folder, config, data, results)
+        seal_best(folder, config, data, results, drift_reference(dataset, splits, tokenizer.unk_token_id))
         for split in ("dev", "test"):
             report = getattr(results, split)
             if report is not None:

@@ -36,6 +36,7 @@ from paddle_ft.inference.predictor import check_texts
 from paddle_ft.io import file_sha256
 from paddle_ft.serve.batcher import DynamicBatcher, QueueFull
 from paddle_ft.serve.metrics import Metrics
+from paddle_ft.serve.monitor import TrafficMonitor
 from paddle_ft.serve.options import Limits
 
 # Text and count limits are documented in the schema but checked by the handler, not by pydantic, so
@@ -240,6 +241,7 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
     answers while the model loads and /readyz says when it is ready."""
     metrics = Metrics()
     slot = ModelSlot(load_predictor, metrics)
+    monitor = TrafficMonitor(metrics.registry)
 
     def run_batch(items: list[tuple[str, str | None, object]]) -> list:
         """The (text, second text or None, predictor) items of a batch, each on the predictor its request started
@@ -300,7 +302,9 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
             return error(500, f"prediction failed: {type(exc).__name__}: {exc}")
         metrics.texts.inc(len(body.texts))
         threshold = predictor.check_abstain_below(body.abstain_below)  # checked before it joined a batch
-        return {"model": version, "results": [_classification(p.deciding(threshold), body.top_k) for p in results]}
+        answers = [p.deciding(threshold) for p in results]
+        monitor.observe(predictor, list(zip(body.texts, body.text_pair or [None] * len(body.texts))), answers)
+        return {"model": version, "results": [_classification(p, body.top_k) for p in answers]}
 
     _add_probes(app, slot, metrics, retry)
     app.openapi = lambda: _openapi(app, limits, slot.predictor)
