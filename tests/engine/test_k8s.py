@@ -1,0 +1,111 @@
+"""The Kubernetes recipes: the manifests parse and name files the image has; and the PaddleJob's container command,
+run on two hosts (network namespaces joined by a veth pair) under the environment variables the Kubeflow training
+operator injects (PADDLE_MASTER, PADDLE_NNODES, PADDLE_JOB_ID: pkg/controller.v1/paddlepaddle/envvar.go), trains
+one run whose two ranks end with identical weights."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+import yaml
+from conftest import ROOT, tiny_run_args, write_splits, write_vocab
+
+MANIFESTS = ROOT / "docker" / "k8s"
+IMAGE_PATHS = {"/opt/paddle_ft/tools": ROOT / "tools", "/opt/paddle_ft/configs": ROOT / "configs"}  # Dockerfile COPY
+
+
+def documents(name: str) -> dict:
+    return {doc["kind"]: doc for doc in yaml.safe_load_all((MANIFESTS / name).read_text(encoding="utf-8"))}
+
+
+def worker_container() -> dict:
+    return documents("paddlejob.yaml")["PaddleJob"]["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"][
+        "containers"][0]
+
+
+def test_the_manifests_parse_and_name_what_exists():
+    job = documents("paddlejob.yaml")
+    assert set(job) == {"ConfigMap", "PaddleJob"} and job["PaddleJob"]["apiVersion"] == "kubeflow.org/v1"
+    spec = job["PaddleJob"]["spec"]["paddleReplicaSpecs"]["Worker"]
+    container = worker_container()
+    assert container["name"] == "paddle" and spec["replicas"] == 2  # the operator reads the port of "paddle"
+    assert {p["name"] for p in container["ports"]} == {"master"}
+    mounted = {m["name"] for m in container["volumeMounts"]}
+    assert mounted == {v["name"] for v in spec["template"]["spec"]["volumes"]}
+    config = yaml.safe_load(job["ConfigMap"]["data"]["train.yaml"])
+    assert config["output_dir"].startswith("/output/") and config["data"]["train"].startswith("/data/")
+    assert "/config/train.yaml" in container["command"] and "train.resume=auto" in container["command"]
+    for word in container["command"]:
+        for image_path, checkout in IMAGE_PATHS.items():
+            if word.startswith(image_path):
+                assert (checkout / word[len(image_path) + 1:]).is_file(), word
+    ray = documents("raycluster.yaml")["RayCluster"]
+    assert ray["apiVersion"] == "ray.io/v1" and ray["spec"]["workerGroupSpecs"][0]["replicas"] >= 1
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text(encoding="utf-8")
+    assert "COPY tools /opt/paddle_ft/tools" in dockerfile and "COPY configs /opt/paddle_ft/configs" in dockerfile
+
+
+def _netns(*args):
+    subprocess.run(["ip", "netns", *args], check=True, capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                    reason="needs root and iproute2 to make two network namespaces")
+def test_the_paddlejob_command_trains_on_two_hosts_under_the_operators_variables(tmp_path):
+    data = write_splits(tmp_path / "data", (240, 60, 60))
+    # the tiny model on the test corpus instead of /data's encoder; the data, output and config are "mounted" by
+    # putting this machine's paths where the manifest has /data, /output and /config
+    tiny = [a for a in tiny_run_args(data, write_vocab(tmp_path / "vocab.txt"), tmp_path / "unused")
+            if not a.startswith(("output_dir=", "data."))] + ["model.backbone=null", "train.max_steps=10",
+                                                                "data.test=null", "data.max_length=64"]
+    container = worker_container()
+    port = next(p["containerPort"] for p in container["ports"] if p["name"] == "master")
+    tag = uuid.uuid4().hex[:6]
+    hosts, links, addresses = [f"pk{tag}a", f"pk{tag}b"], [f"ka{tag}", f"kb{tag}"], ["10.213.9.1", "10.213.9.2"]
+    try:
+        for host in hosts:
+            _netns("add", host)
+        subprocess.run(["ip", "link", "add", links[0], "type", "veth", "peer", "name", links[1]], check=True)
+        for host, link, address in zip(hosts, links, addresses):
+            subprocess.run(["ip", "link", "set", link, "netns", host], check=True)
+            for cmd in (["addr", "add", f"{address}/24", "dev", link], ["link", "set", link, "up"],
+                        ["link", "set", "lo", "up"]):
+                _netns("exec", host, "ip", *cmd)
+        jobs = []
+        for rank, (host, link, address) in enumerate(zip(hosts, links, addresses)):
+            output = tmp_path / f"output-{rank}"  # each host its own disk: only rank 0 may write the run
+            config = tmp_path / f"config-{rank}" / "train.yaml"
+            config.parent.mkdir()
+            config.write_text(documents("paddlejob.yaml")["ConfigMap"]["data"]["train.yaml"]
+                              .replace("/output/", f"{output}/").replace("/data/", f"{data}/"), encoding="utf-8")
+            command = [_in_checkout(word, config, output) for word in container["command"]]
+            command[0] = sys.executable
+            env = {**os.environ, "PYTHONUNBUFFERED": "0", "PADDLE_JOB_ID": "paddle-ft-train", "PADDLE_NNODES": "2",
+                   # worker 0 is the rendezvous: its own pod IP for itself, its replica name for the others
+                   "PADDLE_MASTER": f"{addresses[0]}:{port}",
+                   "POD_IP": address, "GLOO_SOCKET_IFNAME": link}  # the manifest's env, with this host's values
+            jobs.append(subprocess.Popen(["ip", "netns", "exec", host, "env", *[f"{k}={v}" for k, v in env.items()],
+                                          *command, *[x for a in tiny for x in ("-o", a)]],
+                                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        outputs = [job.communicate(timeout=600)[0] for job in jobs]
+        assert [job.returncode for job in jobs] == [0, 0], outputs
+    finally:
+        for host in hosts:
+            subprocess.run(["ip", "netns", "del", host], capture_output=True)
+    written = [rank for rank in (0, 1) if (tmp_path / f"output-{rank}" / "run" / "results.json").is_file()]
+    assert len(written) == 1  # one rank wrote the run
+    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / f"output-{written[0]}" / "logs").glob("*"))
+    assert "weights identical on all 2 ranks" in logs and re.search(r"plan: .* x 2 device\(s\)", logs)
+
+
+def _in_checkout(word: str, config, output) -> str:
+    """A word of the container's command with the image's paths made this machine's."""
+    for image_path, checkout in IMAGE_PATHS.items():
+        if word.startswith(image_path):
+            return str(checkout / word[len(image_path) + 1:])
+    return word.replace("/config/train.yaml", str(config)).replace("/output", str(output))
