@@ -211,6 +211,9 @@ def _add_predict(commands) -> None:
     predict.add_argument("--output", help="JSON Lines file to write (default: standard output); with --ray, the "
                                           "folder for the shards, their manifest and --merge's file")
     predict.add_argument("--batch-size", type=positive_int, default=32)
+    predict.add_argument("--on-bad-row", choices=("error", "skip"), default="error",
+                         help="a bad row of --input (undecodable, malformed, no text): stop at it, naming its file and "
+                              "line (default), or leave it out and list it (at most 5%% of a file's rows)")
     predict.add_argument("--abstain-below", type=share, help="mark answers whose top probability is below this "
                                                              "\"abstained\" (default: the model's own threshold)")
     _inference_arguments(predict)
@@ -408,7 +411,7 @@ def _predict(args) -> int:
             raise UserError("predict --ray scores files: give --input FILES and --output FOLDER")
         return on_ray.run(args.export, args.input, args.output, None if args.ray == "local" else args.ray,
                           args.batch_size, options, args.truncation, args.abstain_below, args.shard_rows, args.actors,
-                          args.merge, args.restart)
+                          args.merge, args.restart, args.on_bad_row)
     ray_only = [flag for flag, given in (("--merge", args.merge), ("--restart", args.restart),
                                          ("--actors", args.actors is not None)) if given]
     if ray_only:
@@ -416,7 +419,7 @@ def _predict(args) -> int:
     if args.input and (len(args.input) > 1 or glob.has_magic(args.input[0])):
         raise UserError("predict reads one --input file; for many (or a glob pattern), add --ray")
     return command.run(args.export, args.text, args.text_pair, args.input[0] if args.input else None, args.output,
-                       args.batch_size, options, args.truncation, args.abstain_below)
+                       args.batch_size, options, args.truncation, args.abstain_below, args.on_bad_row)
 
 
 def _serve(args) -> int:

@@ -11,21 +11,24 @@ from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.inference.predictor import Predictor, check_texts
 from paddle_ft.io import atomic_file, check_output_file
-from paddle_ft.log import LONG_INPUT, Progress
+from paddle_ft.log import LONG_INPUT, Progress, log
 
 CHUNK = 1024  # texts per predictor call on a long input, between progress updates
 
 
 def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, input_path: str | None,
         output_path: str | None, batch_size: int, predictor_options: dict, truncation: str | None = None,
-        abstain_below: float | None = None) -> int:
+        abstain_below: float | None = None, on_bad_row: str = "error") -> int:
     program_file(Path(export_dir))  # a wrong folder first, before reading any input
     lines = None
     if texts is None:
         if text_pair:
             raise UserError("--text-pair goes with --text; with --input, put the second texts in a text_pair column")
         meta = read_export_info(Path(export_dir)).model  # a table's columns are named as in training
-        texts, text_pair, lines = read_texts(Path(input_path), meta.text_column, meta.text_pair_column)
+        skipped = []
+        texts, text_pair, lines = read_texts(Path(input_path), meta.text_column, meta.text_pair_column, on_bad_row,
+                                             skipped)
+        say_skipped(input_path, skipped)
     if lines is None:  # a file's texts were checked as it was read, named by their line
         check_texts(texts, "--text {}")
         if text_pair:
@@ -42,6 +45,14 @@ def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, i
             answer = record(text, text_pair[i] if text_pair else None, lines[i] if lines else None, result)
             out.write(json.dumps(answer, ensure_ascii=False) + "\n")
     return 0
+
+
+def say_skipped(path, skipped: list[tuple[int, str]]) -> None:
+    """--on-bad-row skip: the rows left out, on standard error (standard output may carry the answers)."""
+    if skipped:
+        shown = "; ".join(f"line {line}: {reason}" for line, reason in skipped[:5])
+        log(f"predict: left out {len(skipped)} bad rows of {path} ({shown}{'; ...' if len(skipped) > 5 else ''})",
+            sys.stderr)
 
 
 def record(text: str, text_pair: str | None, line: int | None, result) -> dict:

@@ -24,7 +24,7 @@ from pathlib import Path
 from paddle_ft.analysis.fingerprint import check_same_work
 from paddle_ft.artifacts.export_folder import read_export_info
 from paddle_ft.artifacts.manifest import read_manifest
-from paddle_ft.commands.predict import record
+from paddle_ft.commands.predict import record, say_skipped
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.inference.predictor import Predictor
@@ -60,7 +60,7 @@ def input_files(patterns: list[str]) -> list[Path]:
 
 def run(export_dir: str, patterns: list[str], output: str, address: str | None, batch_size: int,
         predictor_options: dict, truncation: str | None, abstain_below: float | None, shard_rows: int,
-        actors: int | None, merge: bool, restart: bool) -> int:
+        actors: int | None, merge: bool, restart: bool, on_bad_row: str = "error") -> int:
     export = Path(export_dir)
     meta = read_export_info(export).model
     files = input_files(patterns)
@@ -68,20 +68,20 @@ def run(export_dir: str, patterns: list[str], output: str, address: str | None, 
         if restart:
             clear(root)
         return _predict(export, meta, files, root, address, batch_size, predictor_options, truncation, abstain_below,
-                        shard_rows, actors, merge)
+                        shard_rows, actors, merge, on_bad_row)
 
 
 def _predict(export: Path, meta, files: list[Path], root: Path, address: str | None, batch_size: int,
              predictor_options: dict, truncation: str | None, abstain_below: float | None, shard_rows: int,
-             actors: int | None, merge: bool) -> int:
+             actors: int | None, merge: bool, on_bad_row: str) -> int:
     work = {"export": read_manifest(export)["files"], "inputs": [[str(f), file_sha256(f)] for f in files],
-            "shard_rows": shard_rows, "truncation": truncation, "abstain_below": abstain_below,
+            "shard_rows": shard_rows, "on_bad_row": on_bad_row, "truncation": truncation, "abstain_below": abstain_below,
             "precision": predictor_options.get("precision"), "backend": predictor_options.get("backend")}
     before = root / FINGERPRINT
     check_same_work(root, json.loads(before.read_text(encoding="utf-8")) if before.is_file() else None, work,
                     "batch prediction")
     write_text_atomically(before, json.dumps(work, ensure_ascii=False, indent=2))
-    shards = _shards(files, meta, shard_rows)
+    shards, skipped = _shards(files, meta, shard_rows, on_bad_row)
     (root / SHARDS).mkdir(exist_ok=True)
     to_do = [s for s in shards if not (root / SHARDS / s.name).is_file()]
     log(f"predict --ray: {len(shards)} shards of {sum(len(s.texts) for s in shards)} texts; {len(shards) - len(to_do)} "
@@ -94,23 +94,27 @@ def _predict(export: Path, meta, files: list[Path], root: Path, address: str | N
     texts = sum(len(s.texts) for s in to_do)
     log(f"predict --ray: scored {len(to_do)} shards ({texts} texts) in {seconds:.1f} s"
         + (f", {texts / seconds:.0f} texts/s" if texts else ""))
-    _write_manifest(root, shards, len(to_do))
+    _write_manifest(root, shards, len(to_do), skipped)
     if merge:
         _merge(root, shards)
     return 0
 
 
-def _shards(files: list[Path], meta, shard_rows: int) -> list[Shard]:
-    shards = []
+def _shards(files: list[Path], meta, shard_rows: int, on_bad_row: str) -> tuple[list[Shard], list[dict]]:
+    """The shards of every file, and the rows left out under --on-bad-row skip (source, line, reason)."""
+    shards, skipped = [], []
     for number, path in enumerate(files, start=1):
-        texts, pairs, lines = read_texts(path, meta.text_column, meta.text_pair_column)
+        left_out = []
+        texts, pairs, lines = read_texts(path, meta.text_column, meta.text_pair_column, on_bad_row, left_out)
+        say_skipped(path, left_out)
+        skipped += [{"source": str(path), "line": line, "reason": reason} for line, reason in left_out]
         if meta.takes_text_pair and pairs is None:
             raise UserError(f"{path} has no {meta.text_pair_column} column, which this pair model reads")
         for start in range(0, len(texts), shard_rows):
             end = start + shard_rows
             shards.append(Shard(f"{number:04d}-{path.stem}-{start // shard_rows:06d}.jsonl", str(path),
                                 texts[start:end], pairs[start:end] if pairs else None, lines[start:end]))
-    return shards
+    return shards, skipped
 
 
 class ShardScorer:
@@ -165,12 +169,12 @@ def _score_on_ray(shards: list[Shard], export: Path, folder: Path, address: str 
         ray.shutdown()
 
 
-def _write_manifest(root: Path, shards: list[Shard], scored: int) -> None:
+def _write_manifest(root: Path, shards: list[Shard], scored: int, skipped: list[dict]) -> None:
     listed = [{"name": s.name, "source": s.source, "first_line": s.lines[0], "rows": len(s.texts),
                "sha256": file_sha256(root / SHARDS / s.name)} for s in shards]
-    write_text_atomically(root / MANIFEST, json.dumps({"shards": listed, "rows": sum(len(s.texts) for s in shards),
-                                                       "scored_by_the_last_run": scored}, ensure_ascii=False,
-                                                      indent=2) + "\n")
+    manifest = {"shards": listed, "rows": sum(len(s.texts) for s in shards), "scored_by_the_last_run": scored,
+                "skipped": skipped}
+    write_text_atomically(root / MANIFEST, json.dumps(manifest, ensure_ascii=False, indent=2) + "\n")
 
 
 def _merge(root: Path, shards: list[Shard]) -> None:

@@ -141,25 +141,43 @@ def read_records(path: str | Path, fmt: str) -> list[tuple[int, dict]]:
     return records
 
 
-def read_texts(path: Path, text_column: str = "text",
-               text_pair_column: str | None = None) -> tuple[list[str], list[str] | None, list[int]]:
+def read_texts(path: Path, text_column: str = "text", text_pair_column: str | None = None, on_bad_row: str = "error",
+               skipped: list | None = None) -> tuple[list[str], list[str] | None, list[int]]:
     """Texts of a .txt file (one per non-blank line) or of the text column of a .tsv/.csv/.jsonl file, the second
     texts of its pair column when one is named, and the line each text came from. A .txt line ends at a line
     feed (after an optional carriage return) only: a form feed or U+2028 inside a line is part of its text. A text
     the model would read as nothing (`tokenizer.readable`) is refused at its line: one rule for every file of texts
-    (predict --input, pretraining and distillation corpora, calibration texts)."""
+    (predict --input, pretraining and distillation corpora, calibration texts). With `on_bad_row="skip"` a bad row is
+    left out and its (line, reason) appended to `skipped`, up to MAX_SKIPPED_SHARE of the rows (more: the file is
+    wrong, and that is an error)."""
     path = Path(path)
-    texts, pairs, lines = _texts_of(path, text_column, text_pair_column)
-    for column in (texts, pairs or []):
-        empty = without_tokens(column)
-        if empty:
-            raise DataError(str(path), lines[empty[0]], f"the text {NO_TOKEN}; fix the line or remove it")
+    bad: list[tuple[int, str]] = []
+    texts, pairs, lines = _texts_of(path, text_column, text_pair_column, on_bad_row, bad)
+    empty = sorted(set(without_tokens(texts)) | set(without_tokens(pairs or [])))
+    if empty and on_bad_row != "skip":
+        raise DataError(str(path), lines[empty[0]], f"the text {NO_TOKEN}; fix the line or remove it")
+    if empty:
+        bad += [(lines[i], f"the text {NO_TOKEN}") for i in empty]
+        keep = [i for i in range(len(texts)) if i not in set(empty)]
+        texts, lines = [texts[i] for i in keep], [lines[i] for i in keep]
+        pairs = [pairs[i] for i in keep] if pairs is not None else None
+    if bad:
+        total = len(texts) + len(bad)
+        if len(bad) > MAX_SKIPPED_SHARE * total:
+            line, reason = min(bad)
+            raise DataError(str(path), line, f"{reason}; {len(bad)} of {total} rows are bad, more than "
+                            f"--on-bad-row skip drops ({MAX_SKIPPED_SHARE:.0%}): fix the file")
+        if skipped is not None:
+            skipped += sorted(bad)
     return texts, pairs, lines
 
 
-def _texts_of(path: Path, text_column: str, text_pair_column: str | None):
+def _texts_of(path: Path, text_column: str, text_pair_column: str | None, on_bad_row: str,
+              bad: list[tuple[int, str]]):
     if path.suffix.lower() in (".tsv", ".csv", ".jsonl"):
-        examples, _ = read_examples(path, format_of(path), Columns(text_column, text_pair_column, None))
+        examples, report = read_examples(path, format_of(path), Columns(text_column, text_pair_column, None),
+                                         on_bad_row=on_bad_row)
+        bad += report.skipped
         return ([e.text for e in examples], [e.text_pair for e in examples] if text_pair_column else None,
                 [e.line for e in examples])
     if text_pair_column:
@@ -168,7 +186,10 @@ def _texts_of(path: Path, text_column: str, text_pair_column: str | None):
     texts, lines = [], []
     for number, text in _decoded_lines(path):
         if isinstance(text, _BadRow):
-            raise DataError(str(path), number, text.reason)
+            if on_bad_row != "skip":
+                raise DataError(str(path), number, text.reason)
+            bad.append((number, text.reason))
+            continue
         texts.append(text.strip())
         lines.append(number)
     if not texts:

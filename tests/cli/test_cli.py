@@ -205,3 +205,19 @@ def test_predict_without_ray_never_imports_it_and_ray_options_need_ray(tmp_path,
     assert capsys.readouterr().err == "error: --merge goes with --ray\n"
     assert main(["predict", "--export", str(export), "--input", str(tmp_path / "*.txt")]) == 2
     assert "predict reads one --input file; for many (or a glob pattern), add --ray" in capsys.readouterr().err
+
+
+def test_predict_on_bad_row_skip_leaves_out_the_bad_rows_and_names_them(tmp_path, capsys):
+    from conftest import export_tiny_model
+
+    export = export_tiny_model(tmp_path / "model")
+    rows = [f"质量很好{i}" for i in range(40)]
+    rows[3], rows[17] = "\x01\x02", "好\t坏"  # a text the model reads as nothing; a row of two fields
+    path = tmp_path / "in.tsv"
+    path.write_text("text\n" + "".join(f"{r}\n" for r in rows), encoding="utf-8")
+    assert main(["predict", "--export", str(export), "--input", str(path)]) == 2
+    assert f"{path}:19: " in capsys.readouterr().err  # the malformed row stops the reading first
+    assert main(["predict", "--export", str(export), "--input", str(path), "--on-bad-row", "skip"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["line"] for line in out.splitlines()] == [n for n in range(2, 42) if n not in (5, 19)]
+    assert f"predict: left out 2 bad rows of {path} (line 5: the text holds no character" in err and "line 19: " in err
