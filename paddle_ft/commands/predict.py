@@ -13,6 +13,7 @@ from paddle_ft.inference.predictor import Predictor, check_texts
 from paddle_ft.io import atomic_file, check_output_file
 from paddle_ft.log import LONG_INPUT, Progress, log
 
+SKIP_OPTION = "--on-bad-row skip"  # what a bad row's error names as the way to leave bad rows out
 CHUNK = 1024  # texts per predictor call on a long input, between progress updates
 
 
@@ -27,7 +28,7 @@ def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, i
         meta = read_export_info(Path(export_dir)).model  # a table's columns are named as in training
         skipped = []
         texts, text_pair, lines = read_texts(Path(input_path), meta.text_column, meta.text_pair_column, on_bad_row,
-                                             skipped)
+                                             skipped, SKIP_OPTION)
         say_skipped(input_path, skipped)
     if lines is None:  # a file's texts were checked as it was read, named by their line
         check_texts(texts, "--text {}")

@@ -24,7 +24,7 @@ from pathlib import Path
 from paddle_ft.analysis.fingerprint import check_same_work
 from paddle_ft.artifacts.export_folder import read_export_info
 from paddle_ft.artifacts.manifest import read_manifest
-from paddle_ft.commands.predict import record, say_skipped
+from paddle_ft.commands.predict import SKIP_OPTION, record, say_skipped
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.inference.predictor import Predictor
@@ -105,7 +105,8 @@ def _shards(files: list[Path], meta, shard_rows: int, on_bad_row: str) -> tuple[
     shards, skipped = [], []
     for number, path in enumerate(files, start=1):
         left_out = []
-        texts, pairs, lines = read_texts(path, meta.text_column, meta.text_pair_column, on_bad_row, left_out)
+        texts, pairs, lines = read_texts(path, meta.text_column, meta.text_pair_column, on_bad_row, left_out,
+                                         SKIP_OPTION)
         say_skipped(path, left_out)
         skipped += [{"source": str(path), "line": line, "reason": reason} for line, reason in left_out]
         if meta.takes_text_pair and pairs is None:

@@ -95,7 +95,8 @@ def format_of(path: str | Path, default: str | None = None) -> str:
 
 
 def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozenset[str] | None = None,
-                  on_bad_row: str = "error") -> tuple[list[Example], ReadReport]:
+                  on_bad_row: str = "error", skip_option: str = "data.on_bad_row=skip"
+                  ) -> tuple[list[Example], ReadReport]:
     """All rows of `path`. With `labels`, a row whose label is not in it is a bad row."""
     path = Path(path)
     if not path.is_file():
@@ -109,7 +110,8 @@ def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozense
                 yield _to_example(line, record, columns, labels)
             except _BadRow as bad:
                 if on_bad_row != "skip":
-                    raise DataError(str(path), bad.line, bad.reason + _SKIP_HINT) from None
+                    raise DataError(str(path), bad.line, f"{bad.reason} (fix the row, or use {skip_option} to drop "
+                                                         "bad rows)") from None
                 report.skipped.append((bad.line, bad.reason))
 
     examples = _load_with_paddlenlp(rows)
@@ -119,7 +121,7 @@ def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozense
     bad, total = len(report.skipped), len(examples) + len(report.skipped)
     if bad > MAX_SKIPPED_SHARE * total:
         line, reason = report.skipped[0]
-        raise DataError(str(path), line, f"{reason}; {bad} of {total} rows are bad, more than data.on_bad_row=skip "
+        raise DataError(str(path), line, f"{reason}; {bad} of {total} rows are bad, more than {skip_option} "
                         f"drops ({MAX_SKIPPED_SHARE:.0%}): is the file in another format or delimiter? Fix the file")
     return examples, report
 
@@ -142,7 +144,8 @@ def read_records(path: str | Path, fmt: str) -> list[tuple[int, dict]]:
 
 
 def read_texts(path: Path, text_column: str = "text", text_pair_column: str | None = None, on_bad_row: str = "error",
-               skipped: list | None = None) -> tuple[list[str], list[str] | None, list[int]]:
+               skipped: list | None = None, skip_option: str = "data.on_bad_row=skip"
+               ) -> tuple[list[str], list[str] | None, list[int]]:
     """Texts of a .txt file (one per non-blank line) or of the text column of a .tsv/.csv/.jsonl file, the second
     texts of its pair column when one is named, and the line each text came from. A .txt line ends at a line
     feed (after an optional carriage return) only: a form feed or U+2028 inside a line is part of its text. A text
@@ -152,7 +155,7 @@ def read_texts(path: Path, text_column: str = "text", text_pair_column: str | No
     wrong, and that is an error)."""
     path = Path(path)
     bad: list[tuple[int, str]] = []
-    texts, pairs, lines = _texts_of(path, text_column, text_pair_column, on_bad_row, bad)
+    texts, pairs, lines = _texts_of(path, text_column, text_pair_column, on_bad_row, bad, skip_option)
     empty = sorted(set(without_tokens(texts)) | set(without_tokens(pairs or [])))
     if empty and on_bad_row != "skip":
         raise DataError(str(path), lines[empty[0]], f"the text {NO_TOKEN}; fix the line or remove it")
@@ -173,10 +176,10 @@ def read_texts(path: Path, text_column: str = "text", text_pair_column: str | No
 
 
 def _texts_of(path: Path, text_column: str, text_pair_column: str | None, on_bad_row: str,
-              bad: list[tuple[int, str]]):
+              bad: list[tuple[int, str]], skip_option: str):
     if path.suffix.lower() in (".tsv", ".csv", ".jsonl"):
         examples, report = read_examples(path, format_of(path), Columns(text_column, text_pair_column, None),
-                                         on_bad_row=on_bad_row)
+                                         on_bad_row=on_bad_row, skip_option=skip_option)
         bad += report.skipped
         return ([e.text for e in examples], [e.text_pair for e in examples] if text_pair_column else None,
                 [e.line for e in examples])
@@ -226,7 +229,6 @@ def write_records(path: Path, fmt: str, names: list[str], records: list[dict]) -
             out.writelines("\t".join(str(r[n]) for n in names) + "\n" for r in records)
 
 
-_SKIP_HINT = " (fix the row, or set data.on_bad_row=skip to drop bad rows)"
 
 
 def _load_with_paddlenlp(rows) -> list[Example]:

@@ -33,7 +33,7 @@ def test_a_file_read_with_the_other_delimiter_says_which_format_to_set(tmp_path,
 def test_an_unknown_label_first_points_at_data_labels(tmp_path):
     path = write_tsv(tmp_path / "d.tsv", [("好", "正面"), ("还行", "中性")])
     with pytest.raises(DataError, match=r":3: label '中性' is not one of 正面, 负面 \(if it is a real label, add it to "
-                                        r"data.labels\) \(fix the row, or set data.on_bad_row=skip"):
+                                        r"data.labels\) \(fix the row, or use data.on_bad_row=skip"):
         read_examples(path, "tsv", Columns(), frozenset({"正面", "负面"}))
 
 
