@@ -1,6 +1,6 @@
 """predict --ray on a local two-node Ray cluster (two raylets on loopback): the same answers as single-process
-predict over 50,000 texts in 8 files, and a run killed mid-way resumes by scoring only the shards it had not
-written."""
+predict over 50,000 texts in 8 files; a run killed mid-way, or one whose scoring worker is killed, completes on a
+rerun that scores only the shards not yet written."""
 import json
 import os
 import signal
@@ -97,3 +97,22 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["rows"] == 50_000 and len(manifest["shards"]) == 24
     assert manifest["scored_by_the_last_run"] == 24 - written
+
+    # one worker killed mid-run (a scoring actor's process): the run finishes or stops, and a rerun completes it
+    # with the same answers, scoring only what was missing
+    output = tmp_path / "out-worker-killed"
+    run = predict_on_ray(export, inputs / "*.tsv", output, cluster)
+    while len(list((output / "shards").glob("*.jsonl"))) < 3 and run.poll() is None:
+        time.sleep(0.05)
+    actors = [int(line.split()[0]) for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True,
+                                                              text=True).stdout.splitlines() if "ShardScorer" in line]
+    assert actors, "no scoring actor found to kill"
+    os.kill(actors[0], signal.SIGKILL)
+    run.communicate(timeout=600)
+    present = settled(output / "shards")
+    rerun = predict_on_ray(export, inputs / "*.tsv", output, cluster, "--merge")
+    out, err = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, err
+    assert f"{present} already written, {24 - present} to score" in out
+    again = (output / "predictions.jsonl").read_text(encoding="utf-8")
+    assert again == (tmp_path / "out" / "predictions.jsonl").read_text(encoding="utf-8")
