@@ -99,9 +99,9 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     assert manifest["scored_by_the_last_run"] == 24 - written
 
     # one worker killed mid-run (a scoring actor's process): the run finishes or stops, and a rerun completes it
-    # with the same answers, scoring only what was missing
+    # with the same answers, scoring only what was missing (two of the files: 6 shards)
     output = tmp_path / "out-worker-killed"
-    run = predict_on_ray(export, inputs / "*.tsv", output, cluster)
+    run = predict_on_ray(export, inputs / "part-[01].tsv", output, cluster)
     while len(list((output / "shards").glob("*.jsonl"))) < 3 and run.poll() is None:
         time.sleep(0.05)
     actors = [int(line.split()[0]) for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True,
@@ -110,9 +110,9 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     os.kill(actors[0], signal.SIGKILL)
     run.communicate(timeout=600)
     present = settled(output / "shards")
-    rerun = predict_on_ray(export, inputs / "*.tsv", output, cluster, "--merge")
+    rerun = predict_on_ray(export, inputs / "part-[01].tsv", output, cluster, "--merge")
     out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err
-    assert f"{present} already written, {24 - present} to score" in out
-    again = (output / "predictions.jsonl").read_text(encoding="utf-8")
-    assert again == (tmp_path / "out" / "predictions.jsonl").read_text(encoding="utf-8")
+    assert f"{present} already written, {6 - present} to score" in out
+    again = (output / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
+    assert again == (tmp_path / "out" / "predictions.jsonl").read_text(encoding="utf-8").splitlines()[:12_500]
