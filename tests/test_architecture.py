@@ -19,7 +19,8 @@ LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text",
 # what the inference side (and the server over it) may use: the shared helpers, the tokenizer, the export
 # folder's owner and its metadata; never the config, the data readers, the engine or the model-building code
 INFERENCE_MAY_USE = {"paddle_ft", "paddle_ft.errors", "paddle_ft.arguments", "paddle_ft.log", "paddle_ft.io",
-                     "paddle_ft.runtime", "paddle_ft.text", "paddle_ft.drift", "paddle_ft.data", "paddle_ft.data.tokenizer",
+                     "paddle_ft.runtime", "paddle_ft.text", "paddle_ft.drift", "paddle_ft.data",
+                     "paddle_ft.data.tokenizer",
                      "paddle_ft.artifacts", "paddle_ft.artifacts.meta", "paddle_ft.artifacts.export_folder",
                      "paddle_ft.artifacts.manifest", "paddle_ft.artifacts.model_card"}
 # quantize checks accuracy on a labelled file, so it reads one (the only inference module that does)

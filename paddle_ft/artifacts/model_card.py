@@ -104,5 +104,5 @@ def _reproduce(provenance: dict) -> str:
         return ""
     return (f"\n## How to make it again\nWith the data files above in place (their sha256 must match), the versions "
             f"above and seed {provenance.get('seed')}: `python tools/train.py --config config.yaml`, where config.yaml "
-            f"is the training run's own (the same resolved configuration as `config` in `{MANIFEST}`). The same kind of "
-            "machine gives the same model.\n")
+            f"is the training run's own (the same resolved configuration as `config` in `{MANIFEST}`). The same kind "
+            "of machine gives the same model.\n")

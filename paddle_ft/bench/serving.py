@@ -130,8 +130,8 @@ def fairness_test(export_dir: Path, texts: list[str], requests: int, seconds: fl
 
 
 def fairness_markdown(rows: list[dict]) -> str:
-    lines = ["| token limits | one-text p99 idle ms | with 64 x 4,000-char requests ms | ratio | large requests (mean s) | "
-             "requests/s at 32 | errors |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| token limits | one-text p99 idle ms | with 64 x 4,000-char requests ms | ratio | "
+             "large requests (mean s) | requests/s at 32 | errors |", "|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['budget']} | {r['idle_p99_ms']:.1f} | {r['with_large_p99_ms']:.1f} | {r['ratio']:.1f}x | "
               f"{r['large_requests']} ({r['large_mean_s'] or 0:.2f}) | {r['requests_per_s_at_32']:.1f} | "
               f"{r['errors']} |" for r in rows]

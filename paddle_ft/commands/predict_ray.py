@@ -75,7 +75,8 @@ def _predict(export: Path, meta, files: list[Path], root: Path, address: str | N
              predictor_options: dict, truncation: str | None, abstain_below: float | None, shard_rows: int,
              actors: int | None, merge: bool, on_bad_row: str) -> int:
     work = {"export": read_manifest(export)["files"], "inputs": [[str(f), file_sha256(f)] for f in files],
-            "shard_rows": shard_rows, "on_bad_row": on_bad_row, "truncation": truncation, "abstain_below": abstain_below,
+            "shard_rows": shard_rows, "on_bad_row": on_bad_row, "truncation": truncation,
+            "abstain_below": abstain_below,
             "precision": predictor_options.get("precision"), "backend": predictor_options.get("backend")}
     before = root / FINGERPRINT
     check_same_work(root, json.loads(before.read_text(encoding="utf-8")) if before.is_file() else None, work,

@@ -49,7 +49,8 @@ def main(args: argparse.Namespace) -> int:
                "use_tensorrt": args.tensorrt, "backend": backend}
     app = create_app(lambda: Predictor(export_dir, **options), limits, args.truncation)
     print(f"serving {export_dir} on http://{args.host}:{args.port} (POST /v1/classify; {backend}, max batch "
-          f"{limits.max_batch_size} texts or {limits.max_batch_tokens} tokens, wait {limits.max_wait_ms:g} ms)", file=sys.stderr, flush=True)
+          f"{limits.max_batch_size} texts or {limits.max_batch_tokens} tokens, wait {limits.max_wait_ms:g} ms)",
+          file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=args.access_log,
                             timeout_graceful_shutdown=args.graceful_timeout,
                             http=protocol_with_head_timeout(limits.read_timeout_s))
