@@ -1,16 +1,14 @@
 """Data parallel on CPU: real `paddle.distributed.launch` jobs of 2 gloo workers."""
 import json
-import os
-import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import numpy as np
 import paddle
 import pytest
 from conftest import synthetic_rows, write_tsv
+from netns import needs_root, two_hosts
 
 from paddle_ft.cli import main
 
@@ -135,34 +133,17 @@ def test_sigterm_to_the_launcher_stops_every_rank_and_the_resume_is_exact(job_ar
     assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
 
 
-def _netns(*args):
-    subprocess.run(["ip", "netns", *args], check=True, capture_output=True)
-
-
 @pytest.mark.root
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                    reason="needs root and iproute2 to make two network namespaces")
+@needs_root
 def test_two_hosts_in_network_namespaces_match_one_process(job_args, tmp_path):
-    tag = uuid.uuid4().hex[:6]
-    hosts = [f"pft{tag}a", f"pft{tag}b"]
-    links = [f"va{tag}", f"vb{tag}"]
-    addresses = ["10.213.7.1", "10.213.7.2"]
-    try:
-        for host in hosts:
-            _netns("add", host)
-        subprocess.run(["ip", "link", "add", links[0], "type", "veth", "peer", "name", links[1]], check=True)
-        for host, link, address in zip(hosts, links, addresses):
-            subprocess.run(["ip", "link", "set", link, "netns", host], check=True)
-            for cmd in (["addr", "add", f"{address}/24", "dev", link], ["link", "set", link, "up"],
-                        ["link", "set", "lo", "up"]):
-                _netns("exec", host, "ip", *cmd)
-        single, multi = tmp_path / "single", tmp_path / "multi"
-        assert main(["train", "--config", DEMO, *[x for a in job_args + [f"output_dir={single}", "train.batch_size=8"]
-                                                  for x in ("-o", a)]]) == 0
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    assert main(["train", "--config", DEMO, *[x for a in job_args + [f"output_dir={single}", "train.batch_size=8"]
+                                              for x in ("-o", a)]]) == 0
+    with two_hosts("10.213.7") as hosts:
         jobs = []
-        for rank, (host, link, address) in enumerate(zip(hosts, links, addresses)):
+        for rank, (host, link, address) in enumerate(hosts):
             out = multi if rank == 0 else tmp_path / "multi-rank1"  # each host has its own disk
-            launcher = ("--master", f"{addresses[0]}:29671", "--host", address, "--rank", str(rank), "--nnodes", "2",
+            launcher = ("--master", f"{hosts[0][2]}:29671", "--host", address, "--rank", str(rank), "--nnodes", "2",
                         "--nproc_per_node", "1")
             command = ["ip", "netns", "exec", host, "env", f"GLOO_SOCKET_IFNAME={link}", sys.executable, "-m",
                        "paddle.distributed.launch", *launcher, "--log_dir", str(tmp_path / f"log{rank}"),
@@ -171,9 +152,6 @@ def test_two_hosts_in_network_namespaces_match_one_process(job_args, tmp_path):
             jobs.append(subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          text=True))
         outputs = [job.communicate(timeout=600)[0] for job in jobs]
-        assert [job.returncode for job in jobs] == [0, 0], outputs
-        assert_matches_single_process(single, multi, tmp_path / "log0")
-        assert not (tmp_path / "multi-rank1" / "metrics.jsonl").exists()  # rank 1 wrote nothing
-    finally:
-        for host in hosts:
-            subprocess.run(["ip", "netns", "del", host], capture_output=True)
+    assert [job.returncode for job in jobs] == [0, 0], outputs
+    assert_matches_single_process(single, multi, tmp_path / "log0")
+    assert not (tmp_path / "multi-rank1" / "metrics.jsonl").exists()  # rank 1 wrote nothing

@@ -4,14 +4,13 @@ operator injects (PADDLE_MASTER, PADDLE_NNODES, PADDLE_JOB_ID: pkg/controller.v1
 one run whose two ranks end with identical weights."""
 import os
 import re
-import shutil
 import subprocess
 import sys
-import uuid
 
 import pytest
 import yaml
 from conftest import ROOT, tiny_run_args, write_splits, write_vocab
+from netns import needs_root, two_hosts
 
 MANIFESTS = ROOT / "docker" / "k8s"
 IMAGE_PATHS = {"/opt/paddle_ft/tools": ROOT / "tools", "/opt/paddle_ft/configs": ROOT / "configs"}  # Dockerfile COPY
@@ -48,14 +47,9 @@ def test_the_manifests_parse_and_name_what_exists():
     assert "COPY tools /opt/paddle_ft/tools" in dockerfile and "COPY configs /opt/paddle_ft/configs" in dockerfile
 
 
-def _netns(*args):
-    subprocess.run(["ip", "netns", *args], check=True, capture_output=True)
-
-
 @pytest.mark.slow
 @pytest.mark.root
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                    reason="needs root and iproute2 to make two network namespaces")
+@needs_root
 def test_the_paddlejob_command_trains_on_two_hosts_under_the_operators_variables(tmp_path):
     data = write_splits(tmp_path / "data", (240, 60, 60))
     # the tiny model on the test corpus instead of /data's encoder; the data, output and config are "mounted" by
@@ -65,19 +59,9 @@ def test_the_paddlejob_command_trains_on_two_hosts_under_the_operators_variables
                                                                 "data.test=null", "data.max_length=64"]
     container = worker_container()
     port = next(p["containerPort"] for p in container["ports"] if p["name"] == "master")
-    tag = uuid.uuid4().hex[:6]
-    hosts, links, addresses = [f"pk{tag}a", f"pk{tag}b"], [f"ka{tag}", f"kb{tag}"], ["10.213.9.1", "10.213.9.2"]
-    try:
-        for host in hosts:
-            _netns("add", host)
-        subprocess.run(["ip", "link", "add", links[0], "type", "veth", "peer", "name", links[1]], check=True)
-        for host, link, address in zip(hosts, links, addresses):
-            subprocess.run(["ip", "link", "set", link, "netns", host], check=True)
-            for cmd in (["addr", "add", f"{address}/24", "dev", link], ["link", "set", link, "up"],
-                        ["link", "set", "lo", "up"]):
-                _netns("exec", host, "ip", *cmd)
+    with two_hosts("10.213.9") as hosts:
         jobs = []
-        for rank, (host, link, address) in enumerate(zip(hosts, links, addresses)):
+        for rank, (host, link, address) in enumerate(hosts):
             output = tmp_path / f"output-{rank}"  # each host its own disk: only rank 0 may write the run
             config = tmp_path / f"config-{rank}" / "train.yaml"
             config.parent.mkdir()
@@ -87,16 +71,13 @@ def test_the_paddlejob_command_trains_on_two_hosts_under_the_operators_variables
             command[0] = sys.executable
             env = {**os.environ, "PYTHONUNBUFFERED": "0", "PADDLE_JOB_ID": "paddle-ft-train", "PADDLE_NNODES": "2",
                    # worker 0 is the rendezvous: its own pod IP for itself, its replica name for the others
-                   "PADDLE_MASTER": f"{addresses[0]}:{port}",
+                   "PADDLE_MASTER": f"{hosts[0][2]}:{port}",
                    "POD_IP": address, "GLOO_SOCKET_IFNAME": link}  # the manifest's env, with this host's values
             jobs.append(subprocess.Popen(["ip", "netns", "exec", host, "env", *[f"{k}={v}" for k, v in env.items()],
                                           *command, *[x for a in tiny for x in ("-o", a)]],
                                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         outputs = [job.communicate(timeout=600)[0] for job in jobs]
-        assert [job.returncode for job in jobs] == [0, 0], outputs
-    finally:
-        for host in hosts:
-            subprocess.run(["ip", "netns", "del", host], capture_output=True)
+    assert [job.returncode for job in jobs] == [0, 0], outputs
     written = [rank for rank in (0, 1) if (tmp_path / f"output-{rank}" / "run" / "results.json").is_file()]
     assert len(written) == 1  # one rank wrote the run
     logs = "".join(p.read_text(errors="replace") for p in (tmp_path / f"output-{written[0]}" / "logs").glob("*"))
