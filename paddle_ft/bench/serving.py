@@ -23,20 +23,27 @@ BATCHING = (("adaptive (default)", ["--max-batch-size", "32"]),
 def load_test(export_dir: Path, texts: list[str], levels: list[int], requests: int, seconds: float,
               threads: int | None = None) -> list[dict]:
     """One row per batching mode and concurrency: each level stops after `requests` requests or `seconds`."""
+    rows = []
+    for name, url in _warm_servers(export_dir, texts, BATCHING, threads):
+        for concurrency in levels:
+            rows.append({"batching": name, "concurrency": concurrency,
+                         **run_level(url, texts, concurrency, requests, seconds)})
+    return rows
+
+
+def _warm_servers(export_dir: Path, texts: list[str], modes, threads: int | None):
+    """(name, url) of a warmed-up server per (name, options) of `modes`, one at a time, each stopped once the
+    caller moves on."""
     extra = ["--threads", str(threads)] if threads else []
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise (paddlenlp logs at INFO)
-    rows = []
     with tempfile.TemporaryDirectory() as logs:
-        for name, options in BATCHING:
-            server = ServerProcess(export_dir, Path(logs) / f"{name.split()[0]}.log", *options, *extra)
+        for number, (name, options) in enumerate(modes):
+            server = ServerProcess(export_dir, Path(logs) / f"{number}.log", *options, *extra)
             try:
                 run_level(server.url, texts, 4, 40, 30)  # warm-up
-                for concurrency in levels:
-                    rows.append({"batching": name, "concurrency": concurrency,
-                                 **run_level(server.url, texts, concurrency, requests, seconds)})
+                yield name, server.url
             finally:
                 server.stop()
-    return rows
 
 
 def markdown(rows: list[dict]) -> str:
@@ -91,41 +98,33 @@ def fairness_test(export_dir: Path, texts: list[str], requests: int, seconds: fl
                   threads: int | None = None) -> list[dict]:
     """Per batching budget: the p99 of one-text requests (4 clients) when idle and while large requests
     (64 x 4,000 characters) are sent back to back, and requests/s at concurrency 32 without them."""
-    extra = ["--threads", str(threads)] if threads else []
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     count, length = LARGE_REQUEST
     large = {"texts": [(texts[i % len(texts)] * (length // len(texts[i % len(texts)]) + 1))[:length]
                        for i in range(count)]}
     rows = []
-    with tempfile.TemporaryDirectory() as logs:
-        for name, options in BUDGETS:
-            server = ServerProcess(export_dir, Path(logs) / f"{len(rows)}.log", *options, *extra)
-            try:
-                run_level(server.url, texts, 4, 40, 30)  # warm-up
-                idle = run_level(server.url, texts, 4, requests, seconds)
-                stop, large_latencies = threading.Event(), []
+    for name, url in _warm_servers(export_dir, texts, BUDGETS, threads):
+        idle = run_level(url, texts, 4, requests, seconds)
+        stop, large_latencies = threading.Event(), []
 
-                def send_large() -> None:
-                    with httpx.Client(timeout=120) as http:
-                        while not stop.is_set():
-                            started = time.perf_counter()
-                            http.post(f"{server.url}/v1/classify", json=large).raise_for_status()
-                            large_latencies.append(time.perf_counter() - started)
+        def send_large() -> None:
+            with httpx.Client(timeout=120) as http:
+                while not stop.is_set():
+                    started = time.perf_counter()
+                    http.post(f"{url}/v1/classify", json=large).raise_for_status()
+                    large_latencies.append(time.perf_counter() - started)
 
-                sender = threading.Thread(target=send_large)
-                sender.start()
-                time.sleep(0.5)
-                loaded = run_level(server.url, texts, 4, requests, seconds)
-                stop.set()
-                sender.join()
-                busy = run_level(server.url, texts, 32, requests, seconds)
-            finally:
-                server.stop()
-            rows.append({"budget": name, "idle_p99_ms": idle["p99_ms"], "with_large_p99_ms": loaded["p99_ms"],
-                         "ratio": loaded["p99_ms"] / idle["p99_ms"], "large_requests": len(large_latencies),
-                         "large_mean_s": statistics.mean(large_latencies) if large_latencies else None,
-                         "requests_per_s_at_32": busy["requests_per_s"],
-                         "errors": idle["errors"] + loaded["errors"] + busy["errors"]})
+        sender = threading.Thread(target=send_large)
+        sender.start()
+        time.sleep(0.5)
+        loaded = run_level(url, texts, 4, requests, seconds)
+        stop.set()
+        sender.join()
+        busy = run_level(url, texts, 32, requests, seconds)
+        rows.append({"budget": name, "idle_p99_ms": idle["p99_ms"], "with_large_p99_ms": loaded["p99_ms"],
+                     "ratio": loaded["p99_ms"] / idle["p99_ms"], "large_requests": len(large_latencies),
+                     "large_mean_s": statistics.mean(large_latencies) if large_latencies else None,
+                     "requests_per_s_at_32": busy["requests_per_s"],
+                     "errors": idle["errors"] + loaded["errors"] + busy["errors"]})
     return rows
 
 
