@@ -32,6 +32,11 @@ def reference(labels: list[str], label_names: tuple[str, ...], lengths: list[int
             "unknown_token_share": unknown_token_share}
 
 
+def text_length(text: str, text_pair: str | None = None) -> int:
+    """A text's length in characters, as drift measures it on both sides (a pair: both texts and a separator)."""
+    return len(text) + (len(text_pair) + 1 if text_pair is not None else 0)
+
+
 def length_shares(lengths, edges: list[float]) -> np.ndarray:
     """The share of `lengths` in each bin the `edges` cut (len(edges) + 1 bins)."""
     bins = np.searchsorted(np.asarray(edges), np.asarray(lengths), side="right")

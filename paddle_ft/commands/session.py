@@ -19,7 +19,7 @@ from paddle_ft.build import Dataset, resolve_backbone
 from paddle_ft.config import Config, ModelConfig, config_to_dict
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import format_of, read_records
-from paddle_ft.drift import reference
+from paddle_ft.drift import reference, text_length
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import check_amp_supported, set_tf32
 from paddle_ft.engine.cpu_linear import use_fast_linear
@@ -119,7 +119,7 @@ def drift_reference(dataset: Dataset, splits, unk_token_id: int | None) -> dict:
     rows = dataset.examples["train"]
     tokens, _ = unknown_shares(splits.train.input_ids, unk_token_id)
     return reference([name for e in rows for name in e.label_names], dataset.label_map.names,
-                     [len(e.text) + (len(e.text_pair) + 1 if e.text_pair is not None else 0) for e in rows], tokens)
+                     [text_length(e.text, e.text_pair) for e in rows], tokens)
 
 
 def apply_runtime(model, config: Config, dist) -> None:

@@ -159,13 +159,17 @@ class Predictor:
         if text_pair is not None and truncation not in (None, "head"):
             raise UserError("a text pair is cut longest-first, as in training: truncation applies to single texts")
 
+    def truncation_rule(self, truncation: str | None = None) -> Truncation:
+        """How a text longer than max_length is read: as training read it, or by the rule `truncation` names."""
+        # the head_tail split training used; asked for on a model trained otherwise, half the text from each end
+        head_tokens = self.meta.head_tokens if self.meta.truncation == "head_tail" else (self.max_length - 2) // 2
+        return Truncation(truncation or self.meta.truncation, head_tokens, self.meta.stride, self.meta.window_pooling)
+
     def _encode(self, texts: list[str], truncation: str):
         """(input_ids, token_type_ids, truncated, documents): a row per text ([CLS] body [SEP], the body cut as
         `truncation` says; documents None), or with sliding_window a row per window, `documents` [rows] giving
         the text of each."""
-        # the head_tail split training used; asked for on a model trained otherwise, half the text from each end
-        head_tokens = self.meta.head_tokens if self.meta.truncation == "head_tail" else (self.max_length - 2) // 2
-        rule = Truncation(truncation, head_tokens, self.meta.stride, self.meta.window_pooling)
+        rule = self.truncation_rule(truncation)
         read = [rule.characters_read(text, self.max_length) for text in texts]
         cut_short = [len(part) < len(text) for part, text in zip(read, texts)]
         if truncation == "head" and isinstance(self.tokenizer, FastBertTokenizer):

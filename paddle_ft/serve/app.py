@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import signal
 import sys
 import time
@@ -30,6 +29,7 @@ from starlette.exceptions import HTTPException
 from paddle_ft.artifacts.export_folder import EXPORT_INFO
 from paddle_ft.artifacts.manifest import MANIFEST
 from paddle_ft.data.tokenizer import readable_pattern
+from paddle_ft.drift import text_length
 from paddle_ft.errors import UserError
 from paddle_ft.inference.agreement import export_problems
 from paddle_ft.inference.predictor import check_texts
@@ -364,11 +364,8 @@ def _request_problem(body: ClassifyRequest, predictor, limits: Limits, truncatio
 
 def reading_cost(predictor, truncation: str | None, item: tuple[str, str | None]) -> int:
     """About how many tokens the model reads of a (text, second text) item, under the server's truncation."""
-    rule = predictor.meta.truncation_rule
-    if truncation is not None:
-        rule = dataclasses.replace(rule, mode=truncation)
     text, pair = item
-    return rule.tokens_read(len(text) + (len(pair) + 1 if pair is not None else 0), predictor.meta.max_length)
+    return predictor.truncation_rule(truncation).tokens_read(text_length(text, pair), predictor.max_length)
 
 
 def _classification(prediction, top_k: int) -> dict:

@@ -12,7 +12,7 @@ import numpy as np
 from prometheus_client import Gauge, Histogram
 
 from paddle_ft.artifacts.manifest import MANIFEST, read_manifest
-from paddle_ft.drift import length_shares, psi
+from paddle_ft.drift import length_shares, psi, text_length
 
 WINDOW = 500  # texts the gauges look back over
 MIN_TEXTS = 100  # fewer in the window: the PSI gauges say NaN rather than a number from too few texts
@@ -50,7 +50,7 @@ class TrafficMonitor:
                 ranked = prediction.top(1)[0]
                 self.confidence.observe(ranked[1])
                 self._labels.append(ranked[0])
-                self._lengths.append(len(text) + (len(pair) + 1 if pair is not None else 0))
+                self._lengths.append(text_length(text, pair))
                 self._abstained.append(prediction.abstained)
                 self._seen += 1
                 if self._seen % UNK_SAMPLE == 1:
