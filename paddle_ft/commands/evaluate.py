@@ -8,7 +8,7 @@ import numpy as np
 
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.data.features import tokenize
-from paddle_ft.data.readers import Columns, format_of, read_examples
+from paddle_ft.data.readers import Columns, format_of, one_line, read_examples
 from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.io import atomic_file, check_output_file
@@ -40,7 +40,7 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
             gold = example.label_names
             if set(predicted) != set(gold):
                 text = example.text if example.text_pair is None else f"{example.text} ||| {example.text_pair}"
-                text = " ".join(text.split())  # a tab or newline inside a CSV/JSONL text would break the TSV
+                text = one_line(text)  # a tab or newline inside a CSV/JSONL text would break the TSV
                 out.write(f"{example.line}\t{text}\t{meta.label_delimiter.join(gold)}\t"
                           f"{meta.label_delimiter.join(predicted)}\t{score:.4f}\n")
     return {"data": str(data_path), **report, "misclassified_file": str(errors)}

@@ -30,7 +30,7 @@ from paddle_ft.commands.folds import Fold, Pool, labelled_pool, train_folds
 from paddle_ft.config import TASK_METRICS, Config, load_config
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.features import tokenize
-from paddle_ft.data.readers import write_examples, write_records
+from paddle_ft.data.readers import one_line, write_examples, write_records
 from paddle_ft.data.tokenizer import fastest
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.errors import ConfigError
@@ -117,14 +117,10 @@ def _pairs(issues: list[LabelIssue]) -> dict[str, int]:
     return dict(counts.most_common())
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())  # a tab or newline inside a CSV/JSONL text would break the TSV
-
-
 def _write_table(path: Path, pool: Pool, issues: list[LabelIssue]) -> None:
     rows = [{"rank": rank, FILE: pool.origins[i.row][0], LINE: pool.origins[i.row][1], "given": ",".join(i.given),
              SUGGESTED: ",".join(i.suggested), "confidence": f"{i.confidence:.4f}",
-             "given_probability": f"{i.given_probability:.4f}", "text": _one_line(pool.examples[i.row].text)}
+             "given_probability": f"{i.given_probability:.4f}", "text": one_line(pool.examples[i.row].text)}
             for rank, i in enumerate(issues, start=1)]
     write_records(path, "tsv", ["rank", FILE, LINE, "given", SUGGESTED, "confidence", "given_probability", "text"],
                   rows)
@@ -141,7 +137,7 @@ def _write_review(root: Path, config: Config, pool: Pool, issues: list[LabelIssu
     records = []
     for issue in issues:
         example = pool.examples[issue.row]
-        text = example.text if fmt != "tsv" else _one_line(example.text)
+        text = example.text if fmt != "tsv" else one_line(example.text)
         record = {FILE: pool.origins[issue.row][0], LINE: pool.origins[issue.row][1], columns.text: text,
                   columns.label: delimiter.join(issue.given), SUGGESTED: delimiter.join(issue.suggested),
                   "confidence": round(issue.confidence, 4), DECISION: ""}

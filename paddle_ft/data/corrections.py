@@ -16,7 +16,7 @@ import dataclasses
 from collections import Counter
 from pathlib import Path
 
-from paddle_ft.data.readers import Columns, Example, format_of, read_records
+from paddle_ft.data.readers import Columns, Example, format_of, one_line, read_records
 from paddle_ft.errors import DataError
 
 FILE, LINE, SUGGESTED, DECISION = "file", "line", "suggested", "decision"
@@ -30,15 +30,15 @@ class Correction:
     text: str
     label: str | tuple[str, ...] | None
     """The new label (set); None: drop the row."""
-    where: str
-    """FILE:LINE of the correction itself, for the errors that point at it."""
+    review: str
+    review_line: int
+    """Where the correction itself is (the review file and its line), for the errors that point at it."""
 
 
 def read_corrections(path: str | Path, columns: Columns, labels: frozenset[str]) -> list[Correction]:
     """The decided rows of the review file `path` (undecided and `keep` rows change nothing and are left out)."""
     corrections = []
     for line, record in read_records(path, format_of(path, "tsv")):
-        where = f"{path}:{line}"
         missing = [name for name in (FILE, LINE, columns.text, DECISION) if name not in record]
         if missing:
             raise DataError(str(path), line, f"has no {', '.join(missing)} column: give the review file label-issues "
@@ -55,7 +55,7 @@ def read_corrections(path: str | Path, columns: Columns, labels: frozenset[str])
         except (TypeError, ValueError):
             raise DataError(str(path), line, f"its {LINE} {record[LINE]!r} is not a line number") from None
         label = None if decision == DROP else _label(decision, columns, labels, path, line)
-        corrections.append(Correction(str(record[FILE]), data_line, str(record[columns.text]), label, where))
+        corrections.append(Correction(str(record[FILE]), data_line, str(record[columns.text]), label, str(path), line))
     return corrections
 
 
@@ -90,7 +90,7 @@ def apply_corrections(examples: dict[str, list[Example]], paths: dict[str, str],
             if correction is None:
                 rows.append(example)
                 continue
-            if " ".join(correction.text.split()) != " ".join(example.text.split()):
+            if one_line(correction.text) != one_line(example.text):  # a TSV review holds its text on one line
                 raise _error(correction, f"{correction.file}:{correction.line} no longer holds the text reviewed "
                                          "(the data changed since label-issues ran): run label-issues again")
             if correction.label is None:
@@ -107,5 +107,4 @@ def apply_corrections(examples: dict[str, list[Example]], paths: dict[str, str],
 
 
 def _error(correction: Correction, problem: str) -> DataError:
-    path, line = correction.where.rsplit(":", 1)
-    return DataError(path, int(line), problem)
+    return DataError(correction.review, correction.review_line, problem)

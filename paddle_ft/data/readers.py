@@ -214,6 +214,12 @@ def write_examples(path: Path, fmt: str, columns: Columns, examples: list[Exampl
     write_records(path, fmt, names, [record(e) for e in examples])
 
 
+def one_line(text: str) -> str:
+    """A text as one field of a TSV line: its runs of whitespace (a tab or newline of a CSV/JSONL text included) made
+    one space."""
+    return " ".join(text.split())
+
+
 def write_records(path: Path, fmt: str, names: list[str], records: list[dict]) -> None:
     """Rows {column: value} as a file of format `fmt` with the columns `names` (a header for TSV and CSV), which
     `read_records` reads back. A TSV field must hold no tab or newline (a TSV that was read holds none)."""
