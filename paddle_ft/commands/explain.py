@@ -13,6 +13,7 @@ from paddle_ft.artifacts.manifest import training_provenance
 from paddle_ft.artifacts.meta import is_model_folder
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.errors import UserError
+from paddle_ft.io import check_output_file
 from paddle_ft.log import log
 
 
@@ -24,6 +25,8 @@ def run(model_dir: str, texts: list[str], text_pairs: list[str] | None, label: s
                         "has; give the training run's best/ folder")
     if not is_model_folder(folder):
         raise UserError(f"--model {folder} is not a model folder a training run wrote (OUT/best)")
+    if html_path:  # before the work, not after it: a folder, or the file it would replace, is refused
+        check_output_file(html_path, "--html", {"--data": data})
     if text_pairs is not None and len(text_pairs) != len(texts):
         raise UserError(f"--text-pair is given {len(text_pairs)} times for {len(texts)} --text: give one per --text")
     explainer = Explainer.load(folder, steps=steps)

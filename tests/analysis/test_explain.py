@@ -141,3 +141,11 @@ def test_python_reaches_the_explainer_from_the_package(keyword_model):
 
     (explanation,) = paddle_ft.Explainer.load(keyword_model / "out" / "best").explain("的的好的的")
     assert explanation.label == "正面" and explanation.top_tokens(1)[0][1] == "好"
+
+
+def test_the_html_page_never_replaces_the_data_it_reads(keyword_model, capsys):
+    best, data = keyword_model / "out" / "best", keyword_model / "train.tsv"
+    before = data.read_bytes()
+    assert main(["explain", "--model", str(best), "--text", "好", "--data", str(data), "--html", str(data)]) == 2
+    assert f"--html {data} is the --data file: writing it would replace what is read" in capsys.readouterr().err
+    assert data.read_bytes() == before
