@@ -34,6 +34,8 @@ def run(model_dir: str, texts: list[str], text_pairs: list[str] | None, label: s
         raise UserError(f"--label {label!r} is not one of the model's labels ({', '.join(explainer.meta.labels)})")
     if explainer.meta.takes_text_pair and text_pairs is None:
         raise UserError(f"{folder} was trained on text pairs: give a --text-pair for each --text")
+    if text_pairs is not None and not explainer.meta.takes_text_pair:
+        raise UserError(f"{folder} was trained on single texts: leave out --text-pair")
     if neighbours:
         _index(explainer, folder, data)
     explanations = []

@@ -126,6 +126,8 @@ def test_the_command_prints_one_json_object_per_explanation_and_refuses_an_expor
     assert page.read_text(encoding="utf-8").count('class="explanation"') == 2
     assert main(["explain", "--model", str(best), "--text", "x", "--label", "中立"]) == 2
     assert "--label '中立' is not one of the model's labels (" in capsys.readouterr().err
+    assert main(["explain", "--model", str(best), "--text", "好", "--text-pair", "坏"]) == 2
+    assert capsys.readouterr().err == f"error: {best} was trained on single texts: leave out --text-pair\n"
 
 
 def test_the_report_explains_its_most_confident_mistakes(keyword_model):
