@@ -8,7 +8,7 @@ from pathlib import Path
 
 from paddle_ft.config import Config, config_to_dict, flat_config
 from paddle_ft.errors import UserError
-from paddle_ft.io import file_sha256
+from paddle_ft.io import file_sha256, write_text_atomically
 
 NOT_PART_OF_THE_WORK = ("output_dir", "train.resume")  # where a run goes and how it restarts change no result
 
@@ -20,6 +20,17 @@ def fingerprint(config: Config, **settings) -> dict:
     data = {key: file_sha256(Path(value)) for key, value in flat.items()
             if isinstance(value, str) and Path(value).is_file()}
     return json.loads(json.dumps({"config": flat, "data_sha256": data, **settings}, ensure_ascii=False))
+
+
+def read_work(path: Path) -> dict | None:
+    """The fingerprint a command kept in its folder (`write_work`); None before its first run there."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def write_work(path: Path, work: dict) -> None:
+    """Keep `work` as what the folder's results are made from; written once the inputs have been read and checked,
+    so that a run refused for a bad input is not taken for work made another way."""
+    write_text_atomically(path, json.dumps(work, ensure_ascii=False, indent=2))
 
 
 def differences(before: dict, now: dict) -> list[str]:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from paddle_ft.analysis.cv import markdown, summarise
-from paddle_ft.analysis.fingerprint import check_same_work, fingerprint
+from paddle_ft.analysis.fingerprint import check_same_work, fingerprint, read_work, write_work
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.commands.folds import labelled_pool, train_folds
 from paddle_ft.config import load_config
@@ -23,18 +23,13 @@ def run(config_path: str, overrides: list[str], folds: int, restart: bool = Fals
         if restart:
             clear(root)
         work = fingerprint(config, folds=folds)
-        check_same_work(root, _read_fingerprint(root), work, "cross-validation")
+        check_same_work(root, read_work(root / FINGERPRINT), work, "cross-validation")
         return _cross_validate(config_path, overrides, config, folds, root, work)
-
-
-def _read_fingerprint(root: Path) -> dict | None:
-    path = root / FINGERPRINT
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def _cross_validate(config_path: str, overrides: list[str], config, folds: int, root: Path, work: dict) -> int:
     pool = labelled_pool(config, folds)
-    write_text_atomically(root / FINGERPRINT, json.dumps(work, ensure_ascii=False, indent=2))  # what the folds are of
+    write_work(root / FINGERPRINT, work)  # what the folds are of
     results = [fold.run.read_results() for fold in train_folds(config_path, overrides, config, pool, folds, root)]
     summary = summarise(results)
     write_text_atomically(root / "cv.json", json.dumps({"folds": folds, "summary": summary}, ensure_ascii=False,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.analysis.fingerprint import check_same_work, fingerprint
+from paddle_ft.analysis.fingerprint import check_same_work, fingerprint, read_work, write_work
 from paddle_ft.analysis.label_issues import LabelIssue, find_label_issues
 from paddle_ft.analysis.report import write_page
 from paddle_ft.artifacts.bundle import load_bundle
@@ -54,11 +54,9 @@ def run(config_path: str | None, overrides: list[str], folds: int, output: str, 
         if restart:
             clear(root)
         work = fingerprint(config, folds=folds)
-        before = root / FINGERPRINT
-        check_same_work(root, json.loads(before.read_text(encoding="utf-8")) if before.is_file() else None, work,
-                        "label-issues run")
+        check_same_work(root, read_work(root / FINGERPRINT), work, "label-issues run")
         pool = labelled_pool(config, folds)
-        write_text_atomically(before, json.dumps(work, ensure_ascii=False, indent=2))
+        write_work(root / FINGERPRINT, work)
         probabilities = _out_of_fold(pool, train_folds(config_path, overrides, config, pool, folds, root), root,
                                      config.train.evaluation.batch_size)
         issues = _find(pool, probabilities, config.task == "multi_label")

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from paddle_ft.analysis.fingerprint import check_same_work
+from paddle_ft.analysis.fingerprint import check_same_work, read_work, write_work
 from paddle_ft.artifacts.export_folder import read_export_info
 from paddle_ft.artifacts.manifest import read_manifest
 from paddle_ft.commands.predict import SKIP_OPTION, record, say_skipped
@@ -78,11 +78,9 @@ def _predict(export: Path, meta, files: list[Path], root: Path, address: str | N
             "shard_rows": shard_rows, "on_bad_row": on_bad_row, "truncation": truncation,
             "abstain_below": abstain_below,
             "precision": predictor_options.get("precision"), "backend": predictor_options.get("backend")}
-    before = root / FINGERPRINT
-    check_same_work(root, json.loads(before.read_text(encoding="utf-8")) if before.is_file() else None, work,
-                    "batch prediction")
-    write_text_atomically(before, json.dumps(work, ensure_ascii=False, indent=2))
+    check_same_work(root, read_work(root / FINGERPRINT), work, "batch prediction")
     shards, skipped = _shards(files, meta, shard_rows, on_bad_row)
+    write_work(root / FINGERPRINT, work)
     (root / SHARDS).mkdir(exist_ok=True)
     to_do = [s for s in shards if not (root / SHARDS / s.name).is_file()]
     log(f"predict --ray: {len(shards)} shards of {sum(len(s.texts) for s in shards)} texts; {len(shards) - len(to_do)} "

@@ -222,3 +222,15 @@ def test_predict_on_bad_row_skip_leaves_out_the_bad_rows_and_names_them(tmp_path
     out, err = capsys.readouterr()
     assert [json.loads(line)["line"] for line in out.splitlines()] == [n for n in range(2, 42) if n not in (5, 19)]
     assert f"predict: left out 2 bad rows of {path} (line 5: the text holds no character" in err and "line 19: " in err
+
+
+def test_a_ray_run_refused_for_a_bad_row_records_nothing_a_fixed_rerun_would_trip_on(tmp_path, capsys):
+    from conftest import export_tiny_model
+
+    export = export_tiny_model(tmp_path / "model")
+    path = tmp_path / "in.tsv"
+    path.write_text("text\n好\n好\t坏\n", encoding="utf-8")
+    assert main(["predict", "--export", str(export), "--input", str(path), "--output", str(tmp_path / "out"),
+                 "--ray"]) == 2
+    assert f"{path}:3: " in capsys.readouterr().err
+    assert not (tmp_path / "out" / "predict-fingerprint.json").exists()  # fixing the file is not "another way"
