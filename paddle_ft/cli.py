@@ -128,9 +128,9 @@ def _inference_arguments(command: argparse.ArgumentParser) -> argparse.ArgumentP
     command.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
                          help="bf16: oneDNN on CPUs with AVX512-BF16/AMX; fp16: GPU")
     command.add_argument("--tensorrt", action="store_true", help="GPU: run the graph with TensorRT")
-    command.add_argument("--backend", choices=BACKENDS, help="the engine: paddle (Paddle Inference) or onnxruntime "
-                                                            "(fp32 CPU); default: onnxruntime where it can run, "
-                                                            "the faster there")
+    command.add_argument("--backend", choices=BACKENDS, help="the engine: paddle (Paddle Inference), onnxruntime "
+                                                            "(fp32 CPU) or auto (default: fp32 on CPU, each call on "
+                                                            "the engine measured fastest at its size at load)")
     command.add_argument("--truncation", choices=TRUNCATIONS, help="how a text longer than the model's max_length "
                                                                    "is cut (default: as training cut it)")
     return command

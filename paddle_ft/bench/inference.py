@@ -33,7 +33,8 @@ def inference(args: dict) -> dict:
     export_model(Path(args["model_dir"]), export_dir)
     predictors = {"paddle_inference": Predictor(export_dir, cpu_threads=threads, enable_onednn=False),
                   "paddle_inference_onednn": Predictor(export_dir, cpu_threads=threads, backend="paddle"),
-                  "onnxruntime": Predictor(export_dir, cpu_threads=threads, backend="onnxruntime")}
+                  "onnxruntime": Predictor(export_dir, cpu_threads=threads, backend="onnxruntime"),
+                  "auto": Predictor(export_dir, cpu_threads=threads)}  # the default: each call on its fastest
     tokenizer = predictors["paddle_inference"].tokenizer
     texts = [e.text for e in read_examples(Path(args["demo"]) / "test.tsv", "tsv", Columns("text", None, "label"))[0]]
     batches = _batch_maker(tokenizer(texts, max_length=predictors["paddle_inference"].max_length, truncation=True),
@@ -54,7 +55,8 @@ def inference(args: dict) -> dict:
     for name, run in engines.items():
         results[name].update(_latency(run, single))
     return {"engines": results, "precision_skipped": skipped, "threads": threads, "int8_check": int8_check,
-            "onnxruntime_version": _onnxruntime_version()}
+            "onnxruntime_version": _onnxruntime_version(),
+            "auto_route": {"fp32": predictors["auto"].route.as_dict(), "int8": int8.route.as_dict()}}
 
 
 def _int8_predictor(export_dir: Path, int8_dir: Path, test: Path, threads: int):

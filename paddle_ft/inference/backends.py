@@ -19,13 +19,13 @@ from paddle_ft.errors import UserError, first_line
 from paddle_ft.log import native_output_captured
 from paddle_ft.runtime import usable_cores
 
-BACKENDS = ("paddle", "onnxruntime")
+BACKENDS = ("auto", "paddle", "onnxruntime")
 
 
 def choose_backend(backend: str | None, export_dir: Path, device: str, precision: str, quantized: bool = False) -> str:
-    """`backend` as asked, checked; None = the fastest one that can run the request: ONNX Runtime for fp32 on
-    CPU where the export has an ONNX graph and onnxruntime is installed, else Paddle Inference. An int8 export
-    (`quantized`) runs on ONNX Runtime only."""
+    """`backend` as asked, checked; None or auto = every engine that can run the request, each call on the one
+    fastest at its size (`routing`): both for fp32 on CPU where the export has an ONNX graph and onnxruntime is
+    installed ("auto"), else the one that can ("paddle"; "onnxruntime" for an int8 export, which runs there only)."""
     if backend not in (None, *BACKENDS):
         raise UserError(f"backend '{backend}': choose one of {', '.join(BACKENDS)}")
     if quantized and backend == "paddle":
@@ -34,8 +34,8 @@ def choose_backend(backend: str | None, export_dir: Path, device: str, precision
     if quantized:
         backend = "onnxruntime"
     onnx_ready = (export_dir / ONNX_FILE).is_file() and _onnxruntime_installed()
-    if backend is None:
-        return "onnxruntime" if device == "cpu" and precision == "fp32" and onnx_ready else "paddle"
+    if backend in (None, "auto"):
+        return "auto" if device == "cpu" and precision == "fp32" and onnx_ready else "paddle"
     if backend == "onnxruntime":
         if device != "cpu" or precision != "fp32":
             raise UserError(f"backend onnxruntime runs fp32 on CPU here; for --device {device} --precision "

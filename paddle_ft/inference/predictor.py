@@ -6,6 +6,7 @@ An exported folder holds `model.json` (Paddle 3, PIR) or `model.pdmodel` (Paddle
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,14 @@ from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, program_fil
 from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer, fastest, without_tokens
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
+from paddle_ft.inference.routing import MEASURED_WIDTH, measure_route, single_route
 from paddle_ft.runtime import cpu_supports_bf16, quiet, usable_cores
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
 
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
+# backend auto's engines (`routing`): ONNX Runtime, and Paddle Inference with oneDNN and without (each was the faster
+# Paddle Inference at batch 32 on one machine or another of the same kind: docs/performance.md)
+AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN = "onnxruntime", "paddle", "paddle-without-onednn"
 WIDTH_STEP = 16  # padded widths are multiples of this (see Predictor.run)
 
 
@@ -29,8 +34,9 @@ class Predictor:
     def __init__(self, export_dir: str | Path, device: str = "cpu", cpu_threads: int | None = None,
                  enable_onednn: bool = True, gpu_id: int = 0, precision: str = "fp32",
                  use_tensorrt: bool = False, backend: str | None = None):
-        """`backend`: paddle (Paddle Inference) or onnxruntime (fp32 on CPU); None = onnxruntime where it can run
-        the request (CPU, fp32, an export with model.onnx), being the faster there, else paddle."""
+        """`backend`: paddle (Paddle Inference), onnxruntime (fp32 on CPU), or auto (None): both where both can run
+        the request (CPU, fp32, an export with model.onnx), each call on the one measured fastest at its size
+        (`routing`), else the one that can."""
         quiet()  # as quiet as the command line
         from paddlenlp.transformers import AutoTokenizer
 
@@ -41,7 +47,7 @@ class Predictor:
         if use_tensorrt:
             check_tensorrt(program, device)
         if use_tensorrt or not enable_onednn:  # both Paddle Inference's
-            backend = backend or "paddle"
+            backend = "paddle" if backend in (None, "auto") else backend
         check_device(device, precision)
         info = read_export_info(export_dir)
         self.backend = choose_backend(backend, export_dir, device, precision, info.quantization is not None)
@@ -58,10 +64,22 @@ class Predictor:
                 from None
 
         try:
-            self._engine = onnxruntime_engine(export_dir, cpu_threads) if self.backend == "onnxruntime" else \
-                _paddle_engine(program, device, cpu_threads, enable_onednn, gpu_id, precision, use_tensorrt,
-                               self.max_length)
+            if self.backend == "auto":  # each of the CPU fp32 engines; which is fastest at which size is measured
+                self._engines = {AUTO_ORT: onnxruntime_engine(export_dir, cpu_threads),
+                                 AUTO_ONEDNN: _paddle_engine(program, device, cpu_threads, True, gpu_id, precision,
+                                                             False, self.max_length),
+                                 AUTO_PLAIN: _paddle_engine(program, device, cpu_threads, False, gpu_id, precision,
+                                                            False, self.max_length)}
+            else:
+                self._engines = {self.backend: onnxruntime_engine(export_dir, cpu_threads)
+                                 if self.backend == "onnxruntime" else
+                                 _paddle_engine(program, device, cpu_threads, enable_onednn, gpu_id, precision,
+                                                use_tensorrt, self.max_length)}
+            self.route = single_route(next(iter(self._engines)))
             self._warm_up()
+            if len(self._engines) > 1:
+                self.route = measure_route({name: partial(self._run_on, name) for name in self._engines},
+                                           min(MEASURED_WIDTH, self.max_length), self.tokenizer.cls_token_id)
         except (RuntimeError, ValueError, OSError, MemoryError) as exc:  # a truncated or garbled graph/weights
             raise UserError(f"{export_dir}: {program.name} / {PARAMS_FILE} cannot be loaded ({first_line(exc)}); "
                             f"the files are damaged or from another model: {REEXPORT}") from None
@@ -72,23 +90,31 @@ class Predictor:
         shapes = [(1, width) for width in range(WIDTH_STEP, self.max_length + WIDTH_STEP, WIDTH_STEP)]
         for batch, width in shapes + [(8, min(64, self.max_length))]:
             ids = np.full((batch, min(width, self.max_length)), self.tokenizer.cls_token_id, dtype=np.int64)
-            self.run(ids, np.zeros_like(ids))
+            for name in self._engines:
+                self._run_on(name, ids, np.zeros_like(ids))
+
+    @property
+    def engine_description(self) -> str:
+        """Which engine runs which calls, for logs and GET /v1/model."""
+        return self.backend if self.backend != "auto" else f"auto: {self.route.describe()}"
 
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
-        """Logits [batch, num_classes] for padded ids [batch, seq] int64.
+        """Logits [batch, num_classes] for padded ids [batch, seq] int64, from the engine the route picks."""
+        return self._run_on(self.route.engine_for(*input_ids.shape), input_ids, token_type_ids)
 
-        For Paddle Inference the width is padded further to a multiple of WIDTH_STEP (pad positions are
+    def _run_on(self, engine: str, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        """For Paddle Inference the width is padded further to a multiple of WIDTH_STEP (pad positions are
         masked, so the logits do not change): oneDNN then reuses a few kernel shapes instead of building new
         ones for every length, about a third off the latency of a single text here. ONNX Runtime needs no such
         help, and the extra tokens would only cost it time."""
         width = input_ids.shape[1]
         target = min(-(-width // WIDTH_STEP) * WIDTH_STEP, max(width, self.max_length))
-        if target > width and self.backend == "paddle":
+        if target > width and engine != AUTO_ORT:
             extra = ((0, 0), (0, target - width))
             input_ids = np.pad(input_ids, extra, constant_values=self.tokenizer.pad_token_id)
             token_type_ids = np.pad(token_type_ids, extra)
-        return self._engine(np.ascontiguousarray(input_ids, dtype=np.int64),
-                            np.ascontiguousarray(token_type_ids, dtype=np.int64))
+        return self._engines[engine](np.ascontiguousarray(input_ids, dtype=np.int64),
+                                     np.ascontiguousarray(token_type_ids, dtype=np.int64))
 
     def predict(self, texts: list[str], batch_size: int = 32, truncation: str | None = None,
                 text_pair: list[str] | None = None, abstain_below: float | None = None) -> list[Prediction]:

@@ -179,6 +179,7 @@ class ModelSlot:
         try:
             self._swap(self._load_predictor())
             self._metrics.ready.set(1)
+            print(f"model {self.version} loaded; engine: {engine_of(self.predictor)}", file=sys.stderr, flush=True)
         except Exception as exc:  # reported by /readyz and the log; the process stays up to say so
             self.load_error = f"{type(exc).__name__}: {exc}"
             print(f"error: the model failed to load: {self.load_error}", file=sys.stderr, flush=True)
@@ -225,6 +226,11 @@ def _paddle_keeps_off_our_signals():
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+
+
+def engine_of(predictor) -> str:
+    """Which engine runs which calls (`Predictor.engine_description`; a stand-in predictor may have none)."""
+    return getattr(predictor, "engine_description", "unknown")
 
 
 def model_version(export_dir) -> str:
@@ -324,7 +330,7 @@ def _add_probes(app: FastAPI, slot: ModelSlot, metrics: Metrics, retry: dict) ->
         if slot.predictor is None:
             return error(503, slot.status(), retry)
         return {"model": slot.version, "export": str(slot.predictor.export_dir), "loaded_at": slot.loaded_at,
-                "labels": list(slot.predictor.labels)}
+                "labels": list(slot.predictor.labels), "engine": engine_of(slot.predictor)}
 
     @app.get("/readyz")
     async def readyz():

@@ -143,7 +143,7 @@ def test_the_export_carries_an_onnx_graph_that_onnx_runtime_serves_equally(expor
     assert info.onnx_file == "model.onnx" and (folder / "model.onnx").is_file()
     assert json.loads((folder / "export.json").read_text())["parity_max_abs_diff_onnx"] < 1e-4
     default, paddle_inference = Predictor(folder, cpu_threads=1), Predictor(folder, cpu_threads=1, backend="paddle")
-    assert default.backend == "onnxruntime" and paddle_inference.backend == "paddle"  # fp32 on CPU: the faster
+    assert default.backend == "auto" and paddle_inference.backend == "paddle"  # fp32 on CPU: both, per call
     texts = [text for text, _ in synthetic_rows(40, seed=4)]
     np.testing.assert_allclose(stack_probabilities(default.predict(texts)),
                                stack_probabilities(paddle_inference.predict(texts)), atol=1e-5)
@@ -151,7 +151,7 @@ def test_the_export_carries_an_onnx_graph_that_onnx_runtime_serves_equally(expor
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"backend": "tvm"}, "backend 'tvm': choose one of paddle, onnxruntime"),
+    ({"backend": "tvm"}, "backend 'tvm': choose one of auto, paddle, onnxruntime"),
     ({"backend": "onnxruntime", "enable_onednn": False}, "TensorRT and oneDNN are Paddle Inference's"),
 ])
 def test_a_backend_that_cannot_run_the_request_is_one_line(exported, options, message):

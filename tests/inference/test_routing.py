@@ -1,0 +1,102 @@
+"""`backend: auto`: the crossover fitted to measured times, and the Predictor sending each call where it belongs."""
+import numpy as np
+import pytest
+from conftest import export_tiny_model, synthetic_rows
+
+from paddle_ft.inference import routing
+from paddle_ft.inference.predictor import Predictor, stack_probabilities
+from paddle_ft.inference.routing import Route, fit_crossover, measure_route
+
+
+def times(*pairs):
+    return [{"onnxruntime": ort, "paddle": paddle} for ort, paddle in pairs]
+
+
+def test_the_crossover_is_one_switch_where_the_engines_cross():
+    assert fit_crossover(times((1, 3), (2, 3), (4, 3), (8, 3))) == ["onnxruntime"] * 2 + ["paddle"] * 2
+    assert fit_crossover(times((1, 3), (2, 3))) == ["onnxruntime"] * 2
+    assert fit_crossover(times((3, 1), (4, 2), (9, 4))) == ["paddle"] * 3
+
+
+def test_one_noisy_measurement_does_not_send_its_size_to_the_slower_engine():
+    # the third size's ONNX Runtime time was hit by a neighbour's burst (it is 1.01x paddle's there): keeping
+    # ONNX Runtime throughout costs 1% at that size, where a switch and back would cost far more elsewhere
+    assert fit_crossover(times((1, 4), (2, 5), (10.1, 10), (8, 20))) == ["onnxruntime"] * 4
+
+
+class FakeClock:
+    """perf_counter for engines whose cost is given, not measured: the route's choice is then exact."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def fake_engines(clock: FakeClock, calls: list):
+    def engine(name, fixed, per_token):
+        def run(ids, types):
+            calls.append((name, ids.shape))
+            clock.now += fixed + per_token * ids.size
+            return np.zeros((ids.shape[0], 2), dtype=np.float32)
+        return run
+    # fixed cost per call against cost per token: the shape of ONNX Runtime against Paddle Inference's oneDNN
+    return {"onnxruntime": engine("onnxruntime", 0.0001, 4e-6), "paddle": engine("paddle", 0.004, 1e-6)}
+
+
+def test_measure_route_times_each_size_and_stops_after_a_slow_call(monkeypatch):
+    clock, calls = FakeClock(), []
+    monkeypatch.setattr(routing, "time", clock)
+    route = measure_route(fake_engines(clock, calls), width=64, token_id=2)
+    # ONNX Runtime's 0.1 ms + 4 us/token beats 4 ms + 1 us/token below 1,300 tokens
+    assert route.points == ((64, "onnxruntime"), (256, "onnxruntime"), (1024, "onnxruntime"), (4096, "paddle"))
+    assert route.describe() == "onnxruntime below 4096 tokens a call, paddle from 4096"
+    assert route.engine_for(1, 20) == "onnxruntime" and route.engine_for(32, 128) == "paddle"
+    assert route.engine_for(8, 160) == "onnxruntime"  # 1,280 tokens: nearest to 1,024 (on a log scale)
+    assert route.seconds[64] == {"onnxruntime": pytest.approx(0.0001 + 4e-6 * 64), "paddle": pytest.approx(0.004064)}
+    # each size: one unmeasured call per engine, then measured calls taking turns until the 40 ms budget is spent:
+    # 10 rounds at batch 1 (4.4 ms a round), and at least REPEATS (3) at batch 64 (24.6 ms a round)
+    calls_of = {batch: [name for name, shape in calls if shape == (batch, 64)] for batch in (1, 64)}
+    assert calls_of[1] == ["onnxruntime", "paddle"] * (1 + 10)
+    assert calls_of[64] == ["onnxruntime", "paddle"] * (1 + routing.REPEATS)
+
+    clock, calls = FakeClock(), []
+    monkeypatch.setattr(routing, "time", clock)
+    monkeypatch.setattr(routing, "STOP_AFTER_S", 0.005)  # paddle's batch 4 x 64 takes 4.3 ms, batch 16 5.0 ms
+    monkeypatch.setattr(routing, "SIZE_BUDGET_S", 0)  # no budget: REPEATS rounds
+    route = measure_route(fake_engines(clock, calls), width=64, token_id=2)
+    assert [tokens for tokens, _ in route.points] == [64, 256, 1024]
+    assert [name for name, shape in calls if shape == (1, 64)] == ["onnxruntime", "paddle"] * (1 + routing.REPEATS)
+    assert route.engine_for(256, 128) == "onnxruntime"  # beyond the measured sizes: the largest one's engine
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    return export_tiny_model(tmp_path_factory.mktemp("routing"))
+
+
+def test_auto_is_the_default_and_sends_each_call_to_its_engine(export):
+    auto = Predictor(export, cpu_threads=1)
+    assert auto.backend == "auto" and set(auto._engines) == {"onnxruntime", "paddle", "paddle-without-onednn"}
+    assert [tokens for tokens, _ in auto.route.points][:3] == [64, 256, 1024]  # measured at load, width 64
+    assert auto.engine_description.startswith("auto: ")
+    auto.route = Route(((64, "onnxruntime"), (2048, "paddle")), {})
+    used = []
+    def spied(name, run):
+        return lambda ids, types: used.append((name, ids.shape[0])) or run(ids, types)
+    auto._engines = {name: spied(name, run) for name, run in auto._engines.items()}
+    texts = [text for text, _ in synthetic_rows(64, seed=3)]
+    one_by_one, batched = auto.predict(texts[:4], batch_size=1), auto.predict(texts, batch_size=64)
+    assert used[:4] == [("onnxruntime", 1)] * 4 and used[4:] == [("paddle", 64)]
+    for options in ({"backend": "onnxruntime"}, {"backend": "paddle"}, {"enable_onednn": False}):
+        alone = Predictor(export, cpu_threads=1, **options)
+        np.testing.assert_allclose(stack_probabilities(batched), stack_probabilities(alone.predict(texts)), atol=1e-5)
+        np.testing.assert_allclose(stack_probabilities(one_by_one), stack_probabilities(alone.predict(texts[:4])),
+                                   atol=1e-5)
+
+
+def test_a_named_backend_runs_every_call_on_it(export):
+    predictor = Predictor(export, cpu_threads=1, backend="paddle")
+    assert list(predictor._engines) == ["paddle"] and predictor.engine_description == "paddle"
+    assert predictor.route.engine_for(64, 128) == "paddle"
