@@ -69,15 +69,17 @@ def clip_grad_norm(parameters, max_norm: float) -> paddle.Tensor:
     Paddle's `clip_grad_norm_` stacks the per-tensor norms in each gradient's own dtype, which fails when
     they differ: AMP O2 keeps LayerNorm weights (so their gradients) in float32 and the rest in float16
     (`InvalidArgument ... float16 does not match float32`; on CPU float16 has no p_norm kernel at all). Here
-    every norm is taken in float32, where a float16 sum of squares cannot overflow, and each gradient is
-    scaled in its own dtype. For float32 gradients it computes what Paddle's does.
+    every sum of squares is taken in float32, where a float16 one cannot overflow, and each gradient is scaled in
+    its own dtype. Sums of squares, not Paddle's p_norm: on CPU p_norm took 5.5% of a training step (56 ms for the
+    bench model's gradients against 4 ms) and is the less exact (0.7% off on a word-embedding gradient, where a sum
+    of squares is within 1e-7 of a float64 one; tests/engine/test_amp.py).
     """
     grads = [p.grad_ for p in parameters if p.grad_ is not None]  # grad_: the gradient itself, to scale in place
     if not grads:
         return paddle.zeros([], dtype="float32")
-    norms = [paddle.linalg.norm(g.detach() if g.dtype == paddle.float32 else g.detach().astype("float32"))
-             for g in grads]
-    total = paddle.linalg.norm(paddle.stack(norms))
+    squares = [paddle.sum(paddle.square(g.detach() if g.dtype == paddle.float32 else g.detach().astype("float32")))
+               for g in grads]
+    total = paddle.sqrt(paddle.add_n(squares))
     scale = paddle.clip(max_norm / (total + 1e-6), max=1.0)
     for g in grads:
         g.multiply_(scale if g.dtype == paddle.float32 else scale.astype(g.dtype))
