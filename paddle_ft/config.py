@@ -241,6 +241,9 @@ class RuntimeConfig:
     """CPU math threads per process; null = OMP_NUM_THREADS if set, else the usable cores / processes per host."""
     fast_cpu_linear: bool = True
     """On CPU, compute the gradients of linear layers with matmuls only (same values, ~1.2x faster steps)."""
+    fused_kernels: bool = True
+    """On CPU, run the encoder layers' residual layer norm and GELU through paddle_ft's fused C++ kernels (built
+    once on first use; the same values to 1e-5 and the same dropout masks; Paddle's kernels where no compiler is)."""
     recompute: bool = False
     """Recompute each encoder layer's activations in backward instead of keeping them (less memory, ~1/3
     more compute)."""

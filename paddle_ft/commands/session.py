@@ -23,6 +23,7 @@ from paddle_ft.drift import reference, text_length
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import check_amp_supported, set_tf32
 from paddle_ft.engine.cpu_linear import use_fast_linear
+from paddle_ft.engine.fused import use_fused_kernels
 from paddle_ft.engine.evaluate import NonFiniteScores
 from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.recompute import use_recompute
@@ -127,13 +128,19 @@ def apply_runtime(model, config: Config, dist) -> None:
     train.amp.tf32."""
     settings = runtime.apply_cpu_settings(config.train.runtime.cpu_threads)
     set_tf32(config.train.amp.tf32)
-    fast = paddle.device.get_device().startswith("cpu") and config.train.runtime.fast_cpu_linear
+    on_cpu = paddle.device.get_device().startswith("cpu")
+    fast = on_cpu and config.train.runtime.fast_cpu_linear
     if fast:
         use_fast_linear(model)
-    if config.train.runtime.recompute:
+    fused, why_not = use_fused_kernels(model) if on_cpu and config.train.runtime.fused_kernels else (0, None)
+    if config.train.runtime.recompute:  # after the fused kernels: it recomputes the layer's forward as it is then
         use_recompute(model)
+    if why_not and dist.is_main:
+        log(f"fused CPU kernels unavailable: {why_not}; training runs Paddle's own kernels "
+            "(train.runtime.fused_kernels=false silences this)")
     if dist.is_main:
         log(runtime.describe(settings) + (", matmul-only linear gradients" if fast else "")
+            + (f", fused layer norm and GELU kernels in {fused} layers" if fused else "")
             + (", recomputed encoder layers" if config.train.runtime.recompute else "")
             + ((", TF32 matmuls " + ("on" if config.train.amp.tf32 else "off"))
                if paddle.device.get_device().startswith("gpu") else ""))

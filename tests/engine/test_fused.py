@@ -1,0 +1,128 @@
+"""The fused CPU kernels (`engine/fused.py`) against the plain Paddle composition they replace: forward and
+gradients to 1e-5, whole encoder layers with dropout, and the fall-back where they cannot be built."""
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+import pytest
+from conftest import DEMO, overrides
+
+from paddle_ft.engine import fused
+from paddle_ft.engine.fused import add_layer_norm, gelu, kernels, use_fused_kernels
+
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    module, why_not = kernels()
+    assert module is not None, why_not  # this machine has a compiler: the kernels must build here
+
+
+def leaf(values) -> paddle.Tensor:
+    tensor = paddle.to_tensor(values, dtype="float32")
+    tensor.stop_gradient = False
+    return tensor
+
+
+def outputs_and_gradients(function, inputs: list[paddle.Tensor], upstream: np.ndarray):
+    """function(*inputs), and the gradients of sum(output * upstream) with respect to every input."""
+    for tensor in inputs:
+        tensor.clear_grad()
+    out = function(*inputs)
+    (out * paddle.to_tensor(upstream)).sum().backward()
+    return [out.numpy()] + [tensor.grad.numpy().copy() for tensor in inputs]
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 32), (2, 50, 256), (4, 768)])
+def test_add_layer_norm_is_paddles_layer_norm_of_the_sum(shape):
+    rng = np.random.default_rng(sum(shape))
+    width = shape[-1]
+    norm = paddle.nn.LayerNorm(width, epsilon=1e-12)
+    norm.weight.set_value(rng.normal(1, 0.2, width).astype("float32"))
+    norm.bias.set_value(rng.normal(0, 0.2, width).astype("float32"))
+    x, residual = leaf(rng.normal(0, 2, shape)), leaf(rng.normal(1, 1, shape))
+    upstream = rng.normal(0, 1, shape).astype("float32")
+    inputs = [x, residual, norm.weight, norm.bias]
+    plain = outputs_and_gradients(lambda a, b, w, c: F.layer_norm(a + b, [width], w, c, 1e-12), inputs, upstream)
+    ours = outputs_and_gradients(lambda a, b, w, c: add_layer_norm(a, b, norm), inputs, upstream)
+    for name, expected, got in zip(["out", "grad x", "grad residual", "grad weight", "grad bias"], plain, ours):
+        # weight and bias gradients sum over every row: relative to their size
+        scale = max(1.0, float(np.abs(expected).max())) if name.startswith("grad w") or name == "grad bias" else 1.0
+        np.testing.assert_allclose(got / scale, expected / scale, **TOLERANCE, err_msg=name)
+
+
+def test_gelu_is_paddles_exact_gelu_over_its_whole_range():
+    # every region of the erf and exp approximations: the tails (clamped at |x| = 4 / 5.66), the middle, zero
+    values = np.concatenate([np.linspace(-12, 12, 4801), [0.0, -0.0, 1e-8, -1e-8, 40, -40]]).astype("float32")
+    x = leaf(values.reshape(1, -1))
+    upstream = np.random.default_rng(0).normal(0, 1, x.shape).astype("float32")
+    plain = outputs_and_gradients(lambda t: F.gelu(t, approximate=False), [x], upstream)
+    ours = outputs_and_gradients(gelu, [x], upstream)
+    for name, expected, got in zip(["out", "grad"], plain, ours):
+        np.testing.assert_allclose(got, expected, **TOLERANCE, err_msg=name)
+
+
+@pytest.mark.parametrize("architecture", ["bert", "ernie", "roberta"])
+def test_encoder_layers_train_alike_with_and_without_the_fused_kernels(make_model, architecture):
+    """Dropout on: the fused layer calls the same dropouts in the same order, so the masks are the same and the
+    logits and every gradient agree."""
+    ids = paddle.to_tensor(np.random.default_rng(1).integers(5, 40, (4, 24)))
+    results = []
+    for fuse in (False, True):
+        model = make_model(seed=3, dropout=0.2, architecture=architecture)
+        if fuse:
+            assert use_fused_kernels(model) == (2, None)
+        model.train()
+        paddle.seed(11)
+        logits = model(ids)
+        (logits * paddle.to_tensor([[1.0, -2.0]])).sum().backward()
+        results.append((logits.numpy(), {name: p.grad.numpy() for name, p in model.named_parameters()
+                                         if p.grad is not None}))
+    (plain_logits, plain_grads), (fused_logits, fused_grads) = results
+    np.testing.assert_allclose(fused_logits, plain_logits, **TOLERANCE)
+    assert plain_grads.keys() == fused_grads.keys() and len(plain_grads) > 30
+    for name, expected in plain_grads.items():
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(fused_grads[name] / scale, expected / scale, **TOLERANCE, err_msg=name)
+
+
+def test_evaluation_runs_paddles_own_layer_exactly(make_model):
+    ids = paddle.to_tensor([[2, 7, 8, 9, 3, 0]])
+    plain, patched = make_model(seed=4, dropout=0.1), make_model(seed=4, dropout=0.1)
+    use_fused_kernels(patched)
+    plain.eval(), patched.eval()
+    assert np.array_equal(plain(ids).numpy(), patched(ids).numpy())
+
+
+def test_without_a_compiler_training_says_so_once_and_runs_paddles_kernels(monkeypatch, tiny_config_args, capsys):
+    from paddle_ft.cli import main
+
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    kernels.cache_clear()
+    try:
+        assert kernels() == (None, "no C++ compiler (no-such-compiler) on PATH")
+        assert main(["train", "-c", DEMO, *overrides(tiny_config_args + ["train.epochs=1", "data.test=null"])]) == 0
+    finally:
+        kernels.cache_clear()
+    printed = capsys.readouterr().out.splitlines()
+    unavailable = [line for line in printed if "fused CPU kernels" in line]
+    assert unavailable == ["fused CPU kernels unavailable: no C++ compiler (no-such-compiler) on PATH; training runs "
+                           "Paddle's own kernels (train.runtime.fused_kernels=false silences this)"]
+    assert not any("fused layer norm" in line for line in printed)
+
+
+@pytest.mark.slow
+def test_a_failing_build_is_one_reason_not_a_traceback(monkeypatch, tmp_path):
+    broken = tmp_path / "fused_kernels.cc"
+    broken.write_text('#include "paddle/extension.h"\nthis is not C++;\n', encoding="utf-8")
+    monkeypatch.setattr(fused, "SOURCE", broken)
+    monkeypatch.setenv(fused.CACHE_VARIABLE, str(tmp_path / "cache"))
+    kernels.cache_clear()
+    try:
+        module, why_not = kernels()
+    finally:
+        kernels.cache_clear()
+    log = tmp_path / "cache" / next((tmp_path / "cache").iterdir()).name / "build.log"
+    assert module is None and "\n" not in why_not
+    assert why_not.startswith("the build failed (") and why_not.endswith(f"; the compiler's output is in {log}")
+    assert "this is not C++" in log.read_text(encoding="utf-8")  # the compiler's complaint, kept for the user
