@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-ENGINES = ("dygraph", "paddle_inference", "paddle_inference_onednn", "onnxruntime")
+ENGINES = ("dygraph", "paddle_inference", "paddle_inference_onednn", "onnxruntime", "auto")
 
 
 def inference(args: dict) -> dict:
@@ -37,8 +37,8 @@ def inference(args: dict) -> dict:
                   "auto": Predictor(export_dir, cpu_threads=threads)}  # the default: each call on its fastest
     tokenizer = predictors["paddle_inference"].tokenizer
     texts = [e.text for e in read_examples(Path(args["demo"]) / "test.tsv", "tsv", Columns("text", None, "label"))[0]]
-    batches = _batch_maker(tokenizer(texts, max_length=predictors["paddle_inference"].max_length, truncation=True),
-                           tokenizer.pad_token_id)
+    encoded = tokenizer(texts, max_length=predictors["paddle_inference"].max_length, truncation=True)
+    batches = _batch_maker(encoded, tokenizer.pad_token_id)
 
     model = load_bundle(args["model_dir"], with_tokenizer=False).model
 
@@ -56,6 +56,7 @@ def inference(args: dict) -> dict:
         results[name].update(_latency(run, single))
     return {"engines": results, "precision_skipped": skipped, "threads": threads, "int8_check": int8_check,
             "onnxruntime_version": _onnxruntime_version(),
+            "mean_tokens": float(np.mean([len(ids) for ids in encoded["input_ids"]])),
             "auto_route": {"fp32": predictors["auto"].route.as_dict(), "int8": int8.route.as_dict()}}
 
 

@@ -133,7 +133,35 @@ def tokenizer(args: dict) -> dict:
     return results
 
 
-JOBS = {"paddle_ft": paddle_ft, "paddlenlp_trainer": paddlenlp_trainer, "tokenizer": tokenizer}
+def profile(args: dict) -> dict:
+    """paddle_ft's training steps under Paddle's profiler (the same run as the `paddle_ft` job, shorter): the share
+    of operator time each kind of operator takes (limits.profile_groups), warm-up steps left out."""
+    import paddle.profiler as profiler
+
+    from paddle_ft.bench.limits import profile_groups
+
+    trace_dir = Path(args["workdir"]) / "profile-trace"
+    shutil.rmtree(trace_dir, ignore_errors=True)
+    session = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU],
+                                on_trace_ready=profiler.export_chrome_tracing(str(trace_dir)))
+    session.start()
+    paddle_ft({**args, "name": "profile"})
+    session.stop()
+    return profile_groups(next(trace_dir.glob("*.json")), skip_steps=args["skip_steps"])
+
+
+def limits(args: dict) -> dict:
+    """The machine's matmul GFLOP/s, in this run (limits.gemm_rates)."""
+    from paddle_ft import runtime
+    from paddle_ft.bench.limits import gemm_rates
+
+    runtime.configure()
+    runtime.apply_cpu_settings(args["threads"])
+    return {"gemm": gemm_rates(args["threads"], args["seconds_per_shape"])}
+
+
+JOBS = {"paddle_ft": paddle_ft, "paddlenlp_trainer": paddlenlp_trainer, "tokenizer": tokenizer, "profile": profile,
+        "limits": limits}
 
 
 def main(argv: list[str]) -> int:

@@ -11,18 +11,54 @@ TRAIN_TITLES = {"paddle_ft": "paddle_ft engine", "paddlenlp_trainer": "PaddleNLP
                 "hf_trainer": "HF Trainer (defaults)", "hf_trainer_group_by_length": "HF Trainer (group_by_length)"}
 
 
+FP32_ENGINES = ("paddle_inference", "paddle_inference_onednn", "onnxruntime")  # what backend auto chooses from
+
+
 def ratios(results: dict) -> dict:
-    """paddle_ft's training samples/s over each peer's, and Paddle Inference + oneDNN over ONNX Runtime."""
+    """paddle_ft's training samples/s over each peer's; Paddle Inference + oneDNN over ONNX Runtime; backend auto
+    over the fastest fp32 engine at each batch size; training's useful FLOP/s over the machine's matmul rate."""
     train = results["train"]
     ours = train["paddle_ft"].get("samples_per_s")
     out = {f"train_vs_{name}": _ratio(ours, train[name].get("samples_per_s")) for name in TRAIN_ENGINES[1:]}
     infer = results["infer"]
     for size in (1, 8, 32):
         key = f"batch_{size}"
-        out[f"infer_{key}_onednn_vs_onnxruntime"] = _ratio(
-            infer.get("paddle_inference_onednn", {}).get(key, {}).get("samples_per_s"),
-            infer.get("onnxruntime", {}).get(key, {}).get("samples_per_s"))
+        speed = {name: infer.get(name, {}).get(key, {}).get("samples_per_s") for name in (*FP32_ENGINES, "auto")}
+        out[f"infer_{key}_onednn_vs_onnxruntime"] = _ratio(speed["paddle_inference_onednn"], speed["onnxruntime"])
+        out[f"infer_{key}_auto_vs_fastest_fp32"] = _ratio(speed["auto"], max(
+            (speed[name] for name in FP32_ENGINES if speed[name]), default=None))
+    out["train_useful_share_of_matmul"] = next((row["share"] for row in limit_rows(results)
+                                                if row["name"] == "training: " + TRAIN_TITLES["paddle_ft"]), None)
     return out
+
+
+def limit_rows(results: dict) -> list[dict]:
+    """Each training row, and each inference row at batch 32, as useful GFLOP/s (limits.py) and as a share of the
+    fastest matmul of its precision measured in the same run."""
+    from paddle_ft.bench.limits import forward_flops_per_token, train_flops_per_token
+
+    gemm = results.get("limits", {}).get("gemm")
+    if not gemm:
+        return []
+    shape = results["settings"]["shape"]
+    fp32 = max(gemm[name]["gflops"] for name in gemm if name.endswith("fp32"))
+    rows = []
+    for name in TRAIN_ENGINES:
+        row = results["train"][name]
+        if row.get("samples_per_s"):
+            length = row["real_tokens_per_s"] / row["samples_per_s"]
+            useful = row["real_tokens_per_s"] * train_flops_per_token(shape, length) / 1e9
+            rows.append({"name": "training: " + TRAIN_TITLES[name], "gflops": useful, "limit": fp32,
+                         "share": useful / fp32})
+    length, infer = results.get("infer_mean_tokens"), results["infer"]
+    for name, row in ({} if "error" in infer or not length else infer).items():
+        limit = gemm.get("onnxruntime_int8", {}).get("gflops") if name.endswith("int8") else \
+            None if "bf16" in name or "gpu" in name else fp32
+        if limit and row["batch_32"]["samples_per_s"]:
+            useful = row["batch_32"]["samples_per_s"] * length * forward_flops_per_token(shape, length) / 1e9
+            rows.append({"name": f"inference batch 32: {name}", "gflops": useful, "limit": limit,
+                         "share": useful / limit})
+    return rows
 
 
 def _ratio(a, b):
@@ -53,6 +89,7 @@ def markdown(results: dict) -> str:
         lines.append(f"| {TRAIN_TITLES[name]} | {_num(row['samples_per_s'])} | {_num(row['real_tokens_per_s'], 0)} | "
                      f"{_num(row['padded_tokens_per_s'], 0)} | {row['padding_share']:.0%} | "
                      f"{_num(row.get('peak_rss_mb'), 0)} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+    lines += _limit_lines(results)
     lines += ["", "| AMP vs fp32 | samples/s | epoch (min) | peak memory MB | largest batch | final accuracy |",
               "|---|---:|---:|---:|---:|---:|"]
     for row in results["amp"]["rows"]:
@@ -75,6 +112,13 @@ def markdown(results: dict) -> str:
     ratio = results["ratios"].get("infer_batch_32_onednn_vs_onnxruntime")
     if ratio:
         lines += ["", f"Paddle Inference + oneDNN vs ONNX Runtime at batch 32: {ratio:.2f}x."]
+    auto = [results["ratios"].get(f"infer_batch_{n}_auto_vs_fastest_fp32") for n in (1, 8, 32)]
+    if all(auto):
+        route = (results.get("auto_route") or {}).get("fp32", {}).get("points", [])
+        lines += ["", "backend auto (the default) against the fastest fp32 engine: "
+                  + ", ".join(f"batch {n} {value:.2f}x" for n, value in zip((1, 8, 32), auto))
+                  + "; its route, measured at load: "
+                  + ", ".join(f"{p['tokens']} tokens -> {p['engine']}" for p in route) + "."]
     lines += _int8_lines(results) + _model_lines(results) + _serve_lines(results)
     tok = results["tokenizer"]
     if "error" not in tok:
@@ -82,6 +126,24 @@ def markdown(results: dict) -> str:
         lines += [f"| {name} ({row['class']}) | {_num(row['texts_per_s'], 0)} |" for name, row in tok.items()
                   if isinstance(row, dict) and "texts_per_s" in row]
     return "\n".join(lines) + "\n"
+
+
+def _limit_lines(results: dict) -> list[str]:
+    gemm, rows = results.get("limits", {}).get("gemm"), limit_rows(results)
+    if not gemm:
+        return ["", f"matmul rate: {results.get('limits', {}).get('error', 'not measured')}"]
+    rates = ", ".join(f"{name.replace('_', ' ')} {value['gflops']:,.0f} GFLOP/s ({'x'.join(map(str, value['shape']))})"
+                      for name, value in gemm.items())
+    lines = ["", f"The limit, measured in this run: matmul {rates}. Useful work is the encoder's matmul FLOPs per "
+                 "real token (padding, dropout, norms and the optimizer are overhead):", "",
+             "| against the limit | useful GFLOP/s | matmul GFLOP/s | share |", "|---|---:|---:|---:|"]
+    lines += [f"| {row['name']} | {row['gflops']:,.1f} | {row['limit']:,.0f} | {row['share']:.0%} |" for row in rows]
+    profile = results.get("profile", {})
+    if "shares" in profile:
+        lines += ["", f"Where paddle_ft's training step goes (paddle.profiler, operator time of {profile['steps']} "
+                      "steps after warm-up): " + ", ".join(f"{group} {share:.1%}"
+                                                           for group, share in profile["shares"].items()) + "."]
+    return lines
 
 
 def _int8_lines(results: dict) -> list[str]:

@@ -13,13 +13,15 @@ from pathlib import Path
 
 from paddle_ft import runtime
 from paddle_ft.bench import report
-from paddle_ft.bench.shape import BATCH_SIZE, MAX_LENGTH, RESULT_MARK, SHAPE_VARIABLE, model_shape, train_steps
+from paddle_ft.bench.shape import (BATCH_SIZE, MAX_LENGTH, RESULT_MARK, SHAPE_VARIABLE, WINDOW_STEPS, model_shape,
+                                   train_steps)
 from paddle_ft.errors import UserError
 from paddle_ft.io import write_text_atomically
 from paddle_ft.ownership import owned_folder
 
 HF_SCRIPT = Path(__file__).with_name("hf_trainer.py")
 DEFAULT_PEERS_PYTHON = ".venv-peers/bin/python"
+NAMED_SHAPES = {"bert-base": "12,768,12,3072"}
 PADDLENLP_WINDOWS = 3  # its rate varies little between windows (random batches); more would cost minutes
 
 
@@ -40,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--teacher", help="a trained model folder to compare with --student (its distilled student)")
     parser.add_argument("--student", help="a trained model folder: speed and test accuracy beside --teacher's")
     parser.add_argument("--model-shape", default=None, metavar="LAYERS,HIDDEN,HEADS,INTERMEDIATE",
-                        help="another encoder shape than the reference 4,256,4,1024 (ratios are only comparable "
-                             "at the same shape)")
+                        help="another encoder shape than the reference 4,256,4,1024, or bert-base (12,768,12,3072; "
+                             "ratios are only comparable at the same shape)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -50,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"{demo} has no train.tsv/vocab.txt: build the demo corpus with "
                         f"python tools/prepare_demo_data.py --output {demo}")
     if args.model_shape:
-        os.environ[SHAPE_VARIABLE] = args.model_shape  # the children read it
+        os.environ[SHAPE_VARIABLE] = NAMED_SHAPES.get(args.model_shape, args.model_shape)  # the children read it
         try:
             model_shape()
         except ValueError:
@@ -74,6 +76,9 @@ def _bench(args: argparse.Namespace, demo: Path, output: Path) -> int:
     results: dict = {"tokenizer": jobs.paddle("tokenizer", common)}
     results["train"], slow_steps = train_rows(jobs, common, windows, features, demo, Path(args.peers_python))
     results["amp"] = amp_table(jobs, common, results["train"]["paddle_ft"], train_examples)
+    results["limits"] = jobs.paddle("limits", {**common, "seconds_per_shape": 0.1 if args.quick else 0.5})
+    results["profile"] = jobs.paddle("profile", {**common, "steps": train_steps(1 if args.quick else 2),
+                                                 "skip_steps": WINDOW_STEPS})
     infer = jobs.paddle("inference", {
         **common, "model_dir": str(workdir / "paddle_ft-fp32" / "best"), "batch_sizes": [1, 8, 32],
         "rounds": 2 if args.quick else 3, "samples_per_round": 32 if args.quick else 96,
@@ -81,6 +86,7 @@ def _bench(args: argparse.Namespace, demo: Path, output: Path) -> int:
     results["infer"] = infer.pop("engines", {}) if "error" not in infer else {"error": infer["error"]}
     results["infer_precision_skipped"] = infer.get("precision_skipped", [])
     results["int8_check"] = infer.get("int8_check")
+    results["infer_mean_tokens"], results["auto_route"] = infer.get("mean_tokens"), infer.get("auto_route")
     if args.teacher and args.student:
         results["models"] = jobs.paddle("models", {**common, "models": {"teacher": args.teacher,
                                                                        "student": args.student},

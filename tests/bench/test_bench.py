@@ -55,7 +55,15 @@ def _results() -> dict:
                "machine": {"cpu": "Test CPU", "cpu_flags": ["avx2", "avx512_vnni"], "usable_cores": 2, "threads": 2,
                            "paddle_version": "3.3.1",
                            "paddlenlp_version": "2.8.1"},
-               "settings": {"shape": {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "max_length": 128},
+               "limits": {"gemm": {"paddle_fp32": {"gflops": 150.0, "shape": [4096, 256, 1024]},
+                                   "onnxruntime_fp32": {"gflops": 140.0, "shape": [4096, 256, 256]},
+                                   "onnxruntime_int8": {"gflops": 600.0, "shape": [4096, 256, 256]}}},
+               "profile": {"shares": {"matmul": 0.7, "dropout": 0.2, "other": 0.1}, "steps": 8},
+               "infer_mean_tokens": 60.0,
+               "auto_route": {"fp32": {"points": [{"tokens": 64, "engine": "onnxruntime"},
+                                                  {"tokens": 4096, "engine": "paddle"}]}},
+               "settings": {"shape": {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024,
+                                      "max_length": 128},
                             "batch_size": 32, "train_steps": 56, "paddlenlp_trainer_steps": 32, "quick": False}}
     results["ratios"] = report.ratios(results)
     return results
@@ -72,6 +80,17 @@ def test_report_ratios_table_and_chart(tmp_path):
     assert "| HF Trainer (defaults) | no peer environment |" in table
     assert "| onnxruntime | 50.0 | 80.0 | 60.0 | 20.00 | 30.00 | 1e-07 |" in table
     assert "at batch 32: 1.50x" in table
+    assert results["ratios"]["infer_batch_32_auto_vs_fastest_fp32"] == 1.0  # 90 against the Paddle engines' 90
+    assert "backend auto (the default) against the fastest fp32 engine: batch 1 1.00x, batch 8 1.00x, batch 32 " \
+           "1.00x; its route, measured at load: 64 tokens -> onnxruntime, 4096 tokens -> paddle." in table
+    # 3,000 real tokens/s of 62.5 tokens a text: 3 x 2 x 4 layers x (4 x 256^2 + 2 x 256 x 1024 + 2 x 256 x 62.5)
+    # = 19.64 MFLOP a token, 58.9 GFLOP/s, 39% of the faster fp32 matmul (150)
+    assert results["ratios"]["train_useful_share_of_matmul"] == pytest.approx(3000 * 19_642_368 / 1e9 / 150)
+    assert "| training: paddle_ft engine | 58.9 | 150 | 39% |" in table
+    # int8 at batch 32: 120 texts/s x 60 tokens x 6.54 MFLOP, against the int8 matmul
+    assert "| inference batch 32: onnxruntime_int8 | 47.1 | 600 | 8% |" in table
+    assert "Where paddle_ft's training step goes (paddle.profiler, operator time of 8 steps after warm-up): " \
+           "matmul 70.0%, dropout 20.0%, other 10.0%." in table
     assert "Machine: Test CPU (avx2, avx512_vnni)" in table
     assert "test accuracy 0.8470 against fp32's 0.8500 (-0.30 points), the same label on 99.0% of 1736 texts; " \
            "batch 32 2.00x ONNX Runtime fp32" in table
@@ -111,6 +130,12 @@ def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, data_dir, vocab_
     assert {"cpu", "cores", "threads", "paddle_version", "cpu_flags"} <= bench["machine"].keys()
     assert bench["machine"]["threads"] == 1 and bench["settings"]["shape"]["hidden_size"] == 32
     assert bench["tokenizer"]["paddle_ft"]["class"] == "FastBertTokenizer"
+    assert {"paddle_fp32", "onnxruntime_fp32", "onnxruntime_int8"} <= bench["limits"]["gemm"].keys()
+    assert all(rate["gflops"] > 0 for rate in bench["limits"]["gemm"].values())
+    assert bench["profile"]["steps"] > 0 and sum(bench["profile"]["shares"].values()) == pytest.approx(1, abs=1e-3)
+    assert bench["profile"]["shares"]["matmul"] > 0.05
+    assert all(bench["ratios"][f"infer_batch_{n}_auto_vs_fastest_fp32"] > 0 for n in (1, 8, 32))
+    assert 0 < bench["ratios"]["train_useful_share_of_matmul"] < 1
     assert (out / "bench.png").is_file() and "| paddle_ft engine |" in (out / "bench.md").read_text(encoding="utf-8")
     assert "| paddle_ft engine |" in done.stdout
 
