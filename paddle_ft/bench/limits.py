@@ -89,6 +89,7 @@ def _onnx_matmul(op: str, a, b, threads: int):
     return lambda: session.run(None, {"A": a, "B": b})
 
 
+OUTSIDE = "outside Paddle's operators"
 # Paddle's operator names (dygraph kernels, and the grad nodes of backward) by what they do
 PROFILE_GROUPS = (
     ("matmul", ("matmul", "addmm", "fastlinear", "linear", "bmm")),
@@ -103,9 +104,11 @@ PROFILE_GROUPS = (
 
 
 def profile_groups(trace: Path, skip_steps: int) -> dict:
-    """{group: share of operator time} over the optimizer steps of a Paddle profiler trace (Chrome format) after the
-    first `skip_steps` (start-up and warm-up): top-level operators only, each in the first group whose markers its
-    name contains ("other" when none); "steps" and "seconds" say what was summed."""
+    """{group: share of the steps' wall time} over the optimizer steps of a Paddle profiler trace (Chrome format)
+    after the first `skip_steps` (start-up and warm-up): top-level operators only, each in the first group whose
+    markers its name contains ("other" when none); "outside Paddle's operators" is the rest: Python, and the forward
+    calls of custom operators, which the profiler does not record as operators. "steps" and "seconds" say what was
+    summed."""
     events = json.loads(trace.read_text(encoding="utf-8"))["traceEvents"]
     steps = sorted(e["ts"] for e in events if e.get("cat") == "Optimization")
     if len(steps) <= skip_steps + 1:
@@ -121,7 +124,7 @@ def profile_groups(trace: Path, skip_steps: int) -> dict:
             name = re.sub(r"[ \[].*", "", event["name"]).lower()
             group = next((title for title, marks in PROFILE_GROUPS if any(mark in name for mark in marks)), "other")
             totals[group] += event["dur"]
-    operators = sum(totals.values())
-    shares = {group: round(value / operators, 4) for group, value in totals.most_common()}
-    return {"shares": shares, "steps": len(steps) - 1 - skip_steps, "seconds": round((end - begin) / 1e6, 2),
-            "operator_seconds": round(operators / 1e6, 2)}
+    wall = end - begin
+    totals[OUTSIDE] = max(0.0, wall - sum(totals.values()))
+    shares = {group: round(value / wall, 4) for group, value in totals.most_common()}
+    return {"shares": shares, "steps": len(steps) - 1 - skip_steps, "seconds": round(wall / 1e6, 2)}

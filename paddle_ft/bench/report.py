@@ -140,7 +140,7 @@ def _limit_lines(results: dict) -> list[str]:
     lines += [f"| {row['name']} | {row['gflops']:,.1f} | {row['limit']:,.0f} | {row['share']:.0%} |" for row in rows]
     profile = results.get("profile", {})
     if "shares" in profile:
-        lines += ["", f"Where paddle_ft's training step goes (paddle.profiler, operator time of {profile['steps']} "
+        lines += ["", f"Where paddle_ft's training step goes (paddle.profiler, wall time of {profile['steps']} "
                       "steps after warm-up): " + ", ".join(f"{group} {share:.1%}"
                                                            for group, share in profile["shares"].items()) + "."]
     return lines

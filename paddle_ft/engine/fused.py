@@ -1,13 +1,15 @@
 """Fused CPU kernels for training (`train.runtime.fused_kernels`): the encoder layers' residual layer norm
-(`layer_norm(x + residual)`) and exact GELU, forward and backward, in C++ (`fused_kernels.cc`).
+(`layer_norm(x + residual)`), exact GELU, attention's `softmax(scores + mask)` and dropout, forward and backward, in
+C++ (`fused_kernels.cc`).
 
 Why: on CPU, Paddle's kernels for these are slow for their size (the profile of a training step in
-docs/performance.md: layer-norm backward 10%, GELU 5.6%, the residual adds 3.9%), where one vectorised loop each
-costs a third to a half as much. The kernels are built once, on first use, through Paddle's custom-operator
+docs/performance.md: layer-norm backward 10%, GELU 5.6%, the residual and mask adds 3.9%, softmax 2%), where one
+vectorised loop each costs a third to a half as much. The kernels are built once, on first use, through Paddle's custom-operator
 support (`paddle.utils.cpp_extension`), into a cache keyed by their source, Paddle's version and this CPU; where
 no C++ compiler is present, or the build fails, training says so in one line and runs Paddle's own kernels, the
-reference `tests/engine/test_fused.py` holds the fused ones to (forward and gradients, 1e-5). Dropout is left to
-Paddle, called in the same order, so a run draws the same masks with or without the fused kernels.
+reference `tests/engine/test_fused.py` holds the fused ones to (forward and gradients, 1e-5). Dropout runs in one
+kernel too, drawing from Paddle's own generator exactly as Paddle's dropout does, in the same order: a run draws
+the same masks with or without the fused kernels, and its pinned loss does not move.
 """
 from __future__ import annotations
 
@@ -113,10 +115,55 @@ def _forward(self: nn.TransformerEncoderLayer, src, src_mask=None, cache=None, o
 
     self.self_attn.need_weights = False
     src_mask = _convert_attention_mask(src_mask, src.dtype)
-    src = add_layer_norm(self.dropout1(self.self_attn(src, src, src, src_mask)), src, self.norm1)
+    src = add_layer_norm(self.dropout1(_self_attention(self.self_attn, src, src_mask)), src, self.norm1)
     hidden = self.linear1(src)
     hidden = gelu(hidden) if self.activation is F.gelu else self.activation(hidden)
     return add_layer_norm(self.dropout2(self.linear2(self.dropout(hidden))), src, self.norm2)
+
+
+def _self_attention(attention: nn.MultiHeadAttention, src: paddle.Tensor, mask: paddle.Tensor | None):
+    """MultiHeadAttention.forward (Paddle 3.3's) for self-attention without a cache, `softmax(scores + mask)` fused:
+    the same operations in the same order otherwise, its dropout included."""
+    q, k, v = attention._prepare_qkv(src, src, src, None)
+    scores = paddle.matmul(x=q * (attention.head_dim**-0.5), y=k, transpose_y=True)
+    weights = masked_softmax(scores, mask)
+    if attention.dropout:
+        weights = dropout(weights, attention.dropout, attention.training)
+    out = paddle.matmul(weights, v).transpose(perm=[0, 2, 1, 3])
+    return attention.out_proj(out.reshape(shape=[0, 0, out.shape[2] * out.shape[3]]))
+
+
+def masked_softmax(scores: paddle.Tensor, mask: paddle.Tensor | None) -> paddle.Tensor:
+    """`softmax(scores + mask)` over the last axis, in one kernel where the mask is a padding mask ([batch, 1, 1,
+    keys], the same for every head and query); Paddle's ops for other masks."""
+    if mask is None or list(mask.shape) != [scores.shape[0], 1, 1, scores.shape[3]] or mask.dtype != scores.dtype:
+        return F.softmax(scores if mask is None else scores + mask)
+    module, _ = kernels()
+    return module.paddle_ft_masked_softmax(scores, mask)
+
+
+def dropout(x: paddle.Tensor, p: float, training: bool) -> paddle.Tensor:
+    """`F.dropout(x, p, training, mode="upscale_in_train")` in one kernel that draws the masks Paddle's CPU generator
+    would draw and leaves the generator where Paddle's dropout would: the same numbers, about twice as fast."""
+    if not (training and 0 < p < 1 and x.dtype == paddle.float32 and x.place.is_cpu_place()):
+        return F.dropout(x, p, training=training, mode="upscale_in_train")
+    from paddle.base import core
+
+    module, _ = kernels()
+    generator = core.default_cpu_generator()
+    state = generator.get_state()
+    device, seed, offset, engine = state.__getstate__()  # the mt19937_64's text state, as a list of byte values
+    out, _, advanced = module.paddle_ft_dropout(x, float(p), bytes(engine).decode("ascii"))
+    after = type(state).__new__(type(state))  # GeneratorState has no constructor, only pickling's protocol
+    after.__setstate__((device, seed, offset, list(advanced.numpy().tobytes())))
+    generator.set_state(after)
+    return out
+
+
+def _dropout_forward(self: nn.Dropout, x: paddle.Tensor) -> paddle.Tensor:
+    if self.mode != "upscale_in_train" or self.axis is not None:
+        return nn.Dropout.forward(self, x)
+    return dropout(x, self.p, self.training)
 
 
 def use_fused_kernels(model: nn.Layer) -> tuple[int, str | None]:
@@ -127,7 +174,10 @@ def use_fused_kernels(model: nn.Layer) -> tuple[int, str | None]:
         return 0, reason
     layers = [layer for layer in model.sublayers(include_self=True)
               if isinstance(layer, nn.TransformerEncoderLayer) and _fusable(layer)]
+    # past PaddleNLP's __setattr__ patch, which would take `forward` for an unbound method of the layer
     for layer in layers:
-        # past PaddleNLP's __setattr__ patch, which would take `forward` for an unbound method of the layer
         object.__setattr__(layer, "forward", types.MethodType(_forward, layer))
+    for layer in model.sublayers(include_self=True):
+        if type(layer) is nn.Dropout:
+            object.__setattr__(layer, "forward", types.MethodType(_dropout_forward, layer))
     return len(layers), None

@@ -1,13 +1,17 @@
 // Fused CPU kernels for training (float32), built on first use by paddle_ft/engine/fused.py through Paddle's
 // custom-operator support. Each replaces a composition of Paddle ops whose CPU kernels are slow for their size
 // (docs/performance.md has the profile): the post-norm residual step `layer_norm(x + residual)` and exact GELU,
-// forward and backward. They compute the same function as the composition; tests/engine/test_fused.py holds them
+// forward and backward, attention's `softmax(scores + mask)`, and dropout drawing Paddle's own masks. They compute
+// the same function as the composition; tests/engine/test_fused.py holds them
 // to it (forward and gradients, 1e-5). Single-threaded on purpose: Paddle's math runs on Intel OpenMP, whose
 // threads spin between calls, and a second thread pool would fight them for the cores; these loops are
 // memory-bound and vectorised, and one thread already beats Paddle's kernels several times over.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "paddle/extension.h"
@@ -43,12 +47,13 @@ inline float fast_erf(float x) {
   return p / q;
 }
 
-// exp for float on the range GELU's derivative needs (exp(-x^2/2) <= 1): 2^n * e^r with |r| <= ln2/2, r's
-// exponential by a degree-6 polynomial (Cephes expf's coefficients), 2^n put into the exponent bits.
+// exp for float on x <= 0 (what GELU's derivative and a softmax need): 2^n * e^r with |r| <= ln2/2, e^r by a
+// degree-6 polynomial (Cephes expf's coefficients), 2^n put into the exponent bits; 0 below -87, where float's
+// exp underflows.
 inline float fast_exp(float x) {
-  x = clamp(x, -87.f, 0.f);  // below -87, exp underflows float: the result is 0 (or a denormal) either way
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
+  const float clamped = clamp(x, -87.f, 0.f);
+  const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
+  const float r = clamped - n * 0.693359375f - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
@@ -59,7 +64,7 @@ inline float fast_exp(float x) {
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  return x < -87.f ? 0.f : p * scale;
 }
 
 constexpr float kInvSqrt2 = 0.70710678118654752f;
@@ -209,3 +214,122 @@ PD_BUILD_GRAD_OP(paddle_ft_gelu)
     .Inputs({"X", paddle::Grad("Out")})
     .Outputs({paddle::Grad("X")})
     .SetKernelFn(PD_KERNEL(GeluBackward));
+
+// softmax(scores + mask) over the last axis, for attention: scores [batch, heads, queries, keys], mask [batch, 1, 1,
+// keys] (PaddleNLP's padding mask, added to every head and query of its text).
+std::vector<paddle::Tensor> MaskedSoftmaxForward(const paddle::Tensor& scores, const paddle::Tensor& mask) {
+  check_float32_cpu(scores, "scores");
+  check_float32_cpu(mask, "mask");
+  const auto& shape = scores.shape();
+  PD_CHECK(shape.size() == 4, "scores must be [batch, heads, queries, keys]");
+  const int64_t keys = shape[3], rows_per_text = shape[1] * shape[2], rows = scores.numel() / keys;
+  PD_CHECK(mask.numel() == shape[0] * keys, "mask must be [batch, 1, 1, keys]");
+  auto out = paddle::empty(shape, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const float *a = scores.data<float>(), *m = mask.data<float>();
+  float* o = out.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *ar = a + r * keys, *mr = m + (r / rows_per_text) * keys;
+    float* orow = o + r * keys;
+    float top = -INFINITY;
+    for (int64_t j = 0; j < keys; ++j) {
+      orow[j] = ar[j] + mr[j];
+      top = orow[j] > top ? orow[j] : top;
+    }
+    float sum = 0.f;
+    for (int64_t j = 0; j < keys; ++j) {
+      orow[j] = fast_exp(orow[j] - top);
+      sum += orow[j];
+    }
+    const float inv = 1.f / sum;
+    for (int64_t j = 0; j < keys; ++j) orow[j] *= inv;
+  }
+  return {out};
+}
+
+// d scores = y * (dy - sum(dy * y)) per row; the mask is a constant (no gradient).
+std::vector<paddle::Tensor> MaskedSoftmaxBackward(const paddle::Tensor& out, const paddle::Tensor& grad_out) {
+  check_float32_cpu(grad_out, "grad_out");
+  const int64_t keys = out.shape().back(), rows = out.numel() / keys;
+  auto grad_scores = paddle::empty(out.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const float *y = out.data<float>(), *g = grad_out.data<float>();
+  float* gs = grad_scores.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *yr = y + r * keys, *gr = g + r * keys;
+    float* gsr = gs + r * keys;
+    float dot = 0.f;
+    for (int64_t j = 0; j < keys; ++j) dot += gr[j] * yr[j];
+    for (int64_t j = 0; j < keys; ++j) gsr[j] = yr[j] * (gr[j] - dot);
+  }
+  return {grad_scores};
+}
+
+PD_BUILD_OP(paddle_ft_masked_softmax)
+    .Inputs({"Scores", "Mask"})
+    .Outputs({"Out"})
+    .SetKernelFn(PD_KERNEL(MaskedSoftmaxForward));
+
+PD_BUILD_GRAD_OP(paddle_ft_masked_softmax)
+    .Inputs({"Out", paddle::Grad("Out")})
+    .Outputs({paddle::Grad("Scores")})
+    .SetKernelFn(PD_KERNEL(MaskedSoftmaxBackward));
+
+// Paddle's CPU dropout (upscale_in_train) with the masks Paddle would draw: one std::uniform_real_distribution<float>
+// (0, 1) draw per element from Paddle's CPU generator (an mt19937_64, whose state comes in as text and goes back out
+// advanced, as bytes), an element dropped where its draw is below p, the kept ones divided by 1 - p. One pass, the
+// draws and the mask together, without Paddle's per-element overheads: about twice as fast for the same numbers.
+std::vector<paddle::Tensor> DropoutForward(const paddle::Tensor& x, float p, const std::string& engine_state) {
+  check_float32_cpu(x, "x");
+  std::mt19937_64 engine;
+  std::istringstream(engine_state) >> engine;
+  std::uniform_real_distribution<float> draw(0.f, 1.f);
+  auto out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto mask = paddle::empty(x.shape(), paddle::DataType::UINT8, paddle::CPUPlace());
+  const float* a = x.data<float>();
+  float* o = out.data<float>();
+  uint8_t* m = mask.data<uint8_t>();
+  const float keep_share = 1.f - p;
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = !(draw(engine) < p);
+    m[i] = keep;
+    o[i] = keep ? a[i] / keep_share : 0.f;
+  }
+  std::ostringstream advanced;
+  advanced << engine;
+  const std::string text = advanced.str();
+  auto state = paddle::empty({static_cast<int64_t>(text.size())}, paddle::DataType::UINT8, paddle::CPUPlace());
+  std::memcpy(state.data<uint8_t>(), text.data(), text.size());
+  return {out, mask, state};
+}
+
+std::vector<paddle::Tensor> DropoutBackward(const paddle::Tensor& mask, const paddle::Tensor& grad_out, float p) {
+  check_float32_cpu(grad_out, "grad_out");
+  auto grad_x = paddle::empty(grad_out.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const uint8_t* m = mask.data<uint8_t>();
+  const float* g = grad_out.data<float>();
+  float* gx = grad_x.data<float>();
+  const float keep_share = 1.f - p;
+  const int64_t n = grad_out.numel();
+  for (int64_t i = 0; i < n; ++i) gx[i] = m[i] ? g[i] / keep_share : 0.f;
+  return {grad_x};
+}
+
+std::vector<std::vector<int64_t>> DropoutShape(const std::vector<int64_t>& x) { return {x, x, {-1}}; }
+
+std::vector<paddle::DataType> DropoutDtype(const paddle::DataType& x) {
+  return {x, paddle::DataType::UINT8, paddle::DataType::UINT8};
+}
+
+PD_BUILD_OP(paddle_ft_dropout)
+    .Inputs({"X"})
+    .Outputs({"Out", "Mask", "EngineState"})
+    .Attrs({"p: float", "engine_state: std::string"})
+    .SetKernelFn(PD_KERNEL(DropoutForward))
+    .SetInferShapeFn(PD_INFER_SHAPE(DropoutShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(DropoutDtype));
+
+PD_BUILD_GRAD_OP(paddle_ft_dropout)
+    .Inputs({"Mask", paddle::Grad("Out")})
+    .Outputs({paddle::Grad("X")})
+    .Attrs({"p: float"})
+    .SetKernelFn(PD_KERNEL(DropoutBackward));

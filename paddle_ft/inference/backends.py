@@ -48,12 +48,16 @@ def choose_backend(backend: str | None, export_dir: Path, device: str, precision
     return backend
 
 
-def onnxruntime_engine(export_dir: Path, cpu_threads: int | None):
-    """An ONNX Runtime session on the export's ONNX graph, as a (input_ids, token_type_ids) -> logits callable."""
+def onnxruntime_engine(export_dir: Path, cpu_threads: int | None, spinning: bool = True):
+    """An ONNX Runtime session on the export's ONNX graph, as a (input_ids, token_type_ids) -> logits callable.
+    Without `spinning`, its worker threads sleep as soon as a call ends instead of spinning for the next one: where
+    another engine shares the process (backend auto), spinning threads take the cores from that engine's calls."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = cpu_threads or usable_cores(), 1
+    if not spinning:
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     options.log_severity_level = 3  # errors only: it warns about initialisers paddle2onnx left unused
     try:
         session = onnxruntime.InferenceSession(str(export_dir / ONNX_FILE), options,

@@ -65,7 +65,7 @@ class Predictor:
 
         try:
             if self.backend == "auto":  # each of the CPU fp32 engines; which is fastest at which size is measured
-                self._engines = {AUTO_ORT: onnxruntime_engine(export_dir, cpu_threads),
+                self._engines = {AUTO_ORT: onnxruntime_engine(export_dir, cpu_threads, spinning=False),
                                  AUTO_ONEDNN: _paddle_engine(program, device, cpu_threads, True, gpu_id, precision,
                                                              False, self.max_length),
                                  AUTO_PLAIN: _paddle_engine(program, device, cpu_threads, False, gpu_id, precision,

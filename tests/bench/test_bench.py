@@ -89,7 +89,7 @@ def test_report_ratios_table_and_chart(tmp_path):
     assert "| training: paddle_ft engine | 58.9 | 150 | 39% |" in table
     # int8 at batch 32: 120 texts/s x 60 tokens x 6.54 MFLOP, against the int8 matmul
     assert "| inference batch 32: onnxruntime_int8 | 47.1 | 600 | 8% |" in table
-    assert "Where paddle_ft's training step goes (paddle.profiler, operator time of 8 steps after warm-up): " \
+    assert "Where paddle_ft's training step goes (paddle.profiler, wall time of 8 steps after warm-up): " \
            "matmul 70.0%, dropout 20.0%, other 10.0%." in table
     assert "Machine: Test CPU (avx2, avx512_vnni)" in table
     assert "test accuracy 0.8470 against fp32's 0.8500 (-0.30 points), the same label on 99.0% of 1736 texts; " \

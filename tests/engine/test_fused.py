@@ -7,7 +7,7 @@ import pytest
 from conftest import DEMO, overrides
 
 from paddle_ft.engine import fused
-from paddle_ft.engine.fused import add_layer_norm, gelu, kernels, use_fused_kernels
+from paddle_ft.engine.fused import add_layer_norm, dropout, gelu, kernels, masked_softmax, use_fused_kernels
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -62,11 +62,41 @@ def test_gelu_is_paddles_exact_gelu_over_its_whole_range():
         np.testing.assert_allclose(got, expected, **TOLERANCE, err_msg=name)
 
 
+@pytest.mark.parametrize("keys", [5, 64, 131])
+def test_masked_softmax_is_paddles_softmax_of_scores_plus_the_padding_mask(keys):
+    rng = np.random.default_rng(keys)
+    scores = leaf(rng.normal(0, 3, (3, 2, 7, keys)))
+    lengths = [keys, max(1, keys // 2), 1]  # a full text, a half-padded one, a single token
+    mask = paddle.to_tensor(np.array([[[[0.0] * n + [-1e4] * (keys - n)]] for n in lengths], dtype="float32"))
+    upstream = rng.normal(0, 1, scores.shape).astype("float32")
+    plain = outputs_and_gradients(lambda t: F.softmax(t + mask), [scores], upstream)
+    ours = outputs_and_gradients(lambda t: masked_softmax(t, mask), [scores], upstream)
+    for name, expected, got in zip(["out", "grad"], plain, ours):
+        np.testing.assert_allclose(got, expected, **TOLERANCE, err_msg=name)
+    assert float(ours[0][2, :, :, 1:].max()) == 0.0  # the single token's text attends to it alone
+
+
+@pytest.mark.parametrize("p, shape", [(0.1, (2, 4, 33, 33)), (0.5, (7,)), (0.9, (3, 100, 64))])
+def test_dropout_draws_paddles_masks_and_leaves_its_generator_where_paddles_does(p, shape):
+    upstream = np.random.default_rng(0).normal(0, 1, shape).astype("float32")
+    results = []
+    for function in (lambda t: F.dropout(t, p, training=True), lambda t: dropout(t, p, True)):
+        paddle.seed(21)
+        x = leaf(np.linspace(-3, 3, int(np.prod(shape))).reshape(shape))
+        out, grad = outputs_and_gradients(function, [x], upstream)
+        results.append((out, grad, paddle.rand([4]).numpy()))  # the generator's next draws
+    (plain, plain_grad, plain_next), (ours, our_grad, our_next) = results
+    assert np.array_equal(ours, plain) and np.array_equal(our_grad, plain_grad) and np.array_equal(our_next, plain_next)
+    assert 0 < (ours == 0).mean() < 1
+
+
 @pytest.mark.parametrize("architecture", ["bert", "ernie", "roberta"])
 def test_encoder_layers_train_alike_with_and_without_the_fused_kernels(make_model, architecture):
     """Dropout on: the fused layer calls the same dropouts in the same order, so the masks are the same and the
     logits and every gradient agree."""
-    ids = paddle.to_tensor(np.random.default_rng(1).integers(5, 40, (4, 24)))
+    ids = np.random.default_rng(1).integers(5, 40, (4, 24))
+    ids[1, 15:], ids[3, 4:] = 0, 0  # padding: the attention mask is not all zeros
+    ids = paddle.to_tensor(ids)
     results = []
     for fuse in (False, True):
         model = make_model(seed=3, dropout=0.2, architecture=architecture)
