@@ -4,8 +4,9 @@
 // forward and backward, attention's `softmax(scores + mask)`, and dropout drawing Paddle's own masks. They compute
 // the same function as the composition; tests/engine/test_fused.py holds them
 // to it (forward and gradients, 1e-5). Single-threaded on purpose: Paddle's math runs on Intel OpenMP, whose
-// threads spin between calls, and a second thread pool would fight them for the cores; these loops are
-// memory-bound and vectorised, and one thread already beats Paddle's kernels several times over.
+// threads spin between calls, and a second thread pool fights them for the cores (these loops under GCC's OpenMP
+// with 2 threads halved the bench's training speed on 2 cores); they are memory-bound and vectorised, and one
+// thread already beats Paddle's kernels several times over.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
