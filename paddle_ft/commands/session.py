@@ -140,7 +140,7 @@ def apply_runtime(model, config: Config, dist) -> None:
             "(train.runtime.fused_kernels=false silences this)")
     if dist.is_main:
         log(runtime.describe(settings) + (", matmul-only linear gradients" if fast else "")
-            + (f", fused layer norm and GELU kernels in {fused} layers" if fused else "")
+            + (f", fused CPU kernels (layer norm, GELU, softmax, dropout) in {fused} layers" if fused else "")
             + (", recomputed encoder layers" if config.train.runtime.recompute else "")
             + ((", TF32 matmuls " + ("on" if config.train.amp.tf32 else "off"))
                if paddle.device.get_device().startswith("gpu") else ""))

@@ -16,7 +16,7 @@ from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, program_fil
 from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer, fastest, without_tokens
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
-from paddle_ft.inference.routing import MEASURED_WIDTH, measure_route, single_route
+from paddle_ft.inference.routing import MEASURED_WIDTHS, measure_route, single_route
 from paddle_ft.runtime import cpu_supports_bf16, quiet, usable_cores
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
 
@@ -34,9 +34,9 @@ class Predictor:
     def __init__(self, export_dir: str | Path, device: str = "cpu", cpu_threads: int | None = None,
                  enable_onednn: bool = True, gpu_id: int = 0, precision: str = "fp32",
                  use_tensorrt: bool = False, backend: str | None = None):
-        """`backend`: paddle (Paddle Inference), onnxruntime (fp32 on CPU), or auto (None): both where both can run
-        the request (CPU, fp32, an export with model.onnx), each call on the one measured fastest at its size
-        (`routing`), else the one that can."""
+        """`backend`: paddle (Paddle Inference), onnxruntime (fp32 on CPU), or auto (None): where all can run the
+        request (CPU, fp32, an export with model.onnx), ONNX Runtime and Paddle Inference with and without oneDNN,
+        each call on the one measured fastest at its size (`routing`); else the one that can."""
         quiet()  # as quiet as the command line
         from paddlenlp.transformers import AutoTokenizer
 
@@ -79,7 +79,8 @@ class Predictor:
             self._warm_up()
             if len(self._engines) > 1:
                 self.route = measure_route({name: partial(self._run_on, name) for name in self._engines},
-                                           min(MEASURED_WIDTH, self.max_length), self.tokenizer.cls_token_id)
+                                           tuple(min(width, self.max_length) for width in MEASURED_WIDTHS),
+                                           self.tokenizer.cls_token_id)
         except (RuntimeError, ValueError, OSError, MemoryError) as exc:  # a truncated or garbled graph/weights
             raise UserError(f"{export_dir}: {program.name} / {PARAMS_FILE} cannot be loaded ({first_line(exc)}); "
                             f"the files are damaged or from another model: {REEXPORT}") from None

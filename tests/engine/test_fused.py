@@ -124,6 +124,14 @@ def test_evaluation_runs_paddles_own_layer_exactly(make_model):
     assert np.array_equal(plain(ids).numpy(), patched(ids).numpy())
 
 
+def test_training_says_it_runs_the_fused_kernels(tiny_config_args, capsys):
+    from paddle_ft.cli import main
+
+    assert main(["train", "-c", DEMO, *overrides(tiny_config_args + ["train.epochs=1", "data.test=null"])]) == 0
+    setup = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cpu: ")]
+    assert len(setup) == 1 and setup[0].endswith(", fused CPU kernels (layer norm, GELU, softmax, dropout) in 2 layers")
+
+
 def test_without_a_compiler_training_says_so_once_and_runs_paddles_kernels(monkeypatch, tiny_config_args, capsys):
     from paddle_ft.cli import main
 
@@ -138,7 +146,7 @@ def test_without_a_compiler_training_says_so_once_and_runs_paddles_kernels(monke
     unavailable = [line for line in printed if "fused CPU kernels" in line]
     assert unavailable == ["fused CPU kernels unavailable: no C++ compiler (no-such-compiler) on PATH; training runs "
                            "Paddle's own kernels (train.runtime.fused_kernels=false silences this)"]
-    assert not any("fused layer norm" in line for line in printed)
+    assert not any("fused CPU kernels (" in line for line in printed)
 
 
 @pytest.mark.slow

@@ -48,13 +48,18 @@ def fake_engines(clock: FakeClock, calls: list):
 def test_measure_route_times_each_size_and_stops_after_a_slow_call(monkeypatch):
     clock, calls = FakeClock(), []
     monkeypatch.setattr(routing, "time", clock)
-    route = measure_route(fake_engines(clock, calls), width=64, token_id=2)
-    # ONNX Runtime's 0.1 ms + 4 us/token beats 4 ms + 1 us/token below 1,300 tokens
-    assert route.points == ((64, "onnxruntime"), (256, "onnxruntime"), (1024, "onnxruntime"), (4096, "paddle"))
-    assert route.describe() == "onnxruntime below 4096 tokens a call, paddle from 4096"
-    assert route.engine_for(1, 20) == "onnxruntime" and route.engine_for(32, 128) == "paddle"
-    assert route.engine_for(8, 160) == "onnxruntime"  # 1,280 tokens: nearest to 1,024 (on a log scale)
-    assert route.seconds[64] == {"onnxruntime": pytest.approx(0.0001 + 4e-6 * 64), "paddle": pytest.approx(0.004064)}
+    route = measure_route(fake_engines(clock, calls), widths=(64, 16), token_id=2)
+    # ONNX Runtime's 0.1 ms + 4 us/token beats 4 ms + 1 us/token below 1,300 tokens: batch 20 of 64, 81 of 16
+    assert route.points == ((16, 1, "onnxruntime"), (16, 4, "onnxruntime"), (16, 16, "onnxruntime"),
+                            (16, 64, "onnxruntime"), (64, 1, "onnxruntime"), (64, 4, "onnxruntime"),
+                            (64, 16, "onnxruntime"), (64, 64, "paddle"))
+    assert route.describe() == "16 tokens: onnxruntime at every batch size; 64 tokens: onnxruntime below batch 64, " \
+                               "paddle from 64"
+    assert route.engine_for(1, 60) == "onnxruntime" and route.engine_for(128, 60) == "paddle"
+    assert route.engine_for(31, 64) == "onnxruntime" and route.engine_for(33, 64) == "paddle"  # nearest, log scale
+    assert route.engine_for(128, 20) == "onnxruntime"  # short texts: the 16-token crossover
+    assert route.seconds[64, 1] == {"onnxruntime": pytest.approx(0.0001 + 4e-6 * 64),
+                                    "paddle": pytest.approx(0.004064)}
     # each size: one unmeasured call per engine, then measured calls taking turns until the 40 ms budget is spent:
     # 10 rounds at batch 1 (4.4 ms a round), and at least REPEATS (3) at batch 64 (24.6 ms a round)
     calls_of = {batch: [name for name, shape in calls if shape == (batch, 64)] for batch in (1, 64)}
@@ -65,10 +70,10 @@ def test_measure_route_times_each_size_and_stops_after_a_slow_call(monkeypatch):
     monkeypatch.setattr(routing, "time", clock)
     monkeypatch.setattr(routing, "STOP_AFTER_S", 0.005)  # paddle's batch 4 x 64 takes 4.3 ms, batch 16 5.0 ms
     monkeypatch.setattr(routing, "SIZE_BUDGET_S", 0)  # no budget: REPEATS rounds
-    route = measure_route(fake_engines(clock, calls), width=64, token_id=2)
-    assert [tokens for tokens, _ in route.points] == [64, 256, 1024]
+    route = measure_route(fake_engines(clock, calls), widths=(64,), token_id=2)
+    assert [batch for _, batch, _ in route.points] == [1, 4, 16]
     assert [name for name, shape in calls if shape == (1, 64)] == ["onnxruntime", "paddle"] * (1 + routing.REPEATS)
-    assert route.engine_for(256, 128) == "onnxruntime"  # beyond the measured sizes: the largest one's engine
+    assert route.engine_for(256, 64) == "onnxruntime"  # beyond the measured sizes: the largest one's engine
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +84,9 @@ def export(tmp_path_factory):
 def test_auto_is_the_default_and_sends_each_call_to_its_engine(export):
     auto = Predictor(export, cpu_threads=1)
     assert auto.backend == "auto" and set(auto._engines) == {"onnxruntime", "paddle", "paddle-without-onednn"}
-    assert [tokens for tokens, _ in auto.route.points][:3] == [64, 256, 1024]  # measured at load, width 64
+    assert {(width, batch) for width, batch, _ in auto.route.points} >= {(32, 1), (32, 4), (64, 1)}  # at load
     assert auto.engine_description.startswith("auto: ")
-    auto.route = Route(((64, "onnxruntime"), (2048, "paddle")), {})
+    auto.route = Route(((64, 1, "onnxruntime"), (64, 32, "paddle")), {})
     used = []
     def spied(name, run):
         return lambda ids, types: used.append((name, ids.shape[0])) or run(ids, types)
