@@ -22,7 +22,8 @@ from paddle_ft.ownership import owned_folder
 HF_SCRIPT = Path(__file__).with_name("hf_trainer.py")
 DEFAULT_PEERS_PYTHON = ".venv-peers/bin/python"
 NAMED_SHAPES = {"bert-base": "12,768,12,3072"}
-PADDLENLP_WINDOWS = 3  # its rate varies little between windows (random batches); more would cost minutes
+PADDLENLP_WINDOWS = 3
+TRAIN_ROUNDS = 2  # its rate varies little between windows (random batches); more would cost minutes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +75,8 @@ def _bench(args: argparse.Namespace, demo: Path, output: Path) -> int:
 
     common = {"demo": str(demo), "workdir": str(workdir), "threads": threads, "steps": steps}
     results: dict = {"tokenizer": jobs.paddle("tokenizer", common)}
-    results["train"], slow_steps = train_rows(jobs, common, windows, features, demo, Path(args.peers_python))
+    results["train"], slow_steps = train_rows(jobs, common, windows, features, demo, Path(args.peers_python),
+                                              1 if args.quick else TRAIN_ROUNDS)
     results["amp"] = amp_table(jobs, common, results["train"]["paddle_ft"], train_examples)
     results["limits"] = jobs.paddle("limits", {**common, "seconds_per_shape": 0.1 if args.quick else 0.5})
     results["profile"] = jobs.paddle("profile", {**common, "steps": train_steps(1 if args.quick else 2),
@@ -122,23 +124,38 @@ def serve_rows(export: Path, demo: Path, threads: int, quick: bool) -> list[dict
 
 
 def train_rows(jobs: "Jobs", common: dict, windows: int, features: Path, demo: Path,
-               peers_python: Path) -> tuple[dict, int]:
+               peers_python: Path, train_rounds: int = TRAIN_ROUNDS) -> tuple[dict, int]:
     """The training table: our engine, PaddleNLP's Trainer, the HF Trainer twice (when the peer
-    environment exists). Returns (rows, the steps PaddleNLP's Trainer ran)."""
-    rows = {"paddle_ft": jobs.paddle("paddle_ft", common)}
+    environment exists). Returns (rows, the steps PaddleNLP's Trainer ran).
+
+    paddle_ft and the HF Trainers run `train_rounds` times, taking turns, and each keeps its fastest run (by real
+    tokens/s; every run is in the row's "runs"): on this shared machine one engine's rate moved by 15% between bench
+    runs, and a neighbour's burst only ever slows a run down. PaddleNLP's Trainer, 8x slower, runs once."""
+    rounds: dict[str, list[dict]] = {}
+    for _ in range(train_rounds):
+        rounds.setdefault("paddle_ft", []).append(jobs.paddle("paddle_ft", common))
+        for name, flags in (("hf_trainer", []), ("hf_trainer_group_by_length", ["--group-by-length"])):
+            if peers_python.is_file():
+                rounds.setdefault(name, []).append(jobs.run(
+                    name, [str(peers_python), str(HF_SCRIPT), str(features), str(demo / "vocab.txt"),
+                           str(common["steps"]), str(common["threads"]), *flags], runtime.environment_as_given()))
+    rows = {name: _fastest(runs) for name, runs in rounds.items()}
     # PaddleNLP's Trainer as a user runs it: none of the settings paddle_ft applies at start-up
     slow_steps = train_steps(min(windows, PADDLENLP_WINDOWS))
     rows["paddlenlp_trainer"] = jobs.paddle("paddlenlp_trainer", {**common, "features": str(features),
                                                                   "steps": slow_steps},
                                             env=runtime.environment_as_given())
-    for name, flags in (("hf_trainer", []), ("hf_trainer_group_by_length", ["--group-by-length"])):
-        if peers_python.is_file():
-            rows[name] = jobs.run(name, [str(peers_python), str(HF_SCRIPT), str(features), str(demo / "vocab.txt"),
-                                         str(common["steps"]), str(common["threads"]), *flags],
-                                  runtime.environment_as_given())
-        else:
-            rows[name] = {"samples_per_s": None, "skipped": f"no peer environment at {peers_python}: run make bench-peers"}
+    for name in ("hf_trainer", "hf_trainer_group_by_length"):
+        rows.setdefault(name, {"samples_per_s": None,
+                               "skipped": f"no peer environment at {peers_python}: run make bench-peers"})
     return rows, slow_steps
+
+
+def _fastest(runs: list[dict]) -> dict:
+    """The run with the most real tokens/s (a failed run only where all failed), with every run's rates."""
+    done = [run for run in runs if run.get("real_tokens_per_s")]
+    best = max(done, key=lambda run: run["real_tokens_per_s"]) if done else runs[-1]
+    return {**best, "runs": [{key: run.get(key) for key in ("samples_per_s", "real_tokens_per_s")} for run in runs]}
 
 
 class Jobs:

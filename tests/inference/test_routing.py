@@ -60,11 +60,11 @@ def test_measure_route_times_each_size_and_stops_after_a_slow_call(monkeypatch):
     assert route.engine_for(128, 20) == "onnxruntime"  # short texts: the 16-token crossover
     assert route.seconds[64, 1] == {"onnxruntime": pytest.approx(0.0001 + 4e-6 * 64),
                                     "paddle": pytest.approx(0.004064)}
-    # each size: one unmeasured call per engine, then measured calls taking turns until the 40 ms budget is spent:
-    # 10 rounds at batch 1 (4.4 ms a round), and at least REPEATS (3) at batch 64 (24.6 ms a round)
+    # each size: one unmeasured call per engine, then rounds of BURST (2) calls per engine taking turns until the
+    # 40 ms budget is spent: 5 rounds at batch 1 (8.8 ms a round), and at least REPEATS (3) at batch 64 (49 ms)
     calls_of = {batch: [name for name, shape in calls if shape == (batch, 64)] for batch in (1, 64)}
-    assert calls_of[1] == ["onnxruntime", "paddle"] * (1 + 10)
-    assert calls_of[64] == ["onnxruntime", "paddle"] * (1 + routing.REPEATS)
+    assert calls_of[1] == ["onnxruntime", "paddle"] + ["onnxruntime", "onnxruntime", "paddle", "paddle"] * 5
+    assert calls_of[64] == ["onnxruntime", "paddle"] + ["onnxruntime", "onnxruntime", "paddle", "paddle"] * 3
 
     clock, calls = FakeClock(), []
     monkeypatch.setattr(routing, "time", clock)
@@ -72,7 +72,8 @@ def test_measure_route_times_each_size_and_stops_after_a_slow_call(monkeypatch):
     monkeypatch.setattr(routing, "SIZE_BUDGET_S", 0)  # no budget: REPEATS rounds
     route = measure_route(fake_engines(clock, calls), widths=(64,), token_id=2)
     assert [batch for _, batch, _ in route.points] == [1, 4, 16]
-    assert [name for name, shape in calls if shape == (1, 64)] == ["onnxruntime", "paddle"] * (1 + routing.REPEATS)
+    assert [name for name, shape in calls if shape == (1, 64)] == \
+        ["onnxruntime", "paddle"] + ["onnxruntime", "onnxruntime", "paddle", "paddle"] * routing.REPEATS
     assert route.engine_for(256, 64) == "onnxruntime"  # beyond the measured sizes: the largest one's engine
 
 
