@@ -124,7 +124,7 @@ def markdown(results: dict) -> str:
         lines += ["", "backend auto (the default) against the fastest fp32 engine: "
                   + ", ".join(f"batch {n} {value:.2f}x" for n, value in zip((1, 8, 32), auto))
                   + "; its route, measured at load: "
-                  + ", ".join(f"{p['batch']} x {p['width']} tokens -> {p['engine']}" for p in route) + "."]
+                  + ", ".join(f"batch {p['batch']} -> {p['engine']}" for p in route) + "."]
     lines += _int8_lines(results) + _model_lines(results) + _serve_lines(results)
     tok = results["tokenizer"]
     if "error" not in tok:

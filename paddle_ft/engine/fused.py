@@ -3,11 +3,12 @@
 C++ (`fused_kernels.cc`).
 
 Why: on CPU, Paddle's kernels for these are slow for their size (the profile of a training step in
-docs/performance.md: layer-norm backward 10%, GELU 5.6%, the residual and mask adds 3.9%, softmax 2%), where one
-vectorised loop each costs a third to a half as much. The kernels are built once, on first use, through Paddle's custom-operator
-support (`paddle.utils.cpp_extension`), into a cache keyed by their source, Paddle's version and this CPU; where
-no C++ compiler is present, or the build fails, training says so in one line and runs Paddle's own kernels, the
-reference `tests/engine/test_fused.py` holds the fused ones to (forward and gradients, 1e-5). Dropout runs in one
+docs/performance.md: dropout 14-18%, layer-norm backward 10%, GELU 5.6%, the residual and mask adds 3.9%, softmax
+2%), where one vectorised loop each costs a third to a half as much. The kernels are built once, on first use,
+through Paddle's custom-operator support (`paddle.utils.cpp_extension`), into a cache keyed by their source,
+Paddle's version and this CPU; where no C++ compiler is present, or the build fails, training says so in one line
+and runs Paddle's own kernels, the reference `tests/engine/test_fused.py` holds the fused ones to (forward and
+gradients, 1e-5). Dropout runs in one
 kernel too, drawing from Paddle's own generator exactly as Paddle's dropout does, in the same order: a run draws
 the same masks with or without the fused kernels, and its pinned loss does not move.
 """
@@ -49,13 +50,18 @@ def kernels() -> tuple[object | None, str | None]:
                                     _cpu_identity()]).encode()).hexdigest()[:16]
     if key in _LOADED:
         return _LOADED[key], None
-    folder = Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "paddle_ft" / "kernels") / key
+    cache = os.environ.get(CACHE_VARIABLE) or os.path.expanduser("~/.cache/paddle_ft/kernels")
+    if cache.startswith("~"):  # no home directory (a container's user without one): nowhere to keep a build
+        return None, f"no home directory to keep the built kernels in; set {CACHE_VARIABLE} to a writable folder"
+    folder = Path(cache) / key
     try:
         module = _build(folder, key)
     except Exception as exc:  # a compiler error, missing headers, a read-only cache: Paddle's kernels instead
         reason = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__
         log = folder / BUILD_LOG
-        return None, f"the build failed ({reason})" + (f"; the compiler's output is in {log}" if log.is_file() else "")
+        where = f"; the compiler's output is in {log}" if log.is_file() else \
+            f" (set {CACHE_VARIABLE} to a writable folder if {folder.parent} is not one)"
+        return None, f"the build failed ({reason}){where}"
     _LOADED[key] = module
     return module, None
 

@@ -16,7 +16,7 @@ from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, program_fil
 from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer, fastest, without_tokens
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
-from paddle_ft.inference.routing import MEASURED_WIDTHS, measure_route, single_route
+from paddle_ft.inference.routing import MEASURED_CALLS, measure_route, single_route
 from paddle_ft.runtime import cpu_supports_bf16, quiet, usable_cores
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
 
@@ -78,8 +78,8 @@ class Predictor:
             self.route = single_route(next(iter(self._engines)))
             self._warm_up()
             if len(self._engines) > 1:
-                self.route = measure_route({name: partial(self._run_on, name) for name in self._engines},
-                                           tuple(min(width, self.max_length) for width in MEASURED_WIDTHS),
+                calls = tuple((batch, min(width, self.max_length)) for batch, width in MEASURED_CALLS)
+                self.route = measure_route({name: partial(self._run_on, name) for name in self._engines}, calls,
                                            self.tokenizer.cls_token_id)
         except (RuntimeError, ValueError, OSError, MemoryError) as exc:  # a truncated or garbled graph/weights
             raise UserError(f"{export_dir}: {program.name} / {PARAMS_FILE} cannot be loaded ({first_line(exc)}); "
@@ -101,7 +101,7 @@ class Predictor:
 
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
         """Logits [batch, num_classes] for padded ids [batch, seq] int64, from the engine the route picks."""
-        return self._run_on(self.route.engine_for(*input_ids.shape), input_ids, token_type_ids)
+        return self._run_on(self.route.engine_for(len(input_ids)), input_ids, token_type_ids)
 
     def _run_on(self, engine: str, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
         """For Paddle Inference the width is padded further to a multiple of WIDTH_STEP (pad positions are

@@ -1,12 +1,11 @@
-"""`backend: auto`: which engine runs a call, by its batch size and width, from crossovers measured on the export
-at load.
+"""`backend: auto`: which engine runs a call, by its batch size, from a crossover measured on the export at load.
 
 Why per call: on CPU at fp32, ONNX Runtime wins small calls (Paddle Inference pays ~70 us of fixed cost per oneDNN
 primitive, see docs/performance.md) while Paddle Inference can win large batches of long texts (ONNX Runtime's
 attention slows more with the length); where they cross depends on the model, the thread count and the CPU (two
 machines of one kind disagreed at batch 32). So the `Predictor` times the engines on its own export when it loads
-(which also warms them), at a few batch sizes for a short and a long width (a lone text is short; a batch is padded
-to its longest text), and fits one crossover per width: one engine below a batch size, another from it (or one
+(which also warms them), at a few batch sizes, each at the width such a call usually has (a lone text is short, a
+batch is padded to its longest text), and fits one crossover: one engine below a batch size, another from it (or one
 throughout), whichever split loses the least time against the fastest engine at every measured size. One crossover,
 because fixed costs per call favour one engine and throughput another; fitting it rather than taking each size's
 winner keeps one noisy measurement (a shared machine) from sending a single size to the slower engine.
@@ -20,13 +19,12 @@ from typing import Callable
 
 import numpy as np
 
-MEASURED_BATCHES = (1, 4, 16, 64)  # a crossover placed within a factor of 4 costs little: the engines' times are
-# close near it
-# tokens per text in the measured calls (the model's max_length where shorter). One width was not enough: measured
-# at 64 tokens ONNX Runtime looked the faster at batch 16, and it was 0.9x Paddle Inference on the bench's batches of
-# 8 texts padded to ~120; measured at 128 Paddle Inference looked the faster at batch 1, and it was 0.75x ONNX
-# Runtime on single texts of ~40 tokens
-MEASURED_WIDTHS = (32, 128)
+# (batch size, tokens per text) of the measured calls, the width capped at the model's max_length; a crossover placed
+# within a factor of 4 costs little (the engines' times are close near it). One width for all sizes was not enough:
+# at 64 tokens ONNX Runtime looked the faster at batch 16 and was 0.9x Paddle Inference on the bench's batches of 8
+# texts padded to ~120; at 128 Paddle Inference looked the faster at batch 1 and was 0.63x ONNX Runtime on single
+# texts of ~40 tokens
+MEASURED_CALLS = ((1, 32), (4, 64), (8, 128), (16, 128), (64, 128))
 # each engine's time at a size is its best call over REPEATS rounds, or more (up to MAX_REPEATS) while the size has
 # taken less than SIZE_BUDGET_S: a shared machine's bursts spoil single calls, and small models can afford many. In a
 # round each engine makes BURST calls in a row and only the last counts: the first call after another engine's
@@ -41,58 +39,47 @@ Engine = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 @dataclass(frozen=True)
 class Route:
-    """The engine for a call of `batch` texts padded to `width` tokens: at the measured width nearest to it, the
-    crossover's engine at the nearest measured batch size (both on a log scale)."""
+    """The engine for a call of `batch` texts: the crossover's engine at the nearest measured batch size (on a log
+    scale)."""
 
-    points: tuple[tuple[int, int, str], ...]
-    """(width, batch size, the engine the width's crossover runs there), by width, then batch size."""
-    seconds: dict[tuple[int, int], dict[str, float]]
-    """The measured time of a call of each (width, batch size) on each engine."""
+    points: tuple[tuple[int, str], ...]
+    """(batch size, the engine the fitted crossover runs there), by batch size."""
+    seconds: dict[int, dict[str, float]]
+    """The measured time of a call of each batch size on each engine."""
 
-    def engine_for(self, batch: int, width: int) -> str:
-        width = _nearest({w for w, _, _ in self.points}, width)
-        row = {b: engine for w, b, engine in self.points if w == width}
-        return row[_nearest(row, batch)]
+    def engine_for(self, batch: int) -> str:
+        return min(self.points, key=lambda point: abs(math.log(point[0] / max(1, batch))))[1]
 
     def describe(self) -> str:
-        """e.g. "32 tokens: onnxruntime at every batch size; 128 tokens: onnxruntime below batch 16, paddle from 16"."""
-        parts = []
-        for width in sorted({w for w, _, _ in self.points}):
-            row = [(b, engine) for w, b, engine in self.points if w == width]
-            first, last = row[0][1], row[-1][1]
-            switch = next(b for b, engine in row if engine == last)
-            parts.append(f"{width} tokens: " + (f"{first} at every batch size" if first == last else
-                                                f"{first} below batch {switch}, {last} from {switch}"))
-        return "; ".join(parts)
+        """e.g. "onnxruntime below batch 16, paddle from 16": where each engine runs."""
+        first, (_, last) = self.points[0][1], self.points[-1]
+        if first == last:
+            return f"{first} at every batch size"
+        switch = next(batch for batch, engine in self.points if engine == last)
+        return f"{first} below batch {switch}, {last} from {switch}"
 
     def as_dict(self) -> dict:
-        return {"points": [{"width": w, "batch": b, "engine": engine, "seconds": self.seconds.get((w, b), {})}
-                           for w, b, engine in self.points]}
-
-
-def _nearest(values, target: int) -> int:
-    return min(sorted(values), key=lambda value: abs(math.log(value / max(1, target))))
+        return {"points": [{"batch": batch, "engine": engine, "seconds": self.seconds.get(batch, {})}
+                           for batch, engine in self.points]}
 
 
 def single_route(engine: str) -> Route:
     """Every call on one engine (the backend was named, or only one can run the export)."""
-    return Route(((1, 1, engine),), {})
+    return Route(((1, engine),), {})
 
 
-def measure_route(engines: dict[str, Engine], widths: tuple[int, ...], token_id: int) -> Route:
-    """Time every engine at MEASURED_BATCHES x each of `widths` tokens (best of REPEATS rounds or more, the engines
-    taking turns so that a noisy moment hits all), stopping a width after the first batch size whose call takes STOP_AFTER_S, and
-    fit each width's crossover."""
-    points, seconds = [], {}
-    for width in sorted(set(widths)):
-        row = {}
-        for batch in MEASURED_BATCHES:
-            row[batch] = _best_times(engines, np.full((batch, width), token_id, dtype=np.int64))
-            seconds[width, batch] = {name: round(value, 6) for name, value in row[batch].items()}
-            if max(row[batch].values()) >= STOP_AFTER_S:
-                break
-        points += [(width, batch, engine) for batch, engine in zip(row, fit_crossover(list(row.values())))]
-    return Route(tuple(points), seconds)
+def measure_route(engines: dict[str, Engine], calls: tuple[tuple[int, int], ...], token_id: int) -> Route:
+    """Time every engine at each (batch size, width) of `calls` (best of REPEATS rounds or more, the engines taking
+    turns so that a noisy moment hits all), stopping after the first size whose call takes STOP_AFTER_S, and fit
+    the crossover."""
+    seconds = {}
+    for batch, width in calls:
+        seconds[batch] = _best_times(engines, np.full((batch, width), token_id, dtype=np.int64))
+        if max(seconds[batch].values()) >= STOP_AFTER_S:
+            break
+    sizes = sorted(seconds)
+    rounded = {batch: {name: round(value, 6) for name, value in seconds[batch].items()} for batch in sizes}
+    return Route(tuple(zip(sizes, fit_crossover([seconds[batch] for batch in sizes]))), rounded)
 
 
 def _best_times(engines: dict[str, Engine], ids: np.ndarray) -> dict[str, float]:

@@ -48,33 +48,26 @@ def fake_engines(clock: FakeClock, calls: list):
 def test_measure_route_times_each_size_and_stops_after_a_slow_call(monkeypatch):
     clock, calls = FakeClock(), []
     monkeypatch.setattr(routing, "time", clock)
-    route = measure_route(fake_engines(clock, calls), widths=(64, 16), token_id=2)
-    # ONNX Runtime's 0.1 ms + 4 us/token beats 4 ms + 1 us/token below 1,300 tokens: batch 20 of 64, 81 of 16
-    assert route.points == ((16, 1, "onnxruntime"), (16, 4, "onnxruntime"), (16, 16, "onnxruntime"),
-                            (16, 64, "onnxruntime"), (64, 1, "onnxruntime"), (64, 4, "onnxruntime"),
-                            (64, 16, "onnxruntime"), (64, 64, "paddle"))
-    assert route.describe() == "16 tokens: onnxruntime at every batch size; 64 tokens: onnxruntime below batch 64, " \
-                               "paddle from 64"
-    assert route.engine_for(1, 60) == "onnxruntime" and route.engine_for(128, 60) == "paddle"
-    assert route.engine_for(31, 64) == "onnxruntime" and route.engine_for(33, 64) == "paddle"  # nearest, log scale
-    assert route.engine_for(128, 20) == "onnxruntime"  # short texts: the 16-token crossover
-    assert route.seconds[64, 1] == {"onnxruntime": pytest.approx(0.0001 + 4e-6 * 64),
-                                    "paddle": pytest.approx(0.004064)}
+    sizes = ((1, 32), (4, 64), (16, 128), (64, 128))
+    route = measure_route(fake_engines(clock, calls), sizes, token_id=2)
+    # ONNX Runtime's 0.1 ms + 4 us/token beats 4 ms + 1 us/token below 1,300 tokens: 16 x 128 is 2,048
+    assert route.points == ((1, "onnxruntime"), (4, "onnxruntime"), (16, "paddle"), (64, "paddle"))
+    assert route.describe() == "onnxruntime below batch 16, paddle from 16"
+    assert route.engine_for(1) == "onnxruntime" and route.engine_for(128) == "paddle"
+    assert route.engine_for(7) == "onnxruntime" and route.engine_for(9) == "paddle"  # nearest on a log scale
+    assert route.seconds[1] == {"onnxruntime": pytest.approx(0.0001 + 4e-6 * 32), "paddle": pytest.approx(0.004032)}
     # each size: one unmeasured call per engine, then rounds of BURST (2) calls per engine taking turns until the
-    # 40 ms budget is spent: 5 rounds at batch 1 (8.8 ms a round), and at least REPEATS (3) at batch 64 (49 ms)
-    calls_of = {batch: [name for name, shape in calls if shape == (batch, 64)] for batch in (1, 64)}
-    assert calls_of[1] == ["onnxruntime", "paddle"] + ["onnxruntime", "onnxruntime", "paddle", "paddle"] * 5
-    assert calls_of[64] == ["onnxruntime", "paddle"] + ["onnxruntime", "onnxruntime", "paddle", "paddle"] * 3
+    # 40 ms budget is spent: 5 rounds at 1 x 32 (8.5 ms a round), at least REPEATS (3) at 64 x 128 (98 ms)
+    calls_of = {size: [name for name, shape in calls if shape == size] for size in ((1, 32), (64, 128))}
+    assert calls_of[1, 32] == ["onnxruntime", "paddle"] + ["onnxruntime", "onnxruntime", "paddle", "paddle"] * 5
+    assert calls_of[64, 128] == ["onnxruntime", "paddle"] + ["onnxruntime", "onnxruntime", "paddle", "paddle"] * 3
 
     clock, calls = FakeClock(), []
     monkeypatch.setattr(routing, "time", clock)
-    monkeypatch.setattr(routing, "STOP_AFTER_S", 0.005)  # paddle's batch 4 x 64 takes 4.3 ms, batch 16 5.0 ms
-    monkeypatch.setattr(routing, "SIZE_BUDGET_S", 0)  # no budget: REPEATS rounds
-    route = measure_route(fake_engines(clock, calls), widths=(64,), token_id=2)
-    assert [batch for _, batch, _ in route.points] == [1, 4, 16]
-    assert [name for name, shape in calls if shape == (1, 64)] == \
-        ["onnxruntime", "paddle"] + ["onnxruntime", "onnxruntime", "paddle", "paddle"] * routing.REPEATS
-    assert route.engine_for(256, 64) == "onnxruntime"  # beyond the measured sizes: the largest one's engine
+    monkeypatch.setattr(routing, "STOP_AFTER_S", 0.005)  # paddle's 4 x 64 takes 4.3 ms, 16 x 128 6.0 ms
+    route = measure_route(fake_engines(clock, calls), sizes, token_id=2)
+    assert [batch for batch, _ in route.points] == [1, 4, 16]
+    assert route.engine_for(256) == "paddle"  # beyond the measured sizes: the largest one's engine
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +78,9 @@ def export(tmp_path_factory):
 def test_auto_is_the_default_and_sends_each_call_to_its_engine(export):
     auto = Predictor(export, cpu_threads=1)
     assert auto.backend == "auto" and set(auto._engines) == {"onnxruntime", "paddle", "paddle-without-onednn"}
-    assert {(width, batch) for width, batch, _ in auto.route.points} >= {(32, 1), (32, 4), (64, 1)}  # at load
+    assert [batch for batch, _ in auto.route.points] == [1, 4, 8, 16, 64]  # measured at load
     assert auto.engine_description.startswith("auto: ")
-    auto.route = Route(((64, 1, "onnxruntime"), (64, 32, "paddle")), {})
+    auto.route = Route(((1, "onnxruntime"), (32, "paddle")), {})
     used = []
     def spied(name, run):
         return lambda ids, types: used.append((name, ids.shape[0])) or run(ids, types)
@@ -105,4 +98,4 @@ def test_auto_is_the_default_and_sends_each_call_to_its_engine(export):
 def test_a_named_backend_runs_every_call_on_it(export):
     predictor = Predictor(export, cpu_threads=1, backend="paddle")
     assert list(predictor._engines) == ["paddle"] and predictor.engine_description == "paddle"
-    assert predictor.route.engine_for(64, 128) == "paddle"
+    assert predictor.route.engine_for(64) == "paddle"
