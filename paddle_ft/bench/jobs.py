@@ -135,7 +135,7 @@ def tokenizer(args: dict) -> dict:
 
 def profile(args: dict) -> dict:
     """paddle_ft's training steps under Paddle's profiler (the same run as the `paddle_ft` job, shorter): the share
-    of operator time each kind of operator takes (limits.profile_groups), warm-up steps left out."""
+    of the steps' wall time each kind of operator takes (limits.profile_groups), warm-up steps left out."""
     import paddle.profiler as profiler
 
     from paddle_ft.bench.limits import profile_groups

@@ -22,8 +22,8 @@ from paddle_ft.ownership import owned_folder
 HF_SCRIPT = Path(__file__).with_name("hf_trainer.py")
 DEFAULT_PEERS_PYTHON = ".venv-peers/bin/python"
 NAMED_SHAPES = {"bert-base": "12,768,12,3072"}
-PADDLENLP_WINDOWS = 3
-TRAIN_ROUNDS = 2  # its rate varies little between windows (random batches); more would cost minutes
+PADDLENLP_WINDOWS = 3  # its rate varies little between windows (random batches); more would cost minutes
+TRAIN_ROUNDS = 2  # paddle_ft and the HF Trainers: runs each, taking turns (train_rows)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

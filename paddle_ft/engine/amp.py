@@ -72,7 +72,7 @@ def clip_grad_norm(parameters, max_norm: float) -> paddle.Tensor:
     every sum of squares is taken in float32, where a float16 one cannot overflow, and each gradient is scaled in
     its own dtype. Sums of squares, not Paddle's p_norm: on CPU p_norm took 5.5% of a training step (56 ms for the
     bench model's gradients against 4 ms) and is the less exact (0.7% off on a word-embedding gradient, where a sum
-    of squares is within 1e-7 of a float64 one; tests/engine/test_amp.py).
+    of squares is within 1e-6 of a float64 one; tests/engine/test_gpu_path.py).
     """
     grads = [p.grad_ for p in parameters if p.grad_ is not None]  # grad_: the gradient itself, to scale in place
     if not grads:
