@@ -23,8 +23,8 @@ from paddle_ft.drift import reference, text_length
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import check_amp_supported, set_tf32
 from paddle_ft.engine.cpu_linear import use_fast_linear
-from paddle_ft.engine.fused import use_fused_kernels
 from paddle_ft.engine.evaluate import NonFiniteScores
+from paddle_ft.engine.fused import use_fused_kernels
 from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.recompute import use_recompute
 from paddle_ft.engine.run_folder import RunFolder

@@ -118,12 +118,18 @@ def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozense
     report.rows = len(examples)
     if not examples:
         raise DataError(str(path), None, "no usable rows in the file")
-    bad, total = len(report.skipped), len(examples) + len(report.skipped)
-    if bad > MAX_SKIPPED_SHARE * total:
-        line, reason = report.skipped[0]
-        raise DataError(str(path), line, f"{reason}; {bad} of {total} rows are bad, more than {skip_option} "
-                        f"drops ({MAX_SKIPPED_SHARE:.0%}): is the file in another format or delimiter? Fix the file")
+    _check_skipped_share(path, report.skipped, len(examples), skip_option)
     return examples, report
+
+
+def _check_skipped_share(path: Path, skipped: list[tuple[int, str]], kept: int, skip_option: str) -> None:
+    """More bad rows than MAX_SKIPPED_SHARE of a file's rows is not a few bad rows but a wrong file: an error at the
+    first of them."""
+    if len(skipped) > MAX_SKIPPED_SHARE * (kept + len(skipped)):
+        line, reason = min(skipped)
+        raise DataError(str(path), line, f"{reason}; {len(skipped)} of {kept + len(skipped)} rows are bad, more than "
+                        f"{skip_option} drops ({MAX_SKIPPED_SHARE:.0%}): is the file in another format or delimiter? "
+                        "Fix the file")
 
 
 def read_records(path: str | Path, fmt: str) -> list[tuple[int, dict]]:
@@ -161,15 +167,12 @@ def read_texts(path: Path, text_column: str = "text", text_pair_column: str | No
         raise DataError(str(path), lines[empty[0]], f"the text {NO_TOKEN}; fix the line or remove it")
     if empty:
         bad += [(lines[i], f"the text {NO_TOKEN}") for i in empty]
-        keep = [i for i in range(len(texts)) if i not in set(empty)]
+        dropped = set(empty)
+        keep = [i for i in range(len(texts)) if i not in dropped]
         texts, lines = [texts[i] for i in keep], [lines[i] for i in keep]
         pairs = [pairs[i] for i in keep] if pairs is not None else None
     if bad:
-        total = len(texts) + len(bad)
-        if len(bad) > MAX_SKIPPED_SHARE * total:
-            line, reason = min(bad)
-            raise DataError(str(path), line, f"{reason}; {len(bad)} of {total} rows are bad, more than "
-                            f"--on-bad-row skip drops ({MAX_SKIPPED_SHARE:.0%}): fix the file")
+        _check_skipped_share(path, bad, len(texts), skip_option)
         if skipped is not None:
             skipped += sorted(bad)
     return texts, pairs, lines
@@ -233,8 +236,6 @@ def write_records(path: Path, fmt: str, names: list[str], records: list[dict]) -
         else:
             out.write("\t".join(names) + "\n")
             out.writelines("\t".join(str(r[n]) for n in names) + "\n" for r in records)
-
-
 
 
 def _load_with_paddlenlp(rows) -> list[Example]:

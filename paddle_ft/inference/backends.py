@@ -24,8 +24,9 @@ BACKENDS = ("auto", "paddle", "onnxruntime")
 
 def choose_backend(backend: str | None, export_dir: Path, device: str, precision: str, quantized: bool = False) -> str:
     """`backend` as asked, checked; None or auto = every engine that can run the request, each call on the one
-    fastest at its size (`routing`): both for fp32 on CPU where the export has an ONNX graph and onnxruntime is
-    installed ("auto"), else the one that can ("paddle"; "onnxruntime" for an int8 export, which runs there only)."""
+    fastest at its size (`routing`): ONNX Runtime and Paddle Inference for fp32 on CPU where the export has an ONNX
+    graph and onnxruntime is installed ("auto"), else the one that can ("paddle"; "onnxruntime" for an int8 export,
+    which runs there only)."""
     if backend not in (None, *BACKENDS):
         raise UserError(f"backend '{backend}': choose one of {', '.join(BACKENDS)}")
     if quantized and backend == "paddle":

@@ -298,9 +298,9 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
         problem = _request_problem(body, predictor, limits, truncation)  # before it joins a batch: a bad text
         if problem is not None:                                          # must not fail others
             return error(422, problem)
+        items = list(zip(body.texts, body.text_pair or [None] * len(body.texts)))  # (text, second text or None)
         try:
-            results = await batcher.submit([(text, pair, predictor) for text, pair in
-                                            zip(body.texts, body.text_pair or [None] * len(body.texts))])
+            results = await batcher.submit([(text, pair, predictor) for text, pair in items])
         except QueueFull as exc:
             return error(503, f"server busy: {exc}; retry later", retry)
         except Exception as exc:  # this batch failed; other requests are unaffected
@@ -309,7 +309,7 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
         metrics.texts.inc(len(body.texts))
         threshold = predictor.check_abstain_below(body.abstain_below)  # checked before it joined a batch
         answers = [p.deciding(threshold) for p in results]
-        monitor.observe(predictor, list(zip(body.texts, body.text_pair or [None] * len(body.texts))), answers)
+        monitor.observe(predictor, items, answers)
         return {"model": version, "results": [_classification(p, body.top_k) for p in answers]}
 
     _add_probes(app, slot, metrics, retry)
