@@ -23,6 +23,7 @@ import types
 import warnings
 from pathlib import Path
 
+import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddle import nn
@@ -149,20 +150,13 @@ def masked_softmax(scores: paddle.Tensor, mask: paddle.Tensor | None) -> paddle.
 
 
 def dropout(x: paddle.Tensor, p: float, training: bool) -> paddle.Tensor:
-    """`F.dropout(x, p, training, mode="upscale_in_train")` in one kernel that draws the masks Paddle's CPU generator
-    would draw and leaves the generator where Paddle's dropout would: the same numbers, about twice as fast."""
-    if not (training and 0 < p < 1 and x.dtype == paddle.float32 and x.place.is_cpu_place()):
-        return F.dropout(x, p, training=training, mode="upscale_in_train")
-    from paddle.base import core
-
+    """`F.dropout(x, p, training, mode="upscale_in_train")` in one kernel that draws the masks from Paddle's CPU
+    generator as Paddle's dropout would and leaves it where Paddle's dropout would: the same numbers, about five
+    times as fast."""
+    if not (training and 0 < p and np.float32(p) < 1 and x.dtype == paddle.float32 and x.place.is_cpu_place()):
+        return F.dropout(x, p, training=training, mode="upscale_in_train")  # (the kernel takes p as a float32)
     module, _ = kernels()
-    generator = core.default_cpu_generator()
-    state = generator.get_state()
-    device, seed, offset, engine = state.__getstate__()  # the mt19937_64's text state, as a list of byte values
-    out, _, advanced = module.paddle_ft_dropout(x, float(p), bytes(engine).decode("ascii"))
-    after = type(state).__new__(type(state))  # GeneratorState has no constructor, only pickling's protocol
-    after.__setstate__((device, seed, offset, list(advanced.numpy().tobytes())))
-    generator.set_state(after)
+    out, _ = module.paddle_ft_dropout(x, float(p))
     return out
 
 

@@ -7,15 +7,18 @@
 // threads spin between calls, and a second thread pool fights them for the cores (these loops under GCC's OpenMP
 // with 2 threads halved the bench's training speed on 2 cores); they are memory-bound and vectorised, and one
 // thread already beats Paddle's kernels several times over.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "paddle/extension.h"
+#include "paddle/phi/core/generator.h"
 
 namespace {
 
@@ -274,15 +277,102 @@ PD_BUILD_GRAD_OP(paddle_ft_masked_softmax)
     .Outputs({paddle::Grad("Scores")})
     .SetKernelFn(PD_KERNEL(MaskedSoftmaxBackward));
 
-// Paddle's CPU dropout (upscale_in_train) with the masks Paddle would draw: one std::uniform_real_distribution<float>
-// (0, 1) draw per element from Paddle's CPU generator (an mt19937_64, whose state comes in as text and goes back out
-// advanced, as bytes), an element dropped where its draw is below p, the kept ones divided by 1 - p. One pass, the
-// draws and the mask together, without Paddle's per-element overheads: about twice as fast for the same numbers.
-std::vector<paddle::Tensor> DropoutForward(const paddle::Tensor& x, float p, const std::string& engine_state) {
+namespace {
+
+// Paddle's CPU generator is a std::mt19937_64 (libstdc++'s). This copy of it produces a block of 312 draws with
+// loops the compiler vectorises (std's engine tempers one draw per call, behind a branch): the same numbers in the
+// same order. It takes the engine's state through the engine's own text form (312 words, then the position in the
+// block) and hands the advanced state back the same way (tens of microseconds a call).
+class Mt19937_64 {
+ public:
+  static constexpr int kWords = 312, kShift = 156;
+
+  explicit Mt19937_64(const std::mt19937_64& engine) {
+    std::ostringstream text;
+    text << engine;
+    std::istringstream numbers(text.str());
+    for (uint64_t& word : words_) numbers >> word;
+    numbers >> position_;
+    PD_CHECK(!numbers.fail() && position_ <= kWords, "unexpected text state of the CPU generator");
+  }
+
+  // the next n draws, tempered, into out
+  void draw(uint64_t* out, int64_t n) {
+    while (n > 0) {
+      if (position_ == kWords) twist();
+      const int64_t take = std::min<int64_t>(n, kWords - static_cast<int64_t>(position_));
+      const uint64_t* from = words_ + position_;
+      for (int64_t i = 0; i < take; ++i) out[i] = temper(from[i]);
+      position_ += take;
+      out += take;
+      n -= take;
+    }
+  }
+
+  void store(std::mt19937_64* engine) const {
+    std::ostringstream text;
+    for (const uint64_t word : words_) text << word << ' ';
+    text << position_;
+    std::istringstream(text.str()) >> *engine;
+  }
+
+ private:
+  static uint64_t temper(uint64_t z) {
+    z ^= (z >> 29) & 0x5555555555555555ULL;
+    z ^= (z << 17) & 0x71d67fffeda60000ULL;
+    z ^= (z << 37) & 0xfff7eee000000000ULL;
+    return z ^ (z >> 43);
+  }
+
+  static uint64_t mix(uint64_t upper_from, uint64_t lower_from, uint64_t shifted) {
+    const uint64_t y = (upper_from & 0xffffffff80000000ULL) | (lower_from & 0x7fffffffULL);
+    return shifted ^ (y >> 1) ^ ((y & 1) * 0xb5026f5aa96619e9ULL);
+  }
+
+  // libstdc++'s _M_gen_rand, in three loops as there
+  void twist() {
+    uint64_t* x = words_;
+    for (int k = 0; k < kWords - kShift; ++k) x[k] = mix(x[k], x[k + 1], x[k + kShift]);
+    for (int k = kWords - kShift; k < kWords - 1; ++k) x[k] = mix(x[k], x[k + 1], x[k - (kWords - kShift)]);
+    x[kWords - 1] = mix(x[kWords - 1], x[0], x[kShift - 1]);
+    position_ = 0;
+  }
+
+  uint64_t words_[kWords];
+  uint64_t position_ = kWords;
+};
+
+// std::uniform_real_distribution<float>(0, 1) over a 64-bit engine, as libstdc++ computes it (generate_canonical:
+// the draw converted to float, divided by 2^64, and 1 taken back to the float below it)
+float canonical(uint64_t draw) {
+  const float value = static_cast<float>(draw) / 18446744073709551616.f;
+  return value >= 1.f ? std::nextafter(1.f, 0.f) : value;
+}
+
+// The smallest draw that keeps its element (canonical(draw) < p is false): canonical never decreases as the draw
+// grows, so the dropped draws are exactly those below it. p < 1 in float, so the largest draw keeps its element.
+uint64_t keep_threshold(float p) {
+  uint64_t low = 0, high = ~0ULL;  // the answer lies in [low, high]
+  while (low < high) {
+    const uint64_t middle = low + (high - low) / 2;
+    if (canonical(middle) < p) low = middle + 1; else high = middle;
+  }
+  return low;
+}
+
+}  // namespace
+
+// Paddle's CPU dropout (upscale_in_train) with the masks Paddle's would draw: one std::uniform_real_distribution<float>
+// (0, 1) draw per element from Paddle's CPU generator, in order, an element dropped where its draw is below p, the
+// kept ones divided by 1 - p; the generator left where Paddle's dropout leaves it. The draws are compared with the
+// threshold draw instead of converted one by one, and blocks of draws go through vectorised loops: about five times
+// as fast as Paddle's kernel, for the same numbers.
+std::vector<paddle::Tensor> DropoutForward(const paddle::Tensor& x, float p) {
   check_float32_cpu(x, "x");
-  std::mt19937_64 engine;
-  std::istringstream(engine_state) >> engine;
-  std::uniform_real_distribution<float> draw(0.f, 1.f);
+  PD_CHECK(p > 0.f && p < 1.f, "p must lie between 0 and 1 (in float32)");
+  const std::shared_ptr<std::mt19937_64> paddle_engine = phi::DefaultCPUGenerator()->GetCPUEngine();
+  Mt19937_64 engine(*paddle_engine);
+  const uint64_t threshold = keep_threshold(p);
   auto out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
   auto mask = paddle::empty(x.shape(), paddle::DataType::UINT8, paddle::CPUPlace());
   const float* a = x.data<float>();
@@ -290,17 +380,22 @@ std::vector<paddle::Tensor> DropoutForward(const paddle::Tensor& x, float p, con
   uint8_t* m = mask.data<uint8_t>();
   const float keep_share = 1.f - p;
   const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const bool keep = !(draw(engine) < p);
-    m[i] = keep;
-    o[i] = keep ? a[i] / keep_share : 0.f;
+  constexpr int64_t kBlock = 1024;
+  uint64_t draws[kBlock];
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t count = std::min(kBlock, n - start);
+    engine.draw(draws, count);
+    const float* ab = a + start;
+    float* ob = o + start;
+    uint8_t* mb = m + start;
+    for (int64_t i = 0; i < count; ++i) {  // (any other test in here keeps GCC from vectorising it: 3x slower)
+      const bool keep = draws[i] >= threshold;
+      mb[i] = keep;
+      ob[i] = keep ? ab[i] / keep_share : 0.f;
+    }
   }
-  std::ostringstream advanced;
-  advanced << engine;
-  const std::string text = advanced.str();
-  auto state = paddle::empty({static_cast<int64_t>(text.size())}, paddle::DataType::UINT8, paddle::CPUPlace());
-  std::memcpy(state.data<uint8_t>(), text.data(), text.size());
-  return {out, mask, state};
+  engine.store(paddle_engine.get());
+  return {out, mask};
 }
 
 std::vector<paddle::Tensor> DropoutBackward(const paddle::Tensor& mask, const paddle::Tensor& grad_out, float p) {
@@ -315,16 +410,16 @@ std::vector<paddle::Tensor> DropoutBackward(const paddle::Tensor& mask, const pa
   return {grad_x};
 }
 
-std::vector<std::vector<int64_t>> DropoutShape(const std::vector<int64_t>& x) { return {x, x, {-1}}; }
+std::vector<std::vector<int64_t>> DropoutShape(const std::vector<int64_t>& x) { return {x, x}; }
 
 std::vector<paddle::DataType> DropoutDtype(const paddle::DataType& x) {
-  return {x, paddle::DataType::UINT8, paddle::DataType::UINT8};
+  return {x, paddle::DataType::UINT8};
 }
 
 PD_BUILD_OP(paddle_ft_dropout)
     .Inputs({"X"})
-    .Outputs({"Out", "Mask", "EngineState"})
-    .Attrs({"p: float", "engine_state: std::string"})
+    .Outputs({"Out", "Mask"})
+    .Attrs({"p: float"})
     .SetKernelFn(PD_KERNEL(DropoutForward))
     .SetInferShapeFn(PD_INFER_SHAPE(DropoutShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(DropoutDtype));

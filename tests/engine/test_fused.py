@@ -76,18 +76,23 @@ def test_masked_softmax_is_paddles_softmax_of_scores_plus_the_padding_mask(keys)
     assert float(ours[0][2, :, :, 1:].max()) == 0.0  # the single token's text attends to it alone
 
 
-@pytest.mark.parametrize("p, shape", [(0.1, (2, 4, 33, 33)), (0.5, (7,)), (0.9, (3, 100, 64))])
-def test_dropout_draws_paddles_masks_and_leaves_its_generator_where_paddles_does(p, shape):
+@pytest.mark.parametrize("p, shape, drawn_before", [
+    (0.1, (2, 4, 33, 33), 0), (0.5, (7,), 0), (0.9, (3, 100, 64), 0),
+    # the generator left part-way through its block of 312 draws, a tensor ending at, short of and past a block
+    (0.3, (1,), 311), (0.3, (312,), 5), (0.2, (313,), 300), (0.6, (1025,), 17), (0.99999994, (900,), 0)])
+def test_dropout_draws_paddles_masks_and_leaves_its_generator_where_paddles_does(p, shape, drawn_before):
     upstream = np.random.default_rng(0).normal(0, 1, shape).astype("float32")
     results = []
     for function in (lambda t: F.dropout(t, p, training=True), lambda t: dropout(t, p, True)):
         paddle.seed(21)
+        paddle.rand([drawn_before]) if drawn_before else None
         x = leaf(np.linspace(-3, 3, int(np.prod(shape))).reshape(shape))
         out, grad = outputs_and_gradients(function, [x], upstream)
         results.append((out, grad, paddle.rand([4]).numpy()))  # the generator's next draws
     (plain, plain_grad, plain_next), (ours, our_grad, our_next) = results
     assert np.array_equal(ours, plain) and np.array_equal(our_grad, plain_grad) and np.array_equal(our_next, plain_next)
-    assert 0 < (ours == 0).mean() < 1
+    if ours.size >= 300:  # about a share p dropped
+        assert (ours == 0).mean() == pytest.approx(p, abs=0.1)
 
 
 @pytest.mark.parametrize("architecture", ["bert", "ernie", "roberta"])
