@@ -98,25 +98,38 @@ def add_layer_norm(x: paddle.Tensor, residual: paddle.Tensor, norm: nn.LayerNorm
     return module.paddle_ft_add_layer_norm(x, residual, norm.weight, norm.bias, float(norm._epsilon))[0]
 
 
+def layer_norm(x: paddle.Tensor, norm: nn.LayerNorm) -> paddle.Tensor:
+    """`norm(x)` in one kernel (forward and backward)."""
+    module, _ = kernels()
+    return module.paddle_ft_layer_norm(x, norm.weight, norm.bias, float(norm._epsilon))[0]
+
+
 def gelu(x: paddle.Tensor) -> paddle.Tensor:
     """Exact (erf) GELU in one kernel (forward and backward)."""
     module, _ = kernels()
     return module.paddle_ft_gelu(x)
 
 
+def _fusable_norm(norm: nn.LayerNorm) -> bool:
+    """A norm over the last axis, with a weight and a bias: what the kernels compute."""
+    return norm.weight is not None and norm.bias is not None and len(norm._normalized_shape) == 1
+
+
 def _fusable(layer: nn.TransformerEncoderLayer) -> bool:
-    """A post-norm layer (BERT, ERNIE, RoBERTa) whose norms have weights and biases over the last axis."""
-    return not layer.normalize_before and all(
-        norm.weight is not None and norm.bias is not None and len(norm._normalized_shape) == 1
-        for norm in (layer.norm1, layer.norm2))
+    """A post-norm layer (BERT, ERNIE, RoBERTa) whose norms the kernels can compute."""
+    return not layer.normalize_before and _fusable_norm(layer.norm1) and _fusable_norm(layer.norm2)
+
+
+def _training_on_cpu_fp32(layer: nn.Layer, x: paddle.Tensor) -> bool:
+    """Where the kernels run: training in dygraph, float32 on CPU (not evaluation, export or AMP)."""
+    return layer.training and paddle.in_dynamic_mode() and x.dtype == paddle.float32 and x.place.is_cpu_place()
 
 
 def _forward(self: nn.TransformerEncoderLayer, src, src_mask=None, cache=None, output_attentions=False):
     """The encoder layer's forward as PaddleNLP replaces Paddle's (`_transformer_encoder_layer_fwd`: the same
     post-norm computation, with `output_attentions`), with the fused kernels while training in float32 on CPU;
     the class's own forward otherwise (evaluation, export, AMP, a cache, attention weights asked for)."""
-    if not (self.training and cache is None and not output_attentions and paddle.in_dynamic_mode()
-            and src.dtype == paddle.float32 and src.place.is_cpu_place()):
+    if not (_training_on_cpu_fp32(self, src) and cache is None and not output_attentions):
         return type(self).forward(self, src, src_mask, cache, output_attentions)
     from paddle.nn.layer.transformer import _convert_attention_mask
 
@@ -160,6 +173,12 @@ def dropout(x: paddle.Tensor, p: float, training: bool) -> paddle.Tensor:
     return out
 
 
+def _layer_norm_forward(self: nn.LayerNorm, x: paddle.Tensor) -> paddle.Tensor:
+    if not _training_on_cpu_fp32(self, x):
+        return nn.LayerNorm.forward(self, x)
+    return layer_norm(x, self)
+
+
 def _dropout_forward(self: nn.Dropout, x: paddle.Tensor) -> paddle.Tensor:
     if self.mode != "upscale_in_train" or self.axis is not None:
         return nn.Dropout.forward(self, x)
@@ -167,8 +186,8 @@ def _dropout_forward(self: nn.Dropout, x: paddle.Tensor) -> paddle.Tensor:
 
 
 def use_fused_kernels(model: nn.Layer) -> tuple[int, str | None]:
-    """Route `model`'s post-norm encoder layers through the fused kernels while training; returns (how many
-    layers, None), or (0, why not) where the kernels cannot be built."""
+    """Route `model`'s post-norm encoder layers, dropouts and layer norms through the fused kernels while
+    training; returns (how many encoder layers, None), or (0, why not) where the kernels cannot be built."""
     module, reason = kernels()
     if module is None:
         return 0, reason
@@ -177,7 +196,9 @@ def use_fused_kernels(model: nn.Layer) -> tuple[int, str | None]:
     # past PaddleNLP's __setattr__ patch, which would take `forward` for an unbound method of the layer
     for layer in layers:
         object.__setattr__(layer, "forward", types.MethodType(_forward, layer))
-    for layer in model.sublayers(include_self=True):
+    for layer in model.sublayers(include_self=True):  # every dropout, the other norms (the embeddings')
         if type(layer) is nn.Dropout:
             object.__setattr__(layer, "forward", types.MethodType(_dropout_forward, layer))
+        elif type(layer) is nn.LayerNorm and _fusable_norm(layer):  # (a fused layer's norms take add_layer_norm)
+            object.__setattr__(layer, "forward", types.MethodType(_layer_norm_forward, layer))
     return len(layers), None

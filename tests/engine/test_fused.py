@@ -33,8 +33,11 @@ def outputs_and_gradients(function, inputs: list[paddle.Tensor], upstream: np.nd
     return [out.numpy()] + [tensor.grad.numpy().copy() for tensor in inputs]
 
 
-@pytest.mark.parametrize("shape", [(3, 7, 32), (2, 50, 256), (4, 768)])
-def test_add_layer_norm_is_paddles_layer_norm_of_the_sum(shape):
+@pytest.mark.parametrize("with_residual", [True, False])
+@pytest.mark.parametrize("shape", [(3, 7, 32), (2, 50, 256), (4, 768), (5, 33)])
+def test_the_layer_norm_kernels_are_paddles_layer_norm(shape, with_residual):
+    """add_layer_norm(x, residual) against layer_norm(x + residual), layer_norm(x) against itself; 33 wide: rows
+    that do not fill the kernels' lanes of 16."""
     rng = np.random.default_rng(sum(shape))
     width = shape[-1]
     norm = paddle.nn.LayerNorm(width, epsilon=1e-12)
@@ -42,10 +45,17 @@ def test_add_layer_norm_is_paddles_layer_norm_of_the_sum(shape):
     norm.bias.set_value(rng.normal(0, 0.2, width).astype("float32"))
     x, residual = leaf(rng.normal(0, 2, shape)), leaf(rng.normal(1, 1, shape))
     upstream = rng.normal(0, 1, shape).astype("float32")
-    inputs = [x, residual, norm.weight, norm.bias]
-    plain = outputs_and_gradients(lambda a, b, w, c: F.layer_norm(a + b, [width], w, c, 1e-12), inputs, upstream)
-    ours = outputs_and_gradients(lambda a, b, w, c: add_layer_norm(a, b, norm), inputs, upstream)
-    for name, expected, got in zip(["out", "grad x", "grad residual", "grad weight", "grad bias"], plain, ours):
+    if with_residual:
+        inputs, names = [x, residual, norm.weight, norm.bias], ["out", "grad x", "grad residual"]
+        plain_fn, fused_fn = (lambda a, b, w, c: F.layer_norm(a + b, [width], w, c, 1e-12),
+                              lambda a, b, w, c: add_layer_norm(a, b, norm))
+    else:
+        inputs, names = [x, norm.weight, norm.bias], ["out", "grad x"]
+        plain_fn, fused_fn = (lambda a, w, c: F.layer_norm(a, [width], w, c, 1e-12),
+                              lambda a, w, c: fused.layer_norm(a, norm))
+    plain = outputs_and_gradients(plain_fn, inputs, upstream)
+    ours = outputs_and_gradients(fused_fn, inputs, upstream)
+    for name, expected, got in zip(names + ["grad weight", "grad bias"], plain, ours):
         # weight and bias gradients sum over every row: relative to their size
         scale = max(1.0, float(np.abs(expected).max())) if name.startswith("grad w") or name == "grad bias" else 1.0
         np.testing.assert_allclose(got / scale, expected / scale, **TOLERANCE, err_msg=name)
