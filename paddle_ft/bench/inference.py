@@ -114,8 +114,8 @@ def _batch_maker(encoded: dict, pad_token_id: int):
 
 
 def _throughput(engines: dict, reference_run, batches, args: dict) -> dict:
-    """Per engine: median samples/s over rounds, per batch size; the largest logit difference from dygraph and the
-    share of equal top labels. The engines take turns within each round, so that a noisy moment of a shared
+    """Per engine: median samples/s over rounds (and each round's), per batch size; the largest logit difference
+    from dygraph and the share of equal top labels. The engines take turns within each round, so that a noisy moment of a shared
     machine hits them all rather than the one whose turn it was (backend auto is compared with the engines it
     chooses from); each turn starts with an untimed call, as ONNX Runtime's and Paddle's OpenMP threads spin on for
     a while after their engine's last call and would slow whichever engine came next."""
@@ -138,6 +138,7 @@ def _throughput(engines: dict, reference_run, batches, args: dict) -> dict:
             diff = max(float(np.abs(out - ref).max()) for out, ref in zip(outputs[name], reference))
             agree = [float((out.argmax(-1) == ref.argmax(-1)).mean()) for out, ref in zip(outputs[name], reference)]
             results[name][f"batch_{size}"] = {"samples_per_s": statistics.median(rounds[name]),
+                                              "rounds": [round(value, 2) for value in rounds[name]],
                                               "label_agreement": float(np.mean(agree))}
             results[name]["max_abs_diff"] = max(diff, results[name]["max_abs_diff"])
     return results

@@ -83,7 +83,7 @@ def _bench(args: argparse.Namespace, demo: Path, output: Path) -> int:
                                                  "skip_steps": WINDOW_STEPS})
     infer = jobs.paddle("inference", {
         **common, "model_dir": str(workdir / "paddle_ft-fp32" / "best"), "batch_sizes": [1, 8, 32],
-        "rounds": 2 if args.quick else 3, "samples_per_round": 32 if args.quick else 96,
+        "rounds": 2 if args.quick else 5, "samples_per_round": 32 if args.quick else 96,
         "latency_calls": 30 if args.quick else 200})
     results["infer"] = infer.pop("engines", {}) if "error" not in infer else {"error": infer["error"]}
     results["infer_precision_skipped"] = infer.get("precision_skipped", [])
