@@ -81,6 +81,8 @@ def clip_grad_norm(parameters, max_norm: float) -> paddle.Tensor:
                for g in grads]
     total = paddle.sqrt(paddle.add_n(squares))
     scale = paddle.clip(max_norm / (total + 1e-6), max=1.0)
+    if total.place.is_cpu_place() and float(scale) == 1.0:
+        return total  # nothing to scale (most steps): on CPU reading it costs nothing, the multiplies 1.5% of a step
     for g in grads:
         g.multiply_(scale if g.dtype == paddle.float32 else scale.astype(g.dtype))
     return total

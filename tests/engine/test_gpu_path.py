@@ -45,6 +45,13 @@ def test_clipping_scales_float32_gradients_by_their_exact_global_norm(make_model
     for clipped, grad in zip(model.parameters(), grads):
         np.testing.assert_allclose(clipped.grad.numpy(), grad * 0.01 / (exact + 1e-6), rtol=1e-5, atol=1e-12)
 
+    # under the limit: the gradients left exactly as they were (no multiply by 1)
+    model.clear_gradients()
+    model(paddle.to_tensor([[2, 7, 8, 9, 3]])).sum().backward()
+    before = [p.grad.numpy().copy() for p in model.parameters()]
+    assert float(clip_grad_norm(model.parameters(), 1e6)) == pytest.approx(exact, rel=1e-6)
+    assert all(np.array_equal(p.grad.numpy(), grad) for p, grad in zip(model.parameters(), before))
+
 
 def test_the_global_norm_of_a_word_embedding_gradient_is_exact():
     """A large gradient of small values (a word embedding's): the sum of squares is within 1e-6 of float64, where
