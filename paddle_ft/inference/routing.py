@@ -31,8 +31,9 @@ MEASURED_CALLS = ((1, 32), (4, 64), (8, 128), (16, 128), (64, 128))
 # pays for that engine's threads still spinning (Paddle's OpenMP keeps them busy for a while), which in steady use
 # (one engine for a run of similar calls) it would not
 REPEATS, MAX_REPEATS, SIZE_BUDGET_S, BURST = 3, 20, 0.04, 2
-STOP_AFTER_S = 0.25  # batch sizes beyond the first whose call takes this long are not measured (a full-size
-# model's load would take minutes): larger batches go to the largest measured size's engine
+STOP_AFTER_S = 0.25  # a size whose call would take longer (predicted from the last measured size by its tokens) is
+# not measured, nor the larger ones (a full-size model's load would take minutes; the bench model's took 10 s while
+# it measured 64 x 128 at 0.33 s a call): larger batches go to the largest measured size's engine
 
 Engine = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -70,13 +71,15 @@ def single_route(engine: str) -> Route:
 
 def measure_route(engines: dict[str, Engine], calls: tuple[tuple[int, int], ...], token_id: int) -> Route:
     """Time every engine at each (batch size, width) of `calls` (best of REPEATS rounds or more, the engines taking
-    turns so that a noisy moment hits all), stopping after the first size whose call takes STOP_AFTER_S, and fit
+    turns so that a noisy moment hits all) up to the first size whose call would take over STOP_AFTER_S on the
+    slowest engine (the last measured size's time scaled by the tokens; the first size is always measured), and fit
     the crossover."""
-    seconds = {}
+    seconds, last = {}, None
     for batch, width in calls:
-        seconds[batch] = _best_times(engines, np.full((batch, width), token_id, dtype=np.int64))
-        if max(seconds[batch].values()) >= STOP_AFTER_S:
+        if last and max(seconds[last[0]].values()) * batch * width / (last[0] * last[1]) > STOP_AFTER_S:
             break
+        seconds[batch] = _best_times(engines, np.full((batch, width), token_id, dtype=np.int64))
+        last = (batch, width)
     sizes = sorted(seconds)
     rounded = {batch: {name: round(value, 6) for name, value in seconds[batch].items()} for batch in sizes}
     return Route(tuple(zip(sizes, fit_crossover([seconds[batch] for batch in sizes]))), rounded)
