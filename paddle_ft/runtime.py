@@ -47,6 +47,12 @@ def cpu_speed_flags() -> list[str]:
     return [flag for flag in SPEED_FLAGS if flag in flags]
 
 
+def cpu_identity() -> str:
+    """The CPU's model and speed flags: what a build for this CPU (-march=native) or a measurement on it is keyed
+    by, so that a cache from another machine (a shared home, a copied folder) is not taken for this one's."""
+    return f"{cpu_model()} {' '.join(cpu_speed_flags())}"
+
+
 def cpu_supports_bf16() -> bool:
     """True when the CPU has bfloat16 arithmetic (AVX512-BF16 or AMX-BF16), which oneDNN bf16 needs."""
     return bool({"avx512_bf16", "amx_bf16"} & set(_cpuinfo_field("flags").split()))

@@ -1,6 +1,7 @@
 """Tiny fixtures: a character vocabulary, a 2-layer 32-wide BERT, and a learnable synthetic corpus."""
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -77,6 +78,15 @@ def write_splits(folder: Path, sizes: tuple[int, int, int]) -> Path:
     for (split, seed), n in zip((("train", 1), ("dev", 2), ("test", 3)), sizes):
         write_tsv(folder / f"{split}.tsv", synthetic_rows(n, seed=seed))
     return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def route_cache(tmp_path_factory) -> None:
+    """The routes backend auto measures (inference/routing.py) kept for the session (its processes included), not
+    in the user's home: a test sees only routes this session measured."""
+    from paddle_ft.inference.routing import CACHE_VARIABLE
+
+    os.environ[CACHE_VARIABLE] = str(tmp_path_factory.mktemp("routes"))
 
 
 @pytest.fixture(autouse=True)

@@ -29,6 +29,7 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from paddle_ft.log import native_output_captured
+from paddle_ft.runtime import cpu_identity
 
 SOURCE = Path(__file__).with_name("fused_kernels.cc")
 # -fno-trapping-math: without it GCC keeps the clamps of erf/exp scalar (a select could trap), 10x slower
@@ -48,7 +49,7 @@ def kernels() -> tuple[object | None, str | None]:
     if shutil.which(compiler) is None:
         return None, f"no C++ compiler ({compiler}) on PATH"
     key = hashlib.sha256("\n".join([SOURCE.read_text(encoding="utf-8"), paddle.__version__, *FLAGS,
-                                    _cpu_identity()]).encode()).hexdigest()[:16]
+                                    cpu_identity()]).encode()).hexdigest()[:16]
     if key in _LOADED:
         return _LOADED[key], None
     cache = os.environ.get(CACHE_VARIABLE) or os.path.expanduser("~/.cache/paddle_ft/kernels")
@@ -83,13 +84,6 @@ def _build(folder: Path, key: str):
         with native_output_captured(keep_log):
             return load(name=f"paddle_ft_fused_{key}", sources=[str(SOURCE)], extra_cxx_cflags=FLAGS,
                         build_directory=str(folder), verbose=False)
-
-
-def _cpu_identity() -> str:
-    """What -march=native compiled for: a cache built on another CPU (a shared home) is not loaded here."""
-    from paddle_ft.runtime import cpu_model, cpu_speed_flags
-
-    return f"{cpu_model()} {' '.join(cpu_speed_flags())}"
 
 
 def add_layer_norm(x: paddle.Tensor, residual: paddle.Tensor, norm: nn.LayerNorm) -> paddle.Tensor:

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from paddle_ft.arguments import require_int
-from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, program_file, read_export_info
+from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, onnx_file, program_file, read_export_info
 from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer, fastest, without_tokens
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
-from paddle_ft.inference.routing import MEASURED_CALLS, measure_route, single_route
+from paddle_ft.inference import routing
 from paddle_ft.runtime import cpu_supports_bf16, quiet, usable_cores
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
 
@@ -64,23 +64,29 @@ class Predictor:
                 from None
 
         try:
-            if self.backend == "auto":  # each of the CPU fp32 engines; which is fastest at which size is measured
-                self._engines = {AUTO_ORT: onnxruntime_engine(export_dir, cpu_threads, spinning=False),
-                                 AUTO_ONEDNN: _paddle_engine(program, device, cpu_threads, True, gpu_id, precision,
-                                                             False, self.max_length),
-                                 AUTO_PLAIN: _paddle_engine(program, device, cpu_threads, False, gpu_id, precision,
-                                                            False, self.max_length)}
+            if self.backend == "auto":  # the CPU fp32 engines; which is fastest at which size is measured, or known
+                cache = routing.cache_file([program, export_dir / PARAMS_FILE, onnx_file(export_dir)], cpu_threads)
+                cached = routing.read_cached(cache)
+                names = cached.engines if cached else (AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN)
+                self._engines = {name: onnxruntime_engine(export_dir, cpu_threads, spinning=len(names) == 1)
+                                 if name == AUTO_ORT else
+                                 _paddle_engine(program, device, cpu_threads, name == AUTO_ONEDNN, gpu_id, precision,
+                                                False, self.max_length) for name in names}
             else:
+                cached = None
                 self._engines = {self.backend: onnxruntime_engine(export_dir, cpu_threads)
                                  if self.backend == "onnxruntime" else
                                  _paddle_engine(program, device, cpu_threads, enable_onednn, gpu_id, precision,
                                                 use_tensorrt, self.max_length)}
-            self.route = single_route(next(iter(self._engines)))
+            self.route = cached or routing.single_route(next(iter(self._engines)))
             self._warm_up()
-            if len(self._engines) > 1:
-                calls = tuple((batch, min(width, self.max_length)) for batch, width in MEASURED_CALLS)
-                self.route = measure_route({name: partial(self._run_on, name) for name in self._engines}, calls,
-                                           self.tokenizer.cls_token_id)
+            if len(self._engines) > 1 and cached is None:
+                calls = tuple((batch, min(width, self.max_length)) for batch, width in routing.MEASURED_CALLS)
+                self.route = routing.measure_route({name: partial(self._run_on, name) for name in self._engines},
+                                                   calls, self.tokenizer.cls_token_id)
+                routing.keep(cache, self.route)
+                # an engine the route never calls only holds memory (a Paddle Inference engine ~100 MB)
+                self._engines = {name: self._engines[name] for name in self.route.engines}
         except (RuntimeError, ValueError, OSError, MemoryError) as exc:  # a truncated or garbled graph/weights
             raise UserError(f"{export_dir}: {program.name} / {PARAMS_FILE} cannot be loaded ({first_line(exc)}); "
                             f"the files are damaged or from another model: {REEXPORT}") from None

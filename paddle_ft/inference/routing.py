@@ -12,12 +12,18 @@ winner keeps one noisy measurement (a shared machine) from sending a single size
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from paddle_ft.io import write_text_atomically
 
 # (batch size, tokens per text) of the measured calls, the width capped at the model's max_length; a crossover placed
 # within a factor of 4 costs little (the engines' times are close near it). One width for all sizes was not enough:
@@ -34,6 +40,8 @@ REPEATS, MAX_REPEATS, SIZE_BUDGET_S, BURST = 3, 20, 0.04, 2
 STOP_AFTER_S = 0.25  # a size whose call would take longer (predicted from the last measured size by its tokens) is
 # not measured, nor the larger ones (a full-size model's load would take minutes; the bench model's took 10 s while
 # it measured 64 x 128 at 0.33 s a call): larger batches go to the largest measured size's engine
+
+CACHE_VARIABLE = "PADDLE_FT_ROUTE_CACHE"  # where measured routes are kept (default ~/.cache/paddle_ft/routes)
 
 Engine = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -59,9 +67,19 @@ class Route:
         switch = next(batch for batch, engine in self.points if engine == last)
         return f"{first} below batch {switch}, {last} from {switch}"
 
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """The engines it runs calls on, in order of batch size."""
+        return tuple(dict.fromkeys(engine for _, engine in self.points))
+
     def as_dict(self) -> dict:
         return {"points": [{"batch": batch, "engine": engine, "seconds": self.seconds.get(batch, {})}
                            for batch, engine in self.points]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Route:
+        points = tuple((int(point["batch"]), str(point["engine"])) for point in data["points"])
+        return cls(points, {int(point["batch"]): dict(point["seconds"]) for point in data["points"]})
 
 
 def single_route(engine: str) -> Route:
@@ -116,3 +134,43 @@ def fit_crossover(times: list[dict[str, float]]) -> list[str]:
                 if cost < best_cost - 1e-9:
                     best_cost, best_choice = cost, choice
     return best_choice
+
+
+def cache_file(export_files: list[Path], threads: int | None) -> Path | None:
+    """Where the route measured on these export files, on this CPU with these threads and engine versions, is kept
+    (PADDLE_FT_ROUTE_CACHE, default ~/.cache/paddle_ft/routes): a later load of the same export here (the server's
+    restart, each `predict --text`) takes it instead of measuring for seconds again, and loads only the engines it
+    uses. The files count by path, size and modification time: a new export, or a copy, is measured afresh. None
+    where there is no home folder to keep it in."""
+    import onnxruntime
+    import paddle
+
+    from paddle_ft.runtime import cpu_identity, usable_cores
+
+    folder = os.environ.get(CACHE_VARIABLE) or os.path.expanduser("~/.cache/paddle_ft/routes")
+    if folder.startswith("~"):
+        return None
+    files = [(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in export_files]
+    key = json.dumps({"files": files, "cpu": cpu_identity(), "threads": threads, "cores": usable_cores(),
+                      "versions": [paddle.__version__, onnxruntime.__version__], "calls": MEASURED_CALLS,
+                      "rules": [REPEATS, MAX_REPEATS, SIZE_BUDGET_S, BURST, STOP_AFTER_S]})
+    return Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+
+
+def read_cached(path: Path | None) -> Route | None:
+    """The route kept at `path`; None where there is none (or it is unreadable: it is measured again)."""
+    try:
+        return Route.from_dict(json.loads(path.read_text(encoding="utf-8"))) if path else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def keep(path: Path | None, route: Route) -> None:
+    """Keep `route` at `path` for the next load; a cache that cannot be written costs only a measurement then."""
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(path, json.dumps(route.as_dict()))
+    except OSError:
+        pass

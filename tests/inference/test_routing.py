@@ -78,12 +78,33 @@ def export(tmp_path_factory):
     return export_tiny_model(tmp_path_factory.mktemp("routing"))
 
 
-def test_auto_is_the_default_and_sends_each_call_to_its_engine(export):
+def export_files(export):
+    return [export / "model.json", export / "model.pdiparams", export / "model.onnx"]
+
+
+def test_auto_is_the_default_measures_once_and_keeps_only_the_engines_it_uses(export, tmp_path, monkeypatch):
+    monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
     auto = Predictor(export, cpu_threads=1)
-    assert auto.backend == "auto" and set(auto._engines) == {"onnxruntime", "paddle", "paddle-without-onednn"}
+    assert auto.backend == "auto" and auto.engine_description.startswith("auto: ")
     assert [batch for batch, _ in auto.route.points] == [1, 4, 8, 16, 64]  # measured at load
-    assert auto.engine_description.startswith("auto: ")
-    auto.route = Route(((1, "onnxruntime"), (32, "paddle")), {})
+    assert list(auto._engines) == list(auto.route.engines)  # an engine no size goes to is let go
+    measured = auto.route
+    # the next load of this export with these threads takes the kept route, and loads its engines only
+    monkeypatch.setattr(routing, "measure_route", lambda *args: pytest.fail("measured again"))
+    again = Predictor(export, cpu_threads=1)
+    assert again.route == measured and list(again._engines) == list(measured.engines)
+    # other threads, or the export's files written again: measured afresh
+    assert routing.cache_file(export_files(export), 2) != routing.cache_file(export_files(export), 1)
+    before = routing.cache_file(export_files(export), 1)
+    (export / "model.onnx").touch()
+    assert routing.cache_file(export_files(export), 1) != before
+
+
+def test_auto_sends_each_call_to_its_engine_with_the_probabilities_of_each(export, tmp_path, monkeypatch):
+    monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
+    routing.keep(routing.cache_file(export_files(export), 1), Route(((1, "onnxruntime"), (32, "paddle")), {}))
+    auto = Predictor(export, cpu_threads=1)
+    assert list(auto._engines) == ["onnxruntime", "paddle"]
     used = []
     def spied(name, run):
         return lambda ids, types: used.append((name, ids.shape[0])) or run(ids, types)
