@@ -15,8 +15,8 @@ from paddle_ft.arguments import require_int
 from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, onnx_file, program_file, read_export_info
 from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer, fastest, without_tokens
 from paddle_ft.errors import UserError, first_line
-from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
 from paddle_ft.inference import routing
+from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
 from paddle_ft.runtime import cpu_supports_bf16, quiet, usable_cores
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
 
@@ -67,6 +67,8 @@ class Predictor:
             if self.backend == "auto":  # the CPU fp32 engines; which is fastest at which size is measured, or known
                 cache = routing.cache_file([program, export_dir / PARAMS_FILE, onnx_file(export_dir)], cpu_threads)
                 cached = routing.read_cached(cache)
+                if cached and not set(cached.engines) <= {AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN}:
+                    cached = None  # kept by another version of paddle_ft, with other engines: measured again
                 names = cached.engines if cached else (AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN)
                 self._engines = {name: onnxruntime_engine(export_dir, cpu_threads, spinning=len(names) == 1)
                                  if name == AUTO_ORT else
