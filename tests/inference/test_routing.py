@@ -76,6 +76,25 @@ def test_measure_route_times_each_size_and_stops_before_a_slow_one(monkeypatch):
     assert route.engine_for(256) == "onnxruntime"  # beyond the measured sizes: the largest one's engine
 
 
+def test_neither_a_lucky_call_nor_a_slow_spell_decides_a_size(monkeypatch):
+    """Each engine counts the median of its best calls in three passes: ONNX Runtime's one lucky call (35 ms, in the
+    first pass) does not beat Paddle Inference's steady 40 ms, nor does Paddle's slow second pass (80 ms) lose."""
+    clock = FakeClock()
+    monkeypatch.setattr(routing, "time", clock)
+    durations = {  # per engine: the unmeasured first call, then two calls (the second counting) in each pass
+        "onnxruntime": iter([0.05, 0.05, 0.035, 0.05, 0.045, 0.05, 0.045]),
+        "paddle": iter([0.05, 0.05, 0.04, 0.08, 0.08, 0.05, 0.04])}
+
+    def engine(name):
+        def run(ids, types):
+            clock.now += next(durations[name])
+            return np.zeros((ids.shape[0], 2), dtype=np.float32)
+        return run
+    route = measure_route({name: engine(name) for name in durations}, ((8, 128),), token_id=2)
+    assert route.points == ((8, "paddle"),)
+    assert route.seconds[8] == {"onnxruntime": pytest.approx(0.045), "paddle": pytest.approx(0.04)}
+
+
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
     return export_tiny_model(tmp_path_factory.mktemp("routing"))
