@@ -17,7 +17,7 @@ from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer, fastest, witho
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.inference import routing
 from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
-from paddle_ft.runtime import cpu_supports_bf16, quiet, usable_cores
+from paddle_ft.runtime import cpu_supports_bf16, quiet, share_cores_with_other_engines, usable_cores
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
 
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
@@ -116,6 +116,8 @@ class Predictor:
         masked, so the logits do not change): oneDNN then reuses a few kernel shapes instead of building new
         ones for every length, about a third off the latency of a single text here. ONNX Runtime needs no such
         help, and the extra tokens would only cost it time."""
+        if engine != AUTO_ORT and len(self._engines) > 1:
+            share_cores_with_other_engines()  # Paddle's threads would spin on into ONNX Runtime's next call
         width = input_ids.shape[1]
         target = min(-(-width // WIDTH_STEP) * WIDTH_STEP, max(width, self.max_length))
         if target > width and engine != AUTO_ORT:

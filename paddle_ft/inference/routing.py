@@ -160,7 +160,7 @@ def cache_file(export_files: list[Path], threads: int | None) -> Path | None:
     import onnxruntime
     import paddle
 
-    from paddle_ft.runtime import cpu_identity, usable_cores
+    from paddle_ft.runtime import SHARED_SPIN_MS, cpu_identity, usable_cores
 
     folder = os.environ.get(CACHE_VARIABLE) or os.path.expanduser("~/.cache/paddle_ft/routes")
     if folder.startswith("~"):
@@ -168,7 +168,7 @@ def cache_file(export_files: list[Path], threads: int | None) -> Path | None:
     files = [(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in export_files]
     key = json.dumps({"files": files, "cpu": cpu_identity(), "threads": threads, "cores": usable_cores(),
                       "versions": [paddle.__version__, onnxruntime.__version__], "calls": MEASURED_CALLS,
-                      "rules": [PASSES, MAX_ROUNDS, PASS_BUDGET_S, BURST, STOP_AFTER_S]})
+                      "rules": [PASSES, MAX_ROUNDS, PASS_BUDGET_S, BURST, STOP_AFTER_S, SHARED_SPIN_MS]})
     return Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
 
 

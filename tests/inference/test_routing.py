@@ -146,6 +146,33 @@ def test_auto_sends_each_call_to_its_engine_with_the_probabilities_of_each(expor
                                    atol=1e-5)
 
 
+def test_auto_shortens_the_openmp_spin_of_the_threads_that_call_paddle_inference(export, tmp_path, monkeypatch):
+    """Intel OpenMP keeps Paddle's threads spinning 200 ms after a call, which slowed ONNX Runtime's next calls in
+    the same process 2-4x: a thread that runs a Paddle engine of an auto route sets it to SHARED_SPIN_MS."""
+    import threading
+
+    from paddle_ft import runtime
+
+    library = runtime._intel_openmp()
+    if library is None:
+        pytest.skip("this paddle build has no Intel OpenMP (libiomp5) to set")
+    monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
+    routing.keep(routing.cache_file(export_files(export), 1), Route(((1, "onnxruntime"), (32, "paddle")), {}))
+    auto, ids = Predictor(export, cpu_threads=1), np.full((32, 16), 2, dtype=np.int64)
+    seen = {}
+
+    def call(batch: int, name: str):
+        before = library.kmp_get_blocktime()
+        auto.run(ids[:batch], np.zeros_like(ids[:batch]))
+        seen[name] = (before, library.kmp_get_blocktime())
+
+    for batch, name in ((1, "onnxruntime"), (32, "paddle")):  # each in a thread of its own: a fresh setting
+        thread = threading.Thread(target=call, args=(batch, name))
+        thread.start()
+        thread.join()
+    assert seen == {"onnxruntime": (200, 200), "paddle": (200, runtime.SHARED_SPIN_MS)}
+
+
 def test_a_named_backend_runs_every_call_on_it(export):
     predictor = Predictor(export, cpu_threads=1, backend="paddle")
     assert list(predictor._engines) == ["paddle"] and predictor.engine_description == "paddle"
