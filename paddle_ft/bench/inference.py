@@ -115,10 +115,10 @@ def _batch_maker(encoded: dict, pad_token_id: int):
 
 def _throughput(engines: dict, reference_run, batches, args: dict) -> dict:
     """Per engine: median samples/s over rounds (and each round's), per batch size; the largest logit difference
-    from dygraph and the share of equal top labels. The engines take turns within each round, so that a noisy moment of a shared
-    machine hits them all rather than the one whose turn it was (backend auto is compared with the engines it
-    chooses from); each turn starts with an untimed call, as ONNX Runtime's and Paddle's OpenMP threads spin on for
-    a while after their engine's last call and would slow whichever engine came next."""
+    from dygraph and the share of equal top labels. The engines take turns within each round, so that a noisy
+    moment of a shared machine hits them all rather than the one whose turn it was (backend auto is compared with
+    the engines it chooses from, round by round); each turn starts with an untimed call, as ONNX Runtime's and
+    Paddle's OpenMP threads spin on for a while after their engine's last call and would slow whichever came next."""
     results = {name: {"max_abs_diff": 0.0} for name in engines}
     for size in args["batch_sizes"]:
         work = batches(size, max(4, args["samples_per_round"] // size))

@@ -38,9 +38,9 @@ MEASURED_CALLS = ((1, 32), (4, 64), (8, 128), (16, 128), (64, 128))
 # batch-1 calls to an engine 0.63x as fast (ONNX Runtime measured at 7.1 ms, 4.1 ms in steady use); the passes spread
 # a size's calls over the whole measurement, so a spell spoils one pass, which the median leaves out. (The best call
 # over all passes would judge an engine by its luckiest call: ONNX Runtime, whose calls vary the most, tied Paddle
-# Inference at 8 x 128 that way and ran the bench's batches of 8 at 0.84x its speed.) In a round each engine makes BURST calls in a row and only the last
-# counts: the first call after another engine's pays for that engine's threads still spinning (Paddle's OpenMP keeps
-# them busy for a while), which in steady use (one engine for a run of similar calls) it would not
+# Inference at 8 x 128 that way and ran the bench's batches of 8 at 0.84x its speed.) In a round each engine makes
+# BURST calls in a row and only the last counts: the first call after another engine's pays for that engine's
+# threads still spinning, which in steady use (one engine for a run of similar calls) it would not
 PASSES, MAX_ROUNDS, PASS_BUDGET_S, BURST = 3, 7, 0.04, 2
 STOP_AFTER_S = 0.25  # a size whose call would take longer (predicted from the last measured size by its tokens) is
 # not measured, nor the larger ones (a full-size model's load would take minutes; the bench model's took 10 s while
