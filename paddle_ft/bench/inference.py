@@ -31,13 +31,9 @@ def inference(args: dict) -> dict:
     export_dir = workdir / "export"
     shutil.rmtree(export_dir, ignore_errors=True)  # a previous run's export belongs to another model
     export_model(Path(args["model_dir"]), export_dir)
-    # the order the engines take turns in: auto's turn follows a Paddle engine's, not ONNX Runtime's. A second ONNX
-    # Runtime session's threads spin on after its turn (auto's own sleep after each call) and slowed auto's single
-    # texts to 0.90-0.94x that session's; after a Paddle engine, 0.99-1.07x (three in-process checks each). A
-    # deployment of auto has no second session beside it
     predictors = {"paddle_inference": Predictor(export_dir, cpu_threads=threads, enable_onednn=False),
-                  "onnxruntime": Predictor(export_dir, cpu_threads=threads, backend="onnxruntime"),
                   "paddle_inference_onednn": Predictor(export_dir, cpu_threads=threads, backend="paddle"),
+                  "onnxruntime": Predictor(export_dir, cpu_threads=threads, backend="onnxruntime"),
                   "auto": Predictor(export_dir, cpu_threads=threads)}  # the default: each call on its fastest
     tokenizer = predictors["paddle_inference"].tokenizer
     texts = [e.text for e in read_examples(Path(args["demo"]) / "test.tsv", "tsv", Columns("text", None, "label"))[0]]
