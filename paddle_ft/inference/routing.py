@@ -98,15 +98,16 @@ def measure_route(engines: dict[str, Engine], calls: tuple[tuple[int, int], ...]
     size whose call would take over STOP_AFTER_S on the slowest engine (the last measured size's time scaled by the
     tokens; the first size is always measured), and fit the crossover."""
     passes: dict[int, dict[str, list[float]]] = {}
-    sizes: list[tuple[int, int]] = []
+    sizes: list[tuple[int, int]] = []  # chosen in the first pass, measured again in the others
+    slowest = 0.0  # the slowest engine's call at the last size of the first pass
     for first_pass in [True] + [False] * (PASSES - 1):
         for batch, width in calls if first_pass else sizes:
             if first_pass:
-                if sizes and max(min(times) for times in passes[sizes[-1][0]].values()) * batch * width \
-                        / (sizes[-1][0] * sizes[-1][1]) > STOP_AFTER_S:
+                if sizes and slowest * batch * width / (sizes[-1][0] * sizes[-1][1]) > STOP_AFTER_S:
                     break
                 sizes.append((batch, width))
             times = _pass_times(engines, np.full((batch, width), token_id, dtype=np.int64), warm_up=first_pass)
+            slowest = max(times.values())
             for name, took in times.items():
                 passes.setdefault(batch, {}).setdefault(name, []).append(took)
     best = {batch: {name: statistics.median(times) for name, times in by_engine.items()}
