@@ -117,8 +117,8 @@ def _throughput(engines: dict, reference_run, batches, args: dict) -> dict:
     """Per engine: median samples/s over rounds (and each round's), per batch size; the largest logit difference
     from dygraph and the share of equal top labels. The engines take turns within each round, so that a noisy
     moment of a shared machine hits them all rather than the one whose turn it was (backend auto is compared with
-    the engines it chooses from, round by round); each turn starts with an untimed call, as ONNX Runtime's and
-    Paddle's OpenMP threads spin on for a while after their engine's last call and would slow whichever came next."""
+    the engines it chooses from, round by round). Each turn starts once the previous engine's threads have gone
+    quiet (`_wait_for_quiet_threads`), then with an untimed call."""
     results = {name: {"max_abs_diff": 0.0} for name in engines}
     for size in args["batch_sizes"]:
         work = batches(size, max(4, args["samples_per_round"] // size))
@@ -130,7 +130,8 @@ def _throughput(engines: dict, reference_run, batches, args: dict) -> dict:
                 run(*batch)
         for _ in range(args["rounds"]):
             for name, run in engines.items():
-                run(*work[0])  # untimed: it pays for the previous engine's threads still spinning, not this one's
+                _wait_for_quiet_threads()
+                run(*work[0])  # untimed: brings this engine's weights back into the caches
                 started = time.perf_counter()
                 outputs[name] = [run(*batch) for batch in work]
                 rounds[name].append(size * len(work) / (time.perf_counter() - started))
@@ -144,8 +145,23 @@ def _throughput(engines: dict, reference_run, batches, args: dict) -> dict:
     return results
 
 
+def _wait_for_quiet_threads(slice_s: float = 0.005, limit_s: float = 0.5) -> None:
+    """Sleep until the process uses (almost) no CPU for a slice of `slice_s`, or for `limit_s` at most. After its
+    last call an engine's threads spin on, waiting for more work: ONNX Runtime's for ~40 ms at full speed here,
+    Paddle's OpenMP threads for up to 200 ms. The engine measured next would share the cores with them for that
+    long: 3-10% lost at batch 1 by whichever engine followed ONNX Runtime in the rotation (backend auto, whose
+    own session does not spin after a call, was the one). Deployed, an engine has no neighbour spinning."""
+    deadline = time.perf_counter() + limit_s
+    while time.perf_counter() < deadline:
+        used = time.process_time()  # CPU seconds of all the process's threads
+        time.sleep(slice_s)
+        if time.process_time() - used < slice_s / 10:
+            return
+
+
 def _latency(run, single: list) -> dict:
-    """p50 and p99 milliseconds of one text per call."""
+    """p50 and p99 milliseconds of one text per call, from a machine the previous engine has left quiet."""
+    _wait_for_quiet_threads()
     latencies = []
     for batch in single:
         started = time.perf_counter()

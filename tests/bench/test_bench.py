@@ -5,12 +5,14 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from paddle_ft.bench import report
-from paddle_ft.bench.inference import ENGINES
+from paddle_ft.bench.inference import ENGINES, _wait_for_quiet_threads
 from paddle_ft.bench.shape import step_windows, summarise_windows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +29,31 @@ def test_windows_drop_the_warm_up_and_total_the_rest():
     assert summary["measured_steps"] == 16
     with pytest.raises(ValueError):
         summarise_windows(windows[:1])
+
+
+def test_each_engine_turn_waits_until_the_previous_engines_threads_stop_spinning():
+    def spin(seconds):  # like an engine's worker thread after its last call
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    _wait_for_quiet_threads(slice_s=0.02)  # whatever an earlier test left running in this process
+    started = time.perf_counter()
+    _wait_for_quiet_threads(slice_s=0.02)
+    assert time.perf_counter() - started < 0.25  # a quiet process: one slice, with room for a busy machine
+    spinner = threading.Thread(target=spin, args=(0.3,))
+    spinner.start()
+    started = time.perf_counter()
+    _wait_for_quiet_threads(slice_s=0.02, limit_s=2.0)
+    waited = time.perf_counter() - started
+    spinner.join()
+    assert 0.25 <= waited < 1.0
+    spinner = threading.Thread(target=spin, args=(0.6,))
+    spinner.start()
+    started = time.perf_counter()
+    _wait_for_quiet_threads(slice_s=0.02, limit_s=0.1)  # never longer than the limit
+    assert time.perf_counter() - started < 0.3
+    spinner.join()
 
 
 def _results() -> dict:
