@@ -84,6 +84,8 @@ class Route:
     @classmethod
     def from_dict(cls, data: dict) -> Route:
         points = tuple((int(point["batch"]), str(point["engine"])) for point in data["points"])
+        if not points:
+            raise ValueError("a route without a point sends no call anywhere")
         return cls(points, {int(point["batch"]): dict(point["seconds"]) for point in data["points"]})
 
 

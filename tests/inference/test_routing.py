@@ -127,6 +127,17 @@ def test_auto_is_the_default_measures_once_and_keeps_only_the_engines_it_uses(ex
     assert Predictor(export, cpu_threads=1).route.points[-1][0] == 64
 
 
+def test_a_damaged_kept_route_is_measured_again_not_taken(tmp_path):
+    path = tmp_path / "route.json"
+    kept = Route(((1, "onnxruntime"), (16, "paddle")), {1: {"onnxruntime": 0.001}, 16: {}})
+    routing.keep(path, kept)
+    assert routing.read_cached(path) == kept
+    for damaged in ('{"points": []}', '{"points": [{"batch": 1}]}', "[1, 2]", '{"points": 3}', "{", ""):
+        path.write_text(damaged, encoding="utf-8")
+        assert routing.read_cached(path) is None, damaged
+    assert routing.read_cached(tmp_path / "missing.json") is None and routing.read_cached(None) is None
+
+
 def test_auto_sends_each_call_to_its_engine_with_the_probabilities_of_each(export, tmp_path, monkeypatch):
     monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
     routing.keep(routing.cache_file(export_files(export), 1), Route(((1, "onnxruntime"), (32, "paddle")), {}))
