@@ -13,8 +13,8 @@ from paddle_ft.data.corrections import apply_corrections, read_corrections
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, format_of, read_examples
-from paddle_ft.data.tokenizer import NO_TOKEN, fastest, without_tokens
-from paddle_ft.errors import ConfigError, DataError, first_line
+from paddle_ft.tokenization import NO_TOKEN, fastest, load_tokenizer, without_tokens
+from paddle_ft.errors import ConfigError, DataError, UserError, first_line
 from paddle_ft.log import log
 from paddle_ft.model import BERTForTextClassification, scratch_encoder
 from paddle_ft.text import Truncation
@@ -99,8 +99,8 @@ def build_splits(dataset: Dataset, tokenizer, max_length: int, cache_dir: str | 
 
 
 def build_tokenizer(model: ModelConfig):
-    """The model's PaddleNLP tokenizer, encoding through its fast (Rust) equivalent where there is one."""
-    from paddlenlp.transformers import AutoTokenizer, BertTokenizer
+    """The model's tokenizer (`tokenization.load_tokenizer`: WordPiece or SentencePiece, in its fast form)."""
+    from paddlenlp.transformers import BertTokenizer
 
     if model.backbone is None:
         vocab = Path(model.scratch.vocab_file)
@@ -108,15 +108,12 @@ def build_tokenizer(model: ModelConfig):
             raise ConfigError("model.scratch.vocab_file", f"{vocab} not found; build it with "
                               "tools/prepare_demo_data.py or point to a vocab.txt")
         _check_vocab(vocab)
-        tokenizer = BertTokenizer(str(vocab))
-    else:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(model.backbone)
-        except Exception as exc:  # PaddleNLP raises a variety of errors for a name it cannot fetch
-            raise ConfigError("model.backbone", f"cannot load the tokenizer of '{model.backbone}' ({first_line(exc)}); "
-                              "offline, give a local PaddleNLP or Hugging Face model folder, or use model.scratch") \
-                from None
-    return fastest(tokenizer)
+        return fastest(BertTokenizer(str(vocab)))
+    try:
+        return load_tokenizer(model.backbone)
+    except UserError as exc:
+        raise ConfigError("model.backbone", f"{exc}; offline, give a local PaddleNLP or Hugging Face model folder, "
+                          "or use model.scratch") from None
 
 
 # a BERT tokenizer cannot encode without these (PaddleNLP would fail later with a KeyError)

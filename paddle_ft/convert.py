@@ -23,6 +23,7 @@ import numpy as np
 
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_directory
+from paddle_ft.tokenization import load_tokenizer, tokenizer_kind
 
 SAFETENSORS, TORCH_BIN = "model.safetensors", "pytorch_model.bin"
 # Hugging Face model_type -> the PaddleNLP encoder class and tokenizer class that read the same checkpoint
@@ -102,13 +103,16 @@ def convert_hf_folder(source: Path, output: Path) -> dict:
             left_out.append(name)
         else:
             state[target] = paddle.to_tensor(np.ascontiguousarray(array.T if transpose else array))
+    tokenizer = _tokenizer(source, tokenizer_class)
     paddle_config = {key: config[key] for key in CONFIG_KEYS if key in config}
-    paddle_config.update(architectures=[encoder_class], model_type=family)
+    # PaddleNLP masks the positions that hold pad_token_id: the tokenizer's padding id, whatever config.json says
+    # (multilingual-e5's says 0, which is XLM-R's <s>: every text's first token would be masked)
+    paddle_config.update(architectures=[encoder_class], model_type=family, pad_token_id=tokenizer.pad_token_id)
     report = {"source": str(source), "family": family, "converted": len(state), "left_out": left_out}
     with atomic_directory(output) as tmp:
         (tmp / "config.json").write_text(json.dumps(paddle_config, indent=2), encoding="utf-8")
         paddle.save(state, str(tmp / "model_state.pdparams"))
-        _tokenizer(source, tokenizer_class).save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
         (tmp / CONVERSION_INFO).write_text(json.dumps(report, indent=2), encoding="utf-8")  # last: it is complete
     return report
 
@@ -127,12 +131,16 @@ def _read_config(source: Path) -> dict:
 
 
 def _tokenizer(source: Path, class_name: str):
+    """The folder's tokenizer: a SentencePiece tokenizer.json as it is, a WordPiece vocab.txt in PaddleNLP's class."""
     import paddlenlp.transformers as transformers
 
+    if tokenizer_kind(source) == "sentencepiece":
+        return load_tokenizer(source)
     vocab = source / "vocab.txt"
     if not vocab.is_file():
-        raise UserError(f"{source} has no vocab.txt; paddle_ft converts WordPiece checkpoints (the Chinese BERT, "
-                        "RoBERTa-wwm and ERNIE families have one)")
+        raise UserError(f"{source} has no vocab.txt and no tokenizer.json; paddle_ft reads a WordPiece vocab.txt "
+                        "(the Chinese BERT, RoBERTa-wwm and ERNIE families) or a Hugging Face tokenizer.json "
+                        "(XLM-R, multilingual-e5, bge-m3)")
     try:
         settings = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -201,7 +209,8 @@ def _read_torch_bin(path: Path) -> dict[str, np.ndarray]:
 
 def _content_hash(source: Path) -> str:
     digest = hashlib.sha256()
-    for name in ("config.json", SAFETENSORS, TORCH_BIN, "vocab.txt", "tokenizer_config.json"):
+    for name in ("config.json", SAFETENSORS, TORCH_BIN, "vocab.txt", "tokenizer_config.json", "tokenizer.json",
+                 "special_tokens_map.json"):
         if (source / name).is_file():
             digest.update(name.encode())
             with (source / name).open("rb") as handle:

@@ -25,7 +25,7 @@ import paddle
 from paddle_ft.artifacts.bundle import Bundle, load_bundle
 from paddle_ft.data.features import Features, eval_batches, pad_batch, tokenize
 from paddle_ft.data.readers import Example
-from paddle_ft.data.tokenizer import fastest
+from paddle_ft.tokenization import fastest
 from paddle_ft.errors import UserError
 from paddle_ft.text import sigmoid, softmax
 

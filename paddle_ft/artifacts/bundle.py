@@ -28,6 +28,7 @@ from paddle_ft.data.labels import LabelMap
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.io import atomic_directory, write_text_atomically
 from paddle_ft.model import BERTForTextClassification, float32_state, in_dtypes_of
+from paddle_ft.tokenization import load_tokenizer
 
 MODEL_STATE = "model_state.pdparams"
 BUNDLE_FILES = (MODEL_STATE, MODEL_META)
@@ -42,7 +43,7 @@ class Bundle:
     model: BERTForTextClassification
     """In eval mode, float32."""
     tokenizer: object
-    """The PaddleNLP tokenizer saved with the model (callers wrap it with `data.tokenizer.fastest`)."""
+    """The tokenizer saved with the model, in its fast form (`tokenization.load_tokenizer`)."""
     meta: ModelMeta
 
     @property
@@ -98,13 +99,13 @@ def _as_own_names(state: dict, prefix: str) -> dict:
 
 def load_bundle(directory: str | Path, with_tokenizer: bool = True) -> Bundle:
     """The model (eval mode), tokenizer and metadata of a folder `save_bundle` wrote."""
-    from paddlenlp.transformers import AutoConfig, AutoModel, AutoTokenizer
+    from paddlenlp.transformers import AutoConfig, AutoModel
 
     directory = Path(directory)
     meta = read_model_meta(directory)
+    tokenizer = load_tokenizer(directory) if with_tokenizer else None
     try:
         encoder = AutoModel.from_config(AutoConfig.from_pretrained(str(directory)))
-        tokenizer = AutoTokenizer.from_pretrained(str(directory)) if with_tokenizer else None
     except Exception as exc:  # PaddleNLP raises many kinds for a missing or broken config / vocab
         raise UserError(f"{directory}: the encoder config or tokenizer cannot be loaded ({first_line(exc)}); the "
                         "folder is damaged: train the model again") from None

@@ -112,7 +112,7 @@ def tokenizer(args: dict) -> dict:
     """Texts/s of PaddleNLP's Python BertTokenizer and of the tokenizer the pipeline uses."""
     from paddle_ft import runtime
     from paddle_ft.data.readers import Columns, read_examples
-    from paddle_ft.data.tokenizer import fast_tokenizer_for
+    from paddle_ft.tokenization import fast_tokenizer_for
 
     runtime.configure()
     from paddlenlp.transformers import BertTokenizer

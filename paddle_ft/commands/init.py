@@ -19,7 +19,7 @@ import yaml
 from paddle_ft.config import load_config
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.sniff import Layout, propose_max_length, sniff_layout
-from paddle_ft.data.tokenizer import fastest
+from paddle_ft.tokenization import fastest, load_tokenizer
 from paddle_ft.data.vocab import character_vocab
 from paddle_ft.errors import UserError
 from paddle_ft.io import write_text_atomically
@@ -148,11 +148,9 @@ def _backbone_tokenizer(backbone: str):
     folder = Path(backbone)
     if not folder.is_dir():
         return None, 512
-    from paddlenlp.transformers import AutoTokenizer
-
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        return fastest(AutoTokenizer.from_pretrained(str(folder))), int(config.get("max_position_embeddings", 512))
-    except Exception as exc:  # PaddleNLP raises many kinds for a folder it cannot read
+        return load_tokenizer(folder), int(config.get("max_position_embeddings", 512))
+    except (OSError, ValueError, UserError) as exc:
         raise UserError(f"--backbone {backbone}: its tokenizer or config.json cannot be read ({exc}); give a "
                         "PaddleNLP or Hugging Face model folder") from None

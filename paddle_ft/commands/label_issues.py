@@ -31,7 +31,7 @@ from paddle_ft.config import TASK_METRICS, Config, load_config
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import one_line, write_examples, write_records
-from paddle_ft.data.tokenizer import fastest
+from paddle_ft.tokenization import fastest
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.errors import ConfigError
 from paddle_ft.io import write_text_atomically

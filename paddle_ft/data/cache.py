@@ -37,6 +37,8 @@ def cache_key(examples: Sequence[Example], tokenizer, max_length: int, truncatio
         rules["truncation"] = [truncation.mode, truncation.head_tokens]
     digest = hashlib.sha256(json.dumps(rules, sort_keys=True).encode())
     digest.update(json.dumps(sorted(slow.get_vocab().items()), ensure_ascii=False).encode())
+    if hasattr(slow, "definition"):  # a tokenizer.json: its normaliser and scores decide the ids as well
+        digest.update(slow.definition().encode())
     for example in examples:
         digest.update(example.text.encode())
         digest.update(b"\x00" if example.text_pair is None else b"\x01" + example.text_pair.encode())

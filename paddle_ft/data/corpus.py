@@ -8,7 +8,7 @@ import numpy as np
 
 from paddle_ft.data.features import Features
 from paddle_ft.data.readers import read_texts
-from paddle_ft.data.tokenizer import FastBertTokenizer
+from paddle_ft.tokenization import FastBertTokenizer
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 from paddle_ft.text import Truncation

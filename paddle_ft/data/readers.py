@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from paddle_ft.data.tokenizer import NO_TOKEN, without_tokens
+from paddle_ft.tokenization import NO_TOKEN, without_tokens
 from paddle_ft.errors import DataError
 from paddle_ft.io import atomic_file
 

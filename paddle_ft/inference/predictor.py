@@ -13,7 +13,7 @@ import numpy as np
 
 from paddle_ft.arguments import require_int
 from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, onnx_file, program_file, read_export_info
-from paddle_ft.data.tokenizer import NO_TOKEN, FastBertTokenizer, fastest, without_tokens
+from paddle_ft.tokenization import NO_TOKEN, FastTokenizer, load_tokenizer, without_tokens
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.inference import routing
 from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
@@ -38,8 +38,6 @@ class Predictor:
         request (CPU, fp32, an export with model.onnx), ONNX Runtime and Paddle Inference with and without oneDNN,
         each call on the one measured fastest at its size (`routing`); else the one that can."""
         quiet()  # as quiet as the command line
-        from paddlenlp.transformers import AutoTokenizer
-
         require_int("cpu_threads", cpu_threads, 1, none_allowed=True)
         require_int("gpu_id", gpu_id, 0)
         export_dir = self.export_dir = Path(export_dir)
@@ -58,8 +56,8 @@ class Predictor:
         self.labels = list(self.meta.labels)  # class id -> label name
         self.takes_text_pair = self.meta.takes_text_pair  # trained on (text, second text) pairs
         try:
-            self.tokenizer = fastest(AutoTokenizer.from_pretrained(str(export_dir)))
-        except Exception as exc:  # PaddleNLP raises many kinds for missing or broken tokenizer files
+            self.tokenizer = load_tokenizer(export_dir)
+        except UserError as exc:
             raise UserError(f"{export_dir}: the tokenizer files cannot be loaded ({first_line(exc)}); {REEXPORT}") \
                 from None
 
@@ -209,7 +207,7 @@ class Predictor:
         rule = self.truncation_rule(truncation)
         read = [rule.characters_read(text, self.max_length) for text in texts]
         cut_short = [len(part) < len(text) for part, text in zip(read, texts)]
-        if truncation == "head" and isinstance(self.tokenizer, FastBertTokenizer):
+        if truncation == "head" and isinstance(self.tokenizer, FastTokenizer):
             ids, types, truncated = self.tokenizer.encode(read, max_length=self.max_length)
             return ids, types, [a or b for a, b in zip(truncated, cut_short)], None
         whole = self.tokenizer(read, max_length=None, truncation=False)["input_ids"]
@@ -221,7 +219,7 @@ class Predictor:
         head = Truncation("head")  # longest-first keeps the head of each text
         texts = [head.characters_read(text, self.max_length) for text in texts]
         pairs = [head.characters_read(pair, self.max_length) for pair in pairs]
-        if isinstance(self.tokenizer, FastBertTokenizer):
+        if isinstance(self.tokenizer, FastTokenizer):
             return self.tokenizer.encode(texts, pairs, max_length=self.max_length)
         whole = self.tokenizer(list(texts), text_pair=list(pairs), max_length=None, truncation=False)["input_ids"]
         encoded = self.tokenizer(list(texts), text_pair=list(pairs), max_length=self.max_length, truncation=True)
@@ -309,7 +307,7 @@ def check_tensorrt(program: Path, device: str) -> None:
 
 def check_texts(texts, item: str = "text {}") -> list[str]:
     """`texts` as a list, each a string of valid Unicode that the model reads as at least one token
-    (`data.tokenizer.readable`: one rule for the CLI, the API and the server). The message names the first text that
+    (`tokenization.readable`: one rule for the CLI, the API and the server). The message names the first text that
     fails, as `item` formatted with its index (the CLI and the HTTP service name them differently)."""
     if isinstance(texts, (str, bytes)):
         raise UserError(f"give a list of texts, not one {type(texts).__name__} ({texts[:20]!r}): a string would be "

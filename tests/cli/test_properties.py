@@ -132,7 +132,7 @@ def test_any_override_loads_or_fails_in_one_line_naming_its_key(key, value):
 @BUDGET
 @given(text=st.text(max_size=80), pair=st.one_of(st.none(), st.text(max_size=40)), max_length=st.integers(8, 40))
 def test_any_unicode_text_encodes_like_paddlenlp(tokenizer, text, pair, max_length):
-    from paddle_ft.data.tokenizer import fastest
+    from paddle_ft.tokenization import fastest
 
     fast = fastest(tokenizer)
     assert fast is not tokenizer  # the Rust path is the one under test

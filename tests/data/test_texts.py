@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from paddle_ft.cli import main
 from paddle_ft.data.corpus import read_corpus
-from paddle_ft.data.tokenizer import NO_TOKEN
+from paddle_ft.tokenization import NO_TOKEN
 from paddle_ft.errors import UserError
 
 UNREADABLE = ["", "   ", "\u200b\u200b", "\x01\x02", "\u2060\ufeff", "\t\u200d "]
@@ -188,7 +188,7 @@ def test_the_rule_is_the_tokenizers_view_every_text_it_refuses_reads_as_no_token
     """`readable` (a letter, digit, punctuation or symbol) against what PaddleNLP's BERT tokenizer makes of the text:
     a readable text gives a token; one that is not gives none (spacing marks aside, which it keeps as [UNK] and the
     rule refuses: a text of marks on nothing is no text)."""
-    from paddle_ft.data.tokenizer import readable
+    from paddle_ft.tokenization import readable
 
     slow = predictor.tokenizer.slow  # PaddleNLP's own tokenizer, under the Rust one
     tokens = slow.tokenize(text)

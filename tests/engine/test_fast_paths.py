@@ -9,7 +9,8 @@ from paddle_ft.data.cache import cached_tokenize
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import Example
-from paddle_ft.data.tokenizer import FastBertTokenizer, _longest_first, fast_tokenizer_for
+from paddle_ft.tokenization.fast import _longest_first
+from paddle_ft.tokenization.wordpiece import FastBertTokenizer, fast_tokenizer_for
 from paddle_ft.data.vocab import character_vocab
 
 AWKWARD = ["Café ÀÉÎ naïve", "ＡＢＣ全角１２３", "a\x00b\ufffdc\u200bd", "[CLS] x [SEP] [UNK] [MASK]", "", " ",

@@ -64,7 +64,7 @@ def test_whole_words_are_masked_together():
 
 def test_word_groups_follow_jieba_on_the_token_offsets(tokenizer):
     from paddle_ft.data.corpus import pretraining_features
-    from paddle_ft.data.tokenizer import fastest
+    from paddle_ft.tokenization import fastest
 
     features = pretraining_features(["手机质量很好", "我买东西"], fastest(tokenizer), 16, whole_word=True)
     import jieba
