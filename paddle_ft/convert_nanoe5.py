@@ -210,8 +210,8 @@ def xlmr_tokenizer(e5: E5File):
     return tokenizer
 
 
-# kept code points that tokenizers' NFKC would change are parked on these during it (plane 16's last private-use
-# code points: a text that holds them reads them as the kept character, a cost nobody pays in practice)
+# kept code points that tokenizers' NFKC would change are parked during it on private-use code points counted down
+# from this one (plane 16's last): a text that holds a slot reads it as the parked character, a cost nobody pays)
 _PARKING = 0x10FFFD
 
 
@@ -233,16 +233,18 @@ def normaliser_of(mapping: dict[int, str]):
     dropped = [code for code, wanted in exceptions.items() if wanted == ""]
     blanks = [code for code, wanted in exceptions.items() if wanted == " "]
     parked = sorted((code, wanted) for code, wanted in exceptions.items() if wanted not in ("", " "))
-    if len(parked) > _PARKING - 0x100000:  # more than plane 16 holds: not a normalisation map of this kind
+    # a slot the map itself changes would be changed on the way: the slots are the unmapped ones
+    slots = [code for code in range(_PARKING, 0x100000, -1) if code not in mapping][:len(parked)]
+    if len(slots) < len(parked):  # more than plane 16 holds: not a normalisation map of this kind
         raise UserError("the model file's normalisation map cannot be expressed as a tokenizer.json normaliser")
     steps = []
     if dropped:
         steps.append(normalizers.Replace(Regex(_character_class(dropped)), ""))
     if blanks:
         steps.append(normalizers.Replace(Regex(_character_class(blanks)), " "))
-    steps += [normalizers.Replace(chr(code), chr(_PARKING - i)) for i, (code, _) in enumerate(parked)]
+    steps += [normalizers.Replace(chr(code), chr(slot)) for (code, _), slot in zip(parked, slots)]
     steps.append(nfkc)
-    steps += [normalizers.Replace(chr(_PARKING - i), wanted) for i, (_, wanted) in enumerate(parked)]
+    steps += [normalizers.Replace(chr(slot), wanted) for (_, wanted), slot in zip(parked, slots)]
     steps.append(normalizers.Replace(Regex(" {2,}"), " "))
     return normalizers.Sequence(steps)
 

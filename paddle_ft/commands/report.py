@@ -19,7 +19,7 @@ from paddle_ft.ownership import owned_folder, owner_of, require_owner
 
 CLASSIFIER_RUNS = ("train", "distill")  # the runs whose best/ is a classifier to report on
 EXPLAINED = 3  # the most confident mistakes the report explains
-NEIGHBOUR_POOL = 10_000  # training texts searched for their nearest
+NEIGHBOUR_POOL = 10_000  # training texts searched for their nearest, at most (and no more than the report scored)
 
 
 def run(run_dir: str) -> int:
@@ -57,8 +57,9 @@ def _answers(bundle, tokenizer, config: Config, dataset: Dataset) -> Answers | N
 
 
 def _explained_mistakes(bundle, rows, gold: np.ndarray, probabilities: np.ndarray, train_rows) -> list:
-    """Explanations of the `EXPLAINED` most confident mistakes, each with its nearest training texts (among at most
-    `NEIGHBOUR_POOL` of them, a seeded sample: the report must not take as long as the training)."""
+    """Explanations of the `EXPLAINED` most confident mistakes, each with its nearest training texts (among a seeded
+    sample of them, no larger than `NEIGHBOUR_POOL` nor than the split scored: the search then costs at most one more
+    pass of the kind the report already made, so a 12-layer encoder's report does not take as long as its training)."""
     predicted = probabilities.argmax(axis=1)
     wrong = np.flatnonzero(predicted != gold)
     worst = wrong[np.argsort(-probabilities[wrong, predicted[wrong]], kind="stable")][:EXPLAINED]
@@ -66,6 +67,6 @@ def _explained_mistakes(bundle, rows, gold: np.ndarray, probabilities: np.ndarra
         return []
     explainer = Explainer(bundle)
     if train_rows:
-        chosen = np.random.default_rng(0).permutation(len(train_rows))[:NEIGHBOUR_POOL]
+        chosen = np.random.default_rng(0).permutation(len(train_rows))[:min(NEIGHBOUR_POOL, len(rows))]
         explainer.index([train_rows[i] for i in np.sort(chosen)])
     return [explainer.explain(rows[i].text, rows[i].text_pair, neighbours=3 if train_rows else 0)[0] for i in worst]

@@ -1,0 +1,27 @@
+"""`trim-vocab`: a backbone folder with only the vocabulary pieces some texts use (`paddle_ft.trim`)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from paddle_ft.backbone import resolve
+from paddle_ft.data.readers import read_texts
+from paddle_ft.errors import UserError
+from paddle_ft.io import check_output_folder
+from paddle_ft.log import log
+from paddle_ft.trim import trim_folder
+
+
+def run(backbone: str, data: list[str], output: str, keep_top: int, text_column: str, cache_dir: str) -> int:
+    source = Path(backbone)
+    if not source.is_dir():
+        raise UserError(f"--backbone {backbone} is not a folder; give a local Hugging Face or PaddleNLP model folder")
+    target = check_output_folder(output, "--output")
+    if target.exists() and any(target.iterdir()):
+        raise UserError(f"--output {target} already exists and is not empty; trim into a new folder")
+    texts = [text for path in data for text in read_texts(Path(path), text_column)[0]]
+    # a PyTorch-pickle Hugging Face folder is read through its converted copy; a safetensors one as it is
+    folder = source if (source / "model.safetensors").is_file() or (source / "model_state.pdparams").is_file() \
+        else Path(resolve(str(source), cache_dir, log))
+    report = trim_folder(folder, texts, target, keep_top)
+    print(f"{report.describe()} -> {target}; fine-tune it with -o model.backbone={target}")
+    return 0
