@@ -166,6 +166,11 @@ def _safetensors_header(path: Path) -> tuple[int, dict, dict]:
     return size, header.pop("__metadata__", None) or {}, header
 
 
+def safetensors_names(path: Path) -> list[str]:
+    """The tensor names of a safetensors file (its header only is read)."""
+    return list(_safetensors_header(path)[2])
+
+
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """Every tensor of a safetensors file as a numpy array (bfloat16 widened to float32)."""
     size, _, entries = _safetensors_header(path)

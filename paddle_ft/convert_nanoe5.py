@@ -177,14 +177,14 @@ def hf_state(e5: E5File) -> dict[str, np.ndarray]:
 
 def hf_config(e5: E5File) -> dict:
     """config.json as the hub's multilingual-e5-small has it (pad_token_id 0 there too: `convert` takes the padding
-    id from the tokenizer)."""
+    id from the tokenizer), but for naming no tokenizer class: tokenizer_config.json's reads tokenizer.json as it is."""
     s = e5.shape
     return {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": s.hidden,
             "num_hidden_layers": s.layers, "num_attention_heads": s.heads, "intermediate_size": s.ffn,
             "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
             "max_position_embeddings": s.positions, "type_vocab_size": s.type_vocab, "vocab_size": s.vocab,
             "layer_norm_eps": s.eps, "initializer_range": 0.02, "pad_token_id": 0,
-            "position_embedding_type": "absolute", "tokenizer_class": "XLMRobertaTokenizer"}
+            "position_embedding_type": "absolute"}
 
 
 def xlmr_tokenizer(e5: E5File):

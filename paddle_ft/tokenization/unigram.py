@@ -51,7 +51,9 @@ class SentencePieceTokenizer(FastTokenizer):
         directory = Path(directory)
         self._truncate_at(None)  # a saved file carries no truncation setting of ours
         self._backend.save(str(directory / TOKENIZER_JSON))
-        config = {**self.specials, "tokenizer_class": "XLMRobertaTokenizer", "model_max_length": 512}
+        # the class that reads tokenizer.json as it is: transformers 5's XLMRobertaTokenizer rebuilds the pipeline
+        # around the vocabulary and leaves the normaliser out (a fullwidth comma then stays one, and is unknown)
+        config = {**self.specials, "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 512}
         (directory / TOKENIZER_CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
         (directory / SPECIAL_TOKENS_MAP).write_text(json.dumps(self.specials, indent=2, ensure_ascii=False),
                                                     encoding="utf-8")

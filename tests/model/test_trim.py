@@ -1,0 +1,94 @@
+"""trim-vocab: a backbone keeping only the pieces some texts use computes what the full one computes on them, reads an
+unseen piece as <unk> (which the [UNK] check reports), and stays a folder transformers reads."""
+import json
+import subprocess
+
+import numpy as np
+import paddle
+import pytest
+
+from conftest import ROOT, synthetic_rows, write_tsv
+from e5_file import tiny_e5_folder, tiny_pieces
+from paddle_ft.backbone import load_encoder, resolve
+from paddle_ft.cli import main
+from paddle_ft.errors import UserError
+from paddle_ft.text import pad_ids
+from paddle_ft.tokenization import load_tokenizer
+from paddle_ft.trim import TRIM_INFO, trim_folder
+
+PEER = ROOT / ".venv-peers" / "bin" / "python"
+SEEN = ["手机质量好", "服务差，失望", "hello world"]
+
+
+def hidden_states(folder, texts, cache):
+    tokenizer = load_tokenizer(folder)
+    encoder, _ = load_encoder(resolve(str(folder), str(cache), print))
+    encoder.eval()
+    ids = tokenizer(texts, max_length=32)["input_ids"]
+    rows, _ = pad_ids(ids, [[0]] * len(ids), tokenizer.pad_token_id)
+    with paddle.no_grad():
+        return ids, encoder(paddle.to_tensor(rows))[0].numpy(), rows != tokenizer.pad_token_id
+
+
+def test_a_trimmed_backbone_computes_what_the_full_one_does_on_the_texts_it_kept(tmp_path):
+    full = tiny_e5_folder(tmp_path)
+    report = trim_folder(full, SEEN, tmp_path / "trimmed", keep_top=5)
+    assert report.pieces_before == len(tiny_pieces()[0]) and report.pieces_after == len(report.kept_ids) < 40
+    ids, hidden, real = hidden_states(full, SEEN, tmp_path / "cache")
+    trimmed_ids, trimmed_hidden, _ = hidden_states(tmp_path / "trimmed", SEEN, tmp_path / "cache")
+    assert [[report.kept_ids[i] for i in row] for row in trimmed_ids] == ids  # the same pieces, renumbered
+    assert np.abs(hidden[real] - trimmed_hidden[real]).max() <= 1e-5
+    config = json.loads((tmp_path / "trimmed" / "config.json").read_text())
+    assert config["vocab_size"] == report.pieces_after
+    assert json.loads((tmp_path / "trimmed" / TRIM_INFO).read_text())["kept_ids"] == report.kept_ids
+
+
+def test_an_unseen_piece_is_read_as_unk_and_reported(tmp_path, capsys):
+    rows = synthetic_rows(64)
+    write_tsv(tmp_path / "train.tsv", rows)
+    assert main(["trim-vocab", "--backbone", str(tiny_e5_folder(tmp_path)), "--data", str(tmp_path / "train.tsv"),
+                 "--output", str(tmp_path / "trimmed"), "--keep-top", "0"]) == 0
+    assert "kept" in capsys.readouterr().out
+    tokenizer = load_tokenizer(tmp_path / "trimmed")
+    assert tokenizer.unk_token_id in tokenizer.pieces(["hello"])[0]  # "hello" is in no training text
+    from paddle_ft.analysis.audit import unknown_shares
+
+    encoded = tokenizer(["hello world", rows[0][0]], max_length=None)["input_ids"]
+    tokens, texts = unknown_shares(encoded, tokenizer.unk_token_id)
+    assert tokens > 0 and texts == 0.5
+
+
+def test_refusals_are_one_line(tmp_path, capsys):
+    from conftest import write_vocab
+
+    wordpiece = tmp_path / "wp"
+    wordpiece.mkdir()
+    write_vocab(wordpiece / "vocab.txt")
+    (wordpiece / "config.json").write_text("{}")
+    write_tsv(tmp_path / "t.tsv", synthetic_rows(4))
+    assert main(["trim-vocab", "--backbone", str(wordpiece), "--data", str(tmp_path / "t.tsv"), "--output",
+                 str(tmp_path / "x")]) == 2
+    assert "trims SentencePiece vocabularies" in capsys.readouterr().err
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "f").write_text("x")
+    assert main(["trim-vocab", "--backbone", str(tiny_e5_folder(tmp_path)), "--data", str(tmp_path / "t.tsv"),
+                 "--output", str(tmp_path / "busy")]) == 2
+    assert "already exists and is not empty" in capsys.readouterr().err
+    with pytest.raises(UserError, match="trim-vocab trims"):
+        trim_folder(wordpiece, ["x"], tmp_path / "y", 0)
+
+
+@pytest.mark.slow  # a child process with torch
+def test_transformers_reads_a_trimmed_folder_as_paddle_ft_does(tmp_path):
+    trimmed = tmp_path / "trimmed"
+    trim_folder(tiny_e5_folder(tmp_path), SEEN, trimmed, keep_top=5)
+    ids, hidden, real = hidden_states(trimmed, SEEN, tmp_path / "cache")
+    rows, _ = pad_ids(ids, [[0]] * len(ids), 1)
+    (tmp_path / "request.json").write_text(json.dumps({"texts": SEEN, "input_ids": rows.tolist()}))
+    done = subprocess.run([str(PEER), str(ROOT / "tests" / "hf_e5_reference.py"), str(trimmed),
+                           str(tmp_path / "request.json"), str(tmp_path / "out.npz")], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with np.load(tmp_path / "out.npz") as reference:
+        assert json.loads(str(reference["ids"])) == ids
+        assert np.abs(reference["hidden"][real] - hidden[real]).max() <= 1e-4
