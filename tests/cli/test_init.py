@@ -105,3 +105,31 @@ def test_the_config_init_writes_is_plain_yaml_a_user_can_edit(tmp_path):
     written = yaml.safe_load((tmp_path / "b.yaml").read_text(encoding="utf-8"))
     assert written["model"] == {"backbone": "bert-base-chinese"}
     assert written["train"]["optimizer"]["learning_rate"] == 3e-5
+
+
+def test_the_learning_rate_falls_with_the_encoders_size():
+    from paddle_ft.commands.recipe import EncoderFacts, learning_rate_for
+
+    def rate(layers, hidden, ffn):
+        return learning_rate_for(EncoderFacts(layers, hidden, ffn, 21128, True))
+
+    assert rate(2, 128, 512) == 5e-4  # the demo encoder, where 2e-4 and 1e-3 scored lower (docs/demo.md)
+    assert rate(12, 384, 1536) == 7e-5  # multilingual-e5-small
+    assert rate(12, 768, 3072) == 3e-5  # BERT-base: its published recipes use 2e-5 to 5e-5
+    assert rate(24, 1024, 4096) == 2e-5  # BERT-large
+
+
+def test_init_fits_the_recipe_to_a_local_encoder_and_offers_trimming(tmp_path, capsys):
+    from e5_file import tiny_e5_folder
+    from paddle_ft.commands.recipe import EncoderFacts, recipe_notes
+
+    train = write_reviews(tmp_path / "train.csv", 20)
+    folder = tiny_e5_folder(tmp_path)
+    assert main(["init", "--train", str(train), "--backbone", str(folder), "--output", str(tmp_path / "e5.yaml")]) == 0
+    written = yaml.safe_load((tmp_path / "e5.yaml").read_text(encoding="utf-8"))
+    assert written["model"] == {"backbone": str(folder), "pooling": "mean"}  # e5 has no pooler
+    assert written["train"]["optimizer"]["learning_rate"] == 2e-3  # 2 layers, 32 wide
+    assert "learning rate 0.002: " in capsys.readouterr().err
+    notes = recipe_notes(EncoderFacts(12, 384, 1536, 250_037, False), "e5", "train.csv", 7e-5)
+    assert any(note.startswith("its vocabulary has 250,037 rows") and "trim-vocab --backbone e5 --data train.csv"
+               in note for note in notes)
