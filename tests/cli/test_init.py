@@ -129,7 +129,7 @@ def test_init_fits_the_recipe_to_a_local_encoder_and_offers_trimming(tmp_path, c
     written = yaml.safe_load((tmp_path / "e5.yaml").read_text(encoding="utf-8"))
     assert written["model"] == {"backbone": str(folder), "pooling": "mean"}  # e5 has no pooler
     assert written["train"]["optimizer"]["learning_rate"] == 2e-3  # 2 layers, 32 wide
-    assert "learning rate 0.002: " in capsys.readouterr().err
+    assert "learning rate 0.002: " in capsys.readouterr().out
     notes = recipe_notes(EncoderFacts(12, 384, 1536, 250_037, False), "e5", "train.csv", 7e-5)
     assert any(note.startswith("its vocabulary has 250,037 rows") and "trim-vocab --backbone e5 --data train.csv"
                in note for note in notes)
