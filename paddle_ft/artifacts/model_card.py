@@ -34,7 +34,7 @@ def model_card(name: str, meta: ModelMeta, provenance: dict, checks: str = "") -
 {checks}{_verify_line(bool(checks))}
 
 ## Where it came from
-Made with Python {made["python"]}, Paddle {made["paddle"]} ({made["paddle_build"]}), PaddleNLP {made["paddlenlp"]},
+{_pretrained(provenance.get("pretrained"))}Made with Python {made["python"]}, Paddle {made["paddle"]} ({made["paddle_build"]}), PaddleNLP {made["paddlenlp"]},
 paddle_ft {made["paddle_ft"]} ({commit}).
 {_reproduce(provenance)}
 ## Limits
@@ -42,6 +42,19 @@ It knows only the labels above: a text that fits none of them still gets one (an
 routes the least sure to a person). Its scores were measured on the data above; texts unlike them (another domain,
 another language, another period) can score lower.
 """
+
+
+def _pretrained(source: dict | None) -> str:
+    """The pretrained encoder it was fine-tuned from, as its folder describes itself (source and licence)."""
+    if not source:
+        return "Trained from random weights (no pretrained encoder).\n\n"
+    trimmed = source.get("trimmed")
+    kept = (f" Its vocabulary was trimmed to the {trimmed['pieces_after']:,} of {trimmed['pieces_before']:,} pieces "
+            f"that {trimmed['texts']:,} texts use (python -m paddle_ft trim-vocab).") if trimmed else ""
+    about = source.get("readme")
+    described = ("\n\nIts folder describes it so:\n\n" + "\n".join(f"> {line}" if line else ">"
+                                                                 for line in about.strip().splitlines())) if about else ""
+    return f"Fine-tuned from the pretrained encoder `{source['backbone']}`.{kept}{described}\n\n"
 
 
 def _verify_line(engines: bool) -> str:

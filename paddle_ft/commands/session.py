@@ -14,6 +14,7 @@ from paddle_ft import runtime
 from paddle_ft.analysis.audit import unknown_shares
 from paddle_ft.artifacts.bundle import seal_bundle
 from paddle_ft.artifacts.manifest import data_file
+from paddle_ft.backbone import pretrained_source
 from paddle_ft.artifacts.run import Results
 from paddle_ft.build import Dataset, resolve_backbone
 from paddle_ft.config import Config, ModelConfig, config_to_dict
@@ -112,7 +113,8 @@ def seal_best(folder: RunFolder, config: Config, data: dict, results: Results, r
     side of drift (`drift.reference`)."""
     metrics = {split: report for split in ("dev", "test") if (report := getattr(results, split)) is not None}
     seal_bundle(folder.best_dir, folder.path.name, {"seed": config.seed, "config": config_to_dict(config),
-                                                    "data": data, "metrics": metrics, "reference": reference})
+                                                    "data": data, "metrics": metrics, "reference": reference,
+                                                    "pretrained": pretrained_source(config.model.backbone)})
 
 
 def drift_reference(dataset: Dataset, splits, unk_token_id: int | None) -> dict:

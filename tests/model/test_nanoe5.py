@@ -119,6 +119,10 @@ def test_a_sentencepiece_backbone_trains_exports_and_predicts_the_same_answers(t
                      "train.optimizer.learning_rate=3e-3", "data.cache_dir=null"])]) == 0
     assert (out / "best" / "tokenizer.json").is_file() and not (out / "best" / "vocab.txt").exists()
     assert main(["export", "--model", str(out / "best"), "--output", str(tmp_path / "export")]) == 0
+    for folder in (out / "best", tmp_path / "export"):  # the card names the pretrained source, as its folder does
+        card = (folder / "MODEL_CARD.md").read_text(encoding="utf-8")
+        assert f"Fine-tuned from the pretrained encoder `{tiny_e5_folder(tmp_path)}`" in card
+        assert "> a tiny test model" in card
     texts = ["手机质量很好，满意", "服务差，失望", "hello world～"]
     capsys.readouterr()
     assert main(["predict", "--export", str(tmp_path / "export"), *[a for t in texts for a in ("--text", t)]]) == 0
