@@ -25,9 +25,9 @@ import paddle
 from paddle_ft.artifacts.bundle import Bundle, load_bundle
 from paddle_ft.data.features import Features, eval_batches, pad_batch, tokenize
 from paddle_ft.data.readers import Example
-from paddle_ft.tokenization import fastest
 from paddle_ft.errors import UserError
 from paddle_ft.text import sigmoid, softmax
+from paddle_ft.tokenization import fastest
 
 BATCH = 64  # texts per forward pass when indexing
 SEGMENTS = 16  # of the path, probed first to place the gradient points where the probability changes

@@ -9,10 +9,10 @@ import numpy as np
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import Columns, format_of, one_line, read_examples
-from paddle_ft.tokenization import fastest
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.io import atomic_file, check_output_file
 from paddle_ft.log import LONG_INPUT, Progress
+from paddle_ft.tokenization import fastest
 
 
 def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int) -> dict:

@@ -20,11 +20,11 @@ from paddle_ft.commands.recipe import encoder_facts, learning_rate_for, recipe_n
 from paddle_ft.config import load_config
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.sniff import Layout, propose_max_length, sniff_layout
-from paddle_ft.tokenization import fastest, load_tokenizer
 from paddle_ft.data.vocab import character_vocab
 from paddle_ft.errors import UserError
 from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
+from paddle_ft.tokenization import fastest, load_tokenizer
 
 # configs/demo-scratch.yaml's encoder and settings: a tiny encoder that learns from the labels alone
 SCRATCH = {"architecture": "bert", "hidden_size": 128, "num_layers": 2, "num_heads": 2, "intermediate_size": 512}

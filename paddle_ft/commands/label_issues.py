@@ -31,12 +31,12 @@ from paddle_ft.config import TASK_METRICS, Config, load_config
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import one_line, write_examples, write_records
-from paddle_ft.tokenization import fastest
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.errors import ConfigError
 from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
 from paddle_ft.ownership import clear, owned_folder
+from paddle_ft.tokenization import fastest
 
 FINGERPRINT = "label-issues-fingerprint.json"
 OUT_OF_FOLD = "out-of-fold.json"  # beside each fold's data files (OUT/folds/fold-N/): its held-out rows' probabilities

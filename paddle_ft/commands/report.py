@@ -13,9 +13,9 @@ from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.build import Dataset, read_dataset
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.features import tokenize
-from paddle_ft.tokenization import fastest
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.ownership import owned_folder, owner_of, require_owner
+from paddle_ft.tokenization import fastest
 
 CLASSIFIER_RUNS = ("train", "distill")  # the runs whose best/ is a classifier to report on
 EXPLAINED = 3  # the most confident mistakes the report explains

@@ -14,8 +14,8 @@ from paddle_ft import runtime
 from paddle_ft.analysis.audit import unknown_shares
 from paddle_ft.artifacts.bundle import seal_bundle
 from paddle_ft.artifacts.manifest import data_file
-from paddle_ft.backbone import pretrained_source
 from paddle_ft.artifacts.run import Results
+from paddle_ft.backbone import pretrained_source
 from paddle_ft.build import Dataset, resolve_backbone
 from paddle_ft.config import Config, ModelConfig, config_to_dict
 from paddle_ft.data.labels import LabelMap

@@ -8,10 +8,10 @@ import numpy as np
 
 from paddle_ft.data.features import Features
 from paddle_ft.data.readers import read_texts
-from paddle_ft.tokenization import FastBertTokenizer
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 from paddle_ft.text import Truncation
+from paddle_ft.tokenization import FastBertTokenizer
 
 
 def read_corpus(paths: tuple[str, ...], text_column: str) -> tuple[list[str], list[tuple[str, int]]]:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from paddle_ft.tokenization import NO_TOKEN, without_tokens
 from paddle_ft.errors import DataError
 from paddle_ft.io import atomic_file
+from paddle_ft.tokenization import NO_TOKEN, without_tokens
 
 FORMATS = ("tsv", "csv", "jsonl")
 MAX_SKIPPED_SHARE = 0.05

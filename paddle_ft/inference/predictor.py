@@ -13,12 +13,12 @@ import numpy as np
 
 from paddle_ft.arguments import require_int
 from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, onnx_file, program_file, read_export_info
-from paddle_ft.tokenization import NO_TOKEN, FastTokenizer, load_tokenizer, without_tokens
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.inference import routing
 from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
 from paddle_ft.runtime import cpu_supports_bf16, quiet, share_cores_with_other_engines, usable_cores
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
+from paddle_ft.tokenization import NO_TOKEN, FastTokenizer, load_tokenizer, without_tokens
 
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
 # backend auto's engines (`routing`): ONNX Runtime, and Paddle Inference with oneDNN and without (each was the faster
