@@ -130,6 +130,15 @@ def test_a_sentencepiece_backbone_trains_exports_and_predicts_the_same_answers(t
     assert main(["eval", "--model", str(out / "best"), "--data", str(tmp_path / "dev.tsv")]) == 0
     assert json.loads(capsys.readouterr().out)["accuracy"] > 0.8  # it learnt the mood characters
 
+    capsys.readouterr()
+    assert main(["explain", "--model", str(out / "best"), "--text", texts[0], "--neighbours", "0", "--steps", "8"]) == 0
+    tokens = [token["token"] for token in json.loads(capsys.readouterr().out)["tokens"]]
+    assert tokens[0] == "<s>" and tokens[-1] == "</s>" and "▁手机" in tokens
+    long_text = "手机质量好，满意。" * 20  # ~60 pieces: three windows of 32
+    assert main(["predict", "--export", str(tmp_path / "export"), "--truncation", "sliding_window",
+                 "--text", long_text]) == 0
+    assert json.loads(capsys.readouterr().out)["windows"] >= 3
+
     import paddle_ft
 
     trained = paddle_ft.load(str(out / "best"))
