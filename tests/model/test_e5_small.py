@@ -61,7 +61,8 @@ def test_the_tokenizer_gives_transformers_ids_and_the_encoder_its_hidden_states(
                            str(tmp_path / "out.npz")], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     with np.load(tmp_path / "out.npz") as reference:
-        assert str(reference["tokenizer_class"]) == "PreTrainedTokenizerFast"
+        # the class that reads tokenizer.json as it is (transformers 5 names PreTrainedTokenizerFast so)
+        assert str(reference["tokenizer_class"]) in ("PreTrainedTokenizerFast", "TokenizersBackend")
         assert ours == json.loads(str(reference["ids"]))
         assert ours_pairs == json.loads(str(reference["pair_ids"]))
         expected = reference["hidden"]
