@@ -23,7 +23,7 @@ import numpy as np
 
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_directory
-from paddle_ft.tokenization import load_tokenizer, tokenizer_kind
+from paddle_ft.tokenization import load_tokenizer
 
 SAFETENSORS, TORCH_BIN = "model.safetensors", "pytorch_model.bin"
 # Hugging Face model_type -> the PaddleNLP encoder class and tokenizer class that read the same checkpoint
@@ -134,13 +134,9 @@ def _tokenizer(source: Path, class_name: str):
     """The folder's tokenizer: a SentencePiece tokenizer.json as it is, a WordPiece vocab.txt in PaddleNLP's class."""
     import paddlenlp.transformers as transformers
 
-    if tokenizer_kind(source) == "sentencepiece":
-        return load_tokenizer(source)
     vocab = source / "vocab.txt"
-    if not vocab.is_file():
-        raise UserError(f"{source} has no vocab.txt and no tokenizer.json; paddle_ft reads a WordPiece vocab.txt "
-                        "(the Chinese BERT, RoBERTa-wwm and ERNIE families) or a Hugging Face tokenizer.json "
-                        "(XLM-R, multilingual-e5, bge-m3)")
+    if not vocab.is_file():  # a SentencePiece tokenizer.json, or load_tokenizer's one line on what is missing
+        return load_tokenizer(source)
     try:
         settings = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -143,3 +143,24 @@ def test_a_sentencepiece_backbone_trains_exports_and_predicts_the_same_answers(t
 
     trained = paddle_ft.load(str(out / "best"))
     assert [answer[0]["label"] for answer in trained(texts)] == [answer["label"] for answer in exported]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda folder: (folder / "tokenizer.json").write_text("{not json"), "cannot be read as a tokenizer"),
+    (lambda folder: (folder / "tokenizer.json").rename(folder / "sentencepiece.bpe.model"),
+     "has sentencepiece.bpe.model but no tokenizer.json"),
+    (lambda folder: (folder / "tokenizer.json").unlink(), "holds no tokenizer of a kind paddle_ft knows")])
+def test_a_tokenizer_folder_paddle_ft_cannot_read_is_one_line(tmp_path, capsys, damage, message):
+    import shutil
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(tiny_e5_folder(tmp_path), folder)
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        (folder / name).unlink()
+    damage(folder)
+    write_tsv(tmp_path / "train.tsv", synthetic_rows(8))
+    assert main(["train", "-c", DEMO, *overrides([f"output_dir={tmp_path / 'run'}", f"data.train={tmp_path / 'train.tsv'}",
+                                                 "data.dev=null", "data.test=null", f"model.backbone={folder}",
+                                                 "model.scratch=null", f"model.cache_dir={tmp_path / 'cache'}"])]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
