@@ -34,7 +34,7 @@ def model_card(name: str, meta: ModelMeta, provenance: dict, checks: str = "") -
 {checks}{_verify_line(bool(checks))}
 
 ## Where it came from
-{_pretrained(provenance.get("pretrained"))}Made with Python {made["python"]}, Paddle {made["paddle"]} ({made["paddle_build"]}), PaddleNLP {made["paddlenlp"]},
+{_pretrained(provenance)}Made with Python {made["python"]}, Paddle {made["paddle"]} ({made["paddle_build"]}), PaddleNLP {made["paddlenlp"]},
 paddle_ft {made["paddle_ft"]} ({commit}).
 {_reproduce(provenance)}
 ## Limits
@@ -44,10 +44,14 @@ another language, another period) can score lower.
 """
 
 
-def _pretrained(source: dict | None) -> str:
-    """The pretrained encoder it was fine-tuned from, as its folder describes itself (source and licence)."""
-    if not source:
-        return "Trained from random weights (no pretrained encoder).\n\n"
+def _pretrained(provenance: dict) -> str:
+    """The pretrained encoder it was fine-tuned from, as its folder describes itself (source and licence); nothing
+    where the manifest does not record it (a model of an earlier paddle_ft)."""
+    if "pretrained" not in provenance:
+        return ""
+    source = provenance["pretrained"]
+    if source is None:
+        return "Its encoder started from random weights (no pretrained encoder).\n\n"
     trimmed = source.get("trimmed")
     kept = (f" Its vocabulary was trimmed to the {trimmed['pieces_after']:,} of {trimmed['pieces_before']:,} pieces "
             f"that {trimmed['texts']:,} texts use (python -m paddle_ft trim-vocab).") if trimmed else ""
