@@ -13,7 +13,7 @@ from paddle_ft.data.corrections import apply_corrections, read_corrections
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, format_of, read_examples
-from paddle_ft.errors import ConfigError, DataError, UserError, first_line
+from paddle_ft.errors import ConfigError, DataError, UserError
 from paddle_ft.log import log
 from paddle_ft.model import BERTForTextClassification, scratch_encoder
 from paddle_ft.text import Truncation
