@@ -36,9 +36,10 @@ def cache_key(examples: Sequence[Example], tokenizer, max_length: int, truncatio
     if truncation.mode != "head":  # absent for head, so the caches written before the choice existed stay valid
         rules["truncation"] = [truncation.mode, truncation.head_tokens]
     digest = hashlib.sha256(json.dumps(rules, sort_keys=True).encode())
-    digest.update(json.dumps(sorted(slow.get_vocab().items()), ensure_ascii=False).encode())
-    if hasattr(slow, "definition"):  # a tokenizer.json: its normaliser and scores decide the ids as well
+    if hasattr(slow, "definition"):  # a tokenizer.json: its pieces, scores and normaliser, all that decides the ids
         digest.update(slow.definition().encode())
+    else:
+        digest.update(json.dumps(sorted(slow.get_vocab().items()), ensure_ascii=False).encode())
     for example in examples:
         digest.update(example.text.encode())
         digest.update(b"\x00" if example.text_pair is None else b"\x01" + example.text_pair.encode())
