@@ -65,27 +65,26 @@ $(E5_TRIMMED)/config.json: data/demo/train.tsv data/demo/dev.tsv
 	rm -rf $(E5_TRIMMED)
 	$(PYTHON) -m paddle_ft trim-vocab --backbone $(E5_SMALL) --data data/demo/train.tsv data/demo/dev.tsv --output $(E5_TRIMMED)
 
+# a demo's run: $(1) its config, $(2) its run folder, $(3) what the printed line calls the model; it fine-tunes, scores
+# test (the misclassified rows to a file), exports, predicts two texts and prints the TF-IDF baseline beside it
+define fine_tune_demo
+	rm -rf $(2)
+	$(PYTHON) tools/train.py --config $(1) -o output_dir=$(2)
+	$(PYTHON) tools/eval.py --model $(2)/best --data data/demo/test.tsv --errors $(2)/misclassified-test.tsv > $(2)/eval-test.json
+	$(PYTHON) tools/export.py --model $(2)/best --output $(2)/export
+	$(PYTHON) tools/predict.py --export $(2)/export --text "这个服务太差了，再也不来了" --text "质量很好，物流也快，非常满意"
+	@$(PYTHON) tools/baseline_tfidf.py --data data/demo --split test > $(2)/baseline-tfidf.txt
+	@$(PYTHON) -c "import json; r = json.load(open('$(2)/eval-test.json')); print(f\"paddle_ft, $(3): test accuracy {r['accuracy']:.4f}, macro-F1 {r['macro_f1']:.4f} ({r['examples']} texts; misclassified rows in {r['misclassified_file']})\")"
+	@echo "char n-gram TF-IDF + logistic regression: $$(cat $(2)/baseline-tfidf.txt)"
+endef
+
 demo-e5: $(VENV)/.installed $(DEMO_DATA) $(E5_TRIMMED)/config.json
-	rm -rf $(E5_OUT)
-	$(PYTHON) tools/train.py --config configs/demo-e5.yaml -o output_dir=$(E5_OUT)
-	$(PYTHON) tools/eval.py --model $(E5_OUT)/best --data data/demo/test.tsv --errors $(E5_OUT)/misclassified-test.tsv > $(E5_OUT)/eval-test.json
-	$(PYTHON) tools/export.py --model $(E5_OUT)/best --output $(E5_OUT)/export
-	$(PYTHON) tools/predict.py --export $(E5_OUT)/export --text "这个服务太差了，再也不来了" --text "质量很好，物流也快，非常满意"
-	@$(PYTHON) tools/baseline_tfidf.py --data data/demo --split test > $(E5_OUT)/baseline-tfidf.txt
-	@$(PYTHON) -c "import json; r = json.load(open('$(E5_OUT)/eval-test.json')); print(f\"paddle_ft, multilingual-e5-small fine-tuned: test accuracy {r['accuracy']:.4f}, macro-F1 {r['macro_f1']:.4f} ({r['examples']} texts)\")"
-	@echo "char n-gram TF-IDF + logistic regression: $$(cat $(E5_OUT)/baseline-tfidf.txt)"
+	$(call fine_tune_demo,configs/demo-e5.yaml,$(E5_OUT),multilingual-e5-small fine-tuned)
 
 # fine-tunes the shipped pretrained encoder (configs/demo.yaml); the TF-IDF baseline is printed next to it
 demo: $(VENV)/.installed $(DEMO_DATA)
 	@echo "pretrained encoder: models/demo-encoder (configs/pretrain-demo.yaml made it; see its manifest.json)"
-	rm -rf $(OUT)
-	$(PYTHON) tools/train.py --config configs/demo.yaml -o output_dir=$(OUT)
-	$(PYTHON) tools/eval.py --model $(OUT)/best --data data/demo/test.tsv --errors $(OUT)/misclassified-test.tsv > $(OUT)/eval-test.json
-	$(PYTHON) tools/export.py --model $(OUT)/best --output $(OUT)/export
-	$(PYTHON) tools/predict.py --export $(OUT)/export --text "这个服务太差了，再也不来了" --text "质量很好，物流也快，非常满意"
-	@$(PYTHON) tools/baseline_tfidf.py --data data/demo --split test > $(OUT)/baseline-tfidf.txt
-	@$(PYTHON) -c "import json; r = json.load(open('$(OUT)/eval-test.json')); print(f\"paddle_ft, pretrained then fine-tuned: test accuracy {r['accuracy']:.4f}, macro-F1 {r['macro_f1']:.4f} ({r['examples']} texts; misclassified rows in {r['misclassified_file']})\")"
-	@echo "char n-gram TF-IDF + logistic regression: $$(cat $(OUT)/baseline-tfidf.txt)"
+	$(call fine_tune_demo,configs/demo.yaml,$(OUT),pretrained then fine-tuned)
 
 # a 1-layer student of the demo model, learnt from its answers on the labelled and the unlabeled demo text
 distill-demo: $(VENV)/.installed $(DEMO_DATA)
