@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     if made.is_file() and made.read_text(encoding="utf-8") == readme:
         print(f"{args.output}: already made from {source.name}")
         return 0
+    ours = made.is_file() and made.read_text(encoding="utf-8", errors="replace").startswith(README.split("\n")[0])
+    if args.output.exists() and (not args.output.is_dir() or any(args.output.iterdir())) and not ours:
+        raise UserError(f"--output {args.output} exists and was not made by this tool; give a new or empty folder "
+                        "(it is replaced whole)")
     print(f"dequantising {source} into {args.output}", flush=True)
     write_hf_folder(read_e5_file(source), args.output, readme)
     print(f"{args.output}: config.json, model.safetensors (float32), tokenizer.json; "

@@ -164,3 +164,26 @@ def test_a_tokenizer_folder_paddle_ft_cannot_read_is_one_line(tmp_path, capsys, 
                                                  "model.scratch=null", f"model.cache_dir={tmp_path / 'cache'}"])]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.slow  # child processes
+def test_the_tool_makes_the_folder_once_and_never_replaces_one_it_did_not_make(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    model_file = write_e5_file(tmp_path / "tiny.bin")
+
+    def tool(output):
+        return subprocess.run([sys.executable, str(ROOT / "tools" / "e5_small.py"), "--model-file", str(model_file),
+                               "--output", str(output)], capture_output=True, text=True, timeout=300)
+
+    made = tool(tmp_path / "e5")
+    assert made.returncode == 0 and (tmp_path / "e5" / "tokenizer.json").is_file(), made.stderr
+    assert "already made from tiny.bin" in tool(tmp_path / "e5").stdout
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    refused = tool(tmp_path / "mine")
+    assert refused.returncode == 2 and "was not made by this tool" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and (tmp_path / "mine" / "notes.txt").read_text() == "mine"
