@@ -71,6 +71,6 @@ def recipe_notes(facts: EncoderFacts, backbone: str, train_file: str, rate: floa
                      "mean-pools)")
     if facts.vocab > TRIM_ABOVE:
         notes.append(f"its vocabulary has {facts.vocab:,} rows, most of which your texts never use: python -m "
-                     f"paddle_ft trim-vocab --backbone {backbone} --data {train_file} --output {backbone}-trimmed "
+                     f"paddle_ft trim-vocab --backbone {backbone} --data {train_file} --output {Path(backbone)}-trimmed "
                      "keeps the ones they do (training takes far less memory), then set model.backbone to that folder")
     return notes
