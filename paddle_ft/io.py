@@ -30,6 +30,9 @@ def atomic_directory(final: Path):
     Replacing an existing folder takes two renames (final -> .old, tmp -> final). A crash between
     them leaves no `final` but a complete `.old`: `recover_leftovers` puts it back."""
     final = Path(final)
+    if final.is_symlink():  # renaming it away would replace the link, and a folder of yours could be behind it
+        raise UserError(f"{final} is a symbolic link (to {os.readlink(final)}); paddle_ft replaces a folder by "
+                        f"renaming, never through a link: give the folder's own path ({final.resolve()}) or a new one")
     if final.exists() and not final.is_dir():
         raise UserError(f"{final} is a file; give a folder path")
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
@@ -56,7 +59,7 @@ def atomic_file(final: str | Path, newline: str | None = None) -> Iterator[TextI
     final = Path(final)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     try:
-        with tmp.open("w", encoding="utf-8", newline=newline) as handle:
+        with open_own_file(tmp, "w", newline=newline) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -66,6 +69,32 @@ def atomic_file(final: str | Path, newline: str | None = None) -> Iterator[TextI
         if isinstance(exc, OSError) and exc.filename is None:
             exc.filename = str(final)  # a failed write or fsync names no file: the error line should
         raise
+
+
+_MODES = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+          "r+": os.O_RDWR | os.O_CREAT}
+
+
+def open_own_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8", newline: str | None = None):
+    """Open a file paddle_ft keeps under its own name (a lock, a log, metrics.jsonl, a temporary file) for writing:
+    created if missing, and never through a symbolic link. A link planted at that name could point at any file of
+    the user's, which a truncation or a write would destroy (`O_NOFOLLOW`). `mode` is "w", "a" or "r+" (read and
+    write, not truncated), with "b" for bytes (then no `encoding`). A link or a folder in the way is a one-line
+    `UserError` naming the path and what to do."""
+    path = Path(path)
+    try:
+        descriptor = os.open(path, _MODES[mode.replace("b", "")] | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}), where paddle_ft writes a file of its "
+                            "own; it never writes through a link, which could point at a file of yours: remove the "
+                            "link") from None
+        if exc.errno == errno.EISDIR:
+            raise UserError(f"{path} is a folder, where paddle_ft writes a file of its own; move the folder away")
+        raise
+    if "b" in mode:
+        return os.fdopen(descriptor, mode)
+    return os.fdopen(descriptor, mode, encoding=encoding, newline=newline)
 
 
 def write_text_atomically(final: str | Path, text: str) -> None:
@@ -151,6 +180,9 @@ def check_output_folder(path: str | Path, option: str) -> Path:
     """A folder a command will create (with its parents) or fill: no file may stand in its way, and its
     parent must really take a new folder (tried, not judged from permission bits, which root ignores)."""
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise UserError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist; create "
+                        "that folder, or give another path")
     if path.exists() and not path.is_dir():
         raise UserError(f"{option} {path} is a file; give a folder path")
     existing = next((p for p in (path, *path.parents) if p.exists()), None)

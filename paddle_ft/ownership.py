@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from paddle_ft.errors import UserError
-from paddle_ft.io import check_output_folder, write_text_atomically
+from paddle_ft.io import check_output_folder, open_own_file, write_text_atomically
 from paddle_ft.log import log
 
 OWNER_FILE, LOCK_FILE = ".paddle_ft-owner", ".paddle_ft-lock"
@@ -104,7 +104,7 @@ def _check_claimable(folder: Path, kind: str, option: str) -> None:
 
 def _lock(folder: Path, kind: str, option: str):
     """The folder's lock file, locked (exclusive, not waiting) and holding our PID."""
-    handle = (folder / LOCK_FILE).open("a+", encoding="utf-8")
+    handle = open_own_file(folder / LOCK_FILE, "r+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

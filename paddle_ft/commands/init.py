@@ -22,7 +22,7 @@ from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.sniff import Layout, propose_max_length, sniff_layout
 from paddle_ft.data.vocab import character_vocab
 from paddle_ft.errors import UserError
-from paddle_ft.io import write_text_atomically
+from paddle_ft.io import check_output_file, write_text_atomically
 from paddle_ft.log import log
 from paddle_ft.tokenization import fastest, load_tokenizer
 
@@ -43,8 +43,9 @@ def run(train: str, dev: str | None, test: str | None, backbone: str | None, out
     target = Path(output)
     if target.suffix not in (".yaml", ".yml"):
         raise UserError(f"--output {output}: give a .yaml file to write the config to")
-    if target.exists():
+    if target.exists() or target.is_symlink():
         raise UserError(f"--output {output} already exists; choose another name (init never overwrites a config)")
+    check_output_file(target, "--output")
     if backbone is None and vocab_file(target).exists():
         raise UserError(f"{vocab_file(target)} already exists, and init writes the scratch encoder's vocabulary "
                         "there; choose another --output name (init never overwrites a file)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from paddle_ft.artifacts.run import RunFiles, event_line
-from paddle_ft.io import write_text_atomically
+from paddle_ft.io import open_own_file, write_text_atomically
 
 
 class EventLog:
@@ -19,7 +19,7 @@ class EventLog:
             kept = [event_line(e.kind, e.step, e.values) for e in files.read_events()
                     if e.step <= keep_until_step and e.kind != "results"]
             write_text_atomically(path, "".join(line + "\n" for line in kept))
-        self._jsonl = path.open("a" if keep_until_step is not None else "w", encoding="utf-8")
+        self._jsonl = open_own_file(path, "a" if keep_until_step is not None else "w")
         self._vdl = LogWriter(logdir=str(files.path / "vdl"))
 
     def write(self, event: str, step: int, **values) -> None:

@@ -28,6 +28,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
+from paddle_ft.io import open_own_file
 from paddle_ft.log import native_output_captured
 from paddle_ft.runtime import cpu_identity
 
@@ -72,13 +73,14 @@ def _build(folder: Path, key: str):
     """The kernels built into `folder` (or loaded from it, built before), one process at a time; what the build
     printed goes to folder/build.log."""
     folder.mkdir(parents=True, exist_ok=True)
-    with (folder / ".lock").open("w") as lock, warnings.catch_warnings():
+    with open_own_file(folder / ".lock", "r+") as lock, warnings.catch_warnings():
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time (test workers, ranks of a launch)
         warnings.simplefilter("ignore")  # "No ccache found", on import
         from paddle.utils.cpp_extension import load
 
         def keep_log(text: str) -> str:
-            (folder / BUILD_LOG).write_text(text, encoding="utf-8")
+            with open_own_file(folder / BUILD_LOG) as out:
+                out.write(text)
             return ""  # nothing echoed: a failure is reported in one line that names the log
 
         with native_output_captured(keep_log):

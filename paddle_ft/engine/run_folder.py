@@ -19,7 +19,7 @@ from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine.checkpoint import newest_verified_checkpoint, verify_checkpoint
 from paddle_ft.engine.events import EventLog
 from paddle_ft.errors import ConfigError, UserError
-from paddle_ft.io import recover_leftovers
+from paddle_ft.io import open_own_file, recover_leftovers
 from paddle_ft.log import log
 
 # what a checkpoint's state depends on: a resume that changes any of them cannot continue the run exactly
@@ -70,7 +70,8 @@ class RunFolder:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             probe = self.path / ".write-test"
-            probe.write_text("ok")
+            with open_own_file(probe) as handle:
+                handle.write("ok")
             probe.unlink()
         except OSError as exc:
             problem = "a file stands in its way" if exc.errno in (errno.EEXIST, errno.ENOTDIR) else exc.strerror

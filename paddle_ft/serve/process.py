@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from paddle_ft.io import open_own_file
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -38,7 +40,7 @@ class ServerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        with log.open("w") as out:
+        with open_own_file(log) as out:
             # the package's own entry point: works from a checkout and from an installed wheel alike
             self.process = subprocess.Popen([sys.executable, "-m", "paddle_ft", "serve", "--export", str(export_dir),
                                              "--host", "127.0.0.1", "--port", str(self.port), *options],

@@ -210,3 +210,46 @@ def test_an_output_that_is_the_commands_own_input_is_refused_and_the_input_kept(
     assert one_error_line(capsys) == (f"error: {option} {data} is the {source} file: writing it would replace what is "
                                       "read; choose another path")
     assert data.read_bytes() == before
+
+
+# issue 43, root 2: every path paddle_ft writes is opened without following a link planted at its name
+
+
+@pytest.mark.parametrize("planted", ["lock", "metrics"])
+def test_a_link_planted_where_training_writes_its_own_file_leaves_the_users_file_whole(planted, tiny_config_args,
+                                                                                    tmp_path, capsys):
+    users = tmp_path / "thesis.txt"
+    users.write_text("years of work", encoding="utf-8")
+    run = tmp_path / "out"
+    run.mkdir()
+    (run / OWNER_FILE).write_text(json.dumps({"kind": "train"}), encoding="utf-8")
+    name = LOCK_FILE if planted == "lock" else "metrics.jsonl"
+    (run / name).symlink_to(users)
+    resume = ["-o", "train.resume=auto"] if planted == "metrics" else []  # a metrics.jsonl is a run begun
+    assert main(["train", "--config", DEMO, *overrides(tiny_config_args), *resume]) == 2
+    line = one_error_line(capsys)
+    assert f"{run / name} is a symbolic link (to {users})" in line and "remove the link" in line
+    assert users.read_text(encoding="utf-8") == "years of work"
+
+
+def test_a_lock_path_that_is_a_folder_is_one_line(tiny_config_args, tmp_path, capsys):
+    (tmp_path / "out" / LOCK_FILE).mkdir(parents=True)
+    assert main(["train", "--config", DEMO, *overrides(tiny_config_args)]) == 2
+    assert f"{tmp_path / 'out' / LOCK_FILE} is a folder" in one_error_line(capsys)
+
+
+def test_an_output_dir_that_is_a_dangling_link_is_one_line(tiny_config_args, tmp_path, capsys):
+    (tmp_path / "out").symlink_to(tmp_path / "gone")
+    assert main(["train", "--config", DEMO, *overrides(tiny_config_args)]) == 2
+    line = one_error_line(capsys)
+    assert f"is a symbolic link to {tmp_path / 'gone'}, which does not exist" in line
+
+
+def test_export_overwrite_onto_a_link_replaces_neither_the_link_nor_the_export_behind_it(tmp_path, capsys):
+    export = export_tiny_model(tmp_path / "run")
+    before = {p.name: p.read_bytes() for p in export.iterdir()}
+    link = tmp_path / "link"
+    link.symlink_to(export)
+    assert main(["export", "--model", str(tmp_path / "run" / "best"), "--output", str(link), "--overwrite"]) == 2
+    assert f"{link} is a symbolic link (to {export})" in one_error_line(capsys)
+    assert link.is_symlink() and {p.name: p.read_bytes() for p in export.iterdir()} == before
