@@ -4,8 +4,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # `paddle_ft.Predictor`, `paddle_ft.Classifier`, `paddle_ft.Explainer`, `paddle_ft.train` and `paddle_ft.load`
-    # without importing paddle for code that only needs, say, the demo data.
+    # `paddle_ft.Predictor`, `paddle_ft.Classifier`, `paddle_ft.Explainer`, `paddle_ft.train`, `paddle_ft.load` and
+    # `paddle_ft.UserError` without importing paddle for code that only needs, say, the demo data.
     if name in ("train", "load"):
         from paddle_ft import api
 
@@ -18,6 +18,10 @@ def __getattr__(name):
         from paddle_ft.analysis.explain import Explainer
 
         return Explainer
+    if name == "UserError":
+        from paddle_ft.errors import UserError
+
+        return UserError
     if name == "Classifier":
         from paddle_ft.inference.classifier import Classifier
 

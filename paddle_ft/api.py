@@ -34,10 +34,36 @@ def train(config: str | Path | None = None, overrides: dict | list[str] | None =
     from paddle_ft.commands.train import trained
 
     runtime.configure()
+    if config is not None and not isinstance(config, (str, Path)):
+        raise UserError(f"train(config=...): give the path of a YAML config, not a {type(config).__name__}")
+    if config is not None and Path(config).is_dir():
+        raise UserError(f"train({str(config)!r}): that is a folder; give the YAML config file (e.g. configs/demo.yaml)")
+    return trained(None if config is None else str(config), override_list(overrides))
+
+
+def override_list(overrides) -> list[str]:
+    """`overrides` as `-o` items: from a dict {"train.epochs": 5} (values written as YAML) or a list of
+    "KEY=VALUE" strings; anything else (a single string, pairs) is a `UserError` saying what to give."""
+    if overrides is None:
+        return []
     if isinstance(overrides, dict):
-        overrides = [f"{key}={yaml.safe_dump(value, default_flow_style=True, allow_unicode=True).strip()}"
-                     .removesuffix("\n...") for key, value in overrides.items()]
-    return trained(None if config is None else str(config), list(overrides or []))
+        if not all(isinstance(key, str) for key in overrides):
+            raise UserError("train(overrides={...}): the keys are dotted config keys, strings like 'train.epochs'")
+        return [f"{key}={yaml.safe_dump(value, default_flow_style=True, allow_unicode=True).strip()}"
+                .removesuffix("\n...") for key, value in overrides.items()]
+    if isinstance(overrides, (list, tuple)) and all(isinstance(item, str) for item in overrides):
+        return list(overrides)
+    raise UserError(f"train(overrides=...): give a dict {{'train.epochs': 5}} or a list ['train.epochs=5'], not "
+                    f"{_shown(overrides)}")
+
+
+def _shown(value) -> str:
+    if isinstance(value, str):
+        return f"one string ({value[:30]!r})"
+    if isinstance(value, (list, tuple)):
+        odd = next(item for item in value if not isinstance(item, str))
+        return f"a list holding a {type(odd).__name__} ({odd!r:.40})"
+    return f"a {type(value).__name__}"
 
 
 def load(folder: str | Path, **options) -> Classifier:
@@ -52,7 +78,11 @@ def load(folder: str | Path, **options) -> Classifier:
     from paddle_ft.export import export_model
 
     scratch = Path(tempfile.mkdtemp(prefix="paddle_ft-load-"))
-    export_model(folder, scratch / "export")
-    classifier = Classifier(scratch / "export", **options)
+    try:
+        export_model(folder, scratch / "export")
+        classifier = Classifier(scratch / "export", **options)
+    except BaseException:  # a failed load leaves no temporary folder behind
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     weakref.finalize(classifier, shutil.rmtree, scratch, ignore_errors=True)
     return classifier

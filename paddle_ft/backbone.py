@@ -72,6 +72,17 @@ def looks_like_a_path(backbone: str) -> bool:
     return backbone.startswith((".", "/", "~")) or backbone.count("/") > 1 or Path(backbone).exists()
 
 
+def is_paddlenlp_name(name: str) -> bool:
+    """Whether PaddleNLP has a built-in model of this name (what its `from_pretrained` downloads): the names its
+    model classes list in `pretrained_init_configuration` (bert-base-chinese, ernie-3.0-medium-zh, hfl/...)."""
+    import paddlenlp.transformers as transformers
+    from paddlenlp.transformers import PretrainedModel
+
+    return any(isinstance(value, type) and issubclass(value, PretrainedModel)
+               and name in (getattr(value, "pretrained_init_configuration", None) or {})
+               for value in list(vars(transformers).values()))
+
+
 def load_encoder(backbone: str, encoder_dropout: float | None = None) -> tuple[nn.Layer, LoadReport]:
     """The encoder of `backbone` (a name or a PaddleNLP folder, see `resolve`) with its pretrained weights;
     `encoder_dropout` replaces the checkpoint's hidden and attention dropout."""

@@ -31,7 +31,8 @@ class Dataset:
 
 def columns_of(data: DataConfig, task: str = "single_label") -> Columns:
     delimiter = data.label_delimiter if task == "multi_label" else None
-    return Columns(data.text_column, data.text_pair_column, data.label_column, delimiter, data.allow_no_label)
+    return Columns(data.text_column, data.text_pair_column, data.label_column, delimiter, data.allow_no_label,
+                   data.header)
 
 
 def format_of_split(data: DataConfig, path: str) -> str:
@@ -198,7 +199,7 @@ def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
     data = config.data
     return ModelMeta(labels=label_map.names, max_length=data.max_length, text_column=data.text_column,
                      text_pair_column=data.text_pair_column, label_column=data.label_column,
-                     format=format_of_split(data, data.train or data.dev or ""),
+                     format=format_of_split(data, data.train or data.dev or ""), header=data.header,
                      dropout=config.model.dropout, pooling=config.model.pooling, truncation=data.long_text,
                      head_tokens=data.head_tokens, stride=data.stride, window_pooling=data.window_pooling,
                      task=config.task, label_delimiter=data.label_delimiter, allow_no_label=data.allow_no_label,

@@ -153,6 +153,18 @@ def _add_init(commands) -> None:
     init.add_argument("--backbone", help="a pretrained model: a PaddleNLP name or a local PaddleNLP / Hugging Face "
                                          "folder (default: a small encoder trained from scratch)")
     init.add_argument("--output", required=True, help="the config to write, e.g. my.yaml (never overwritten)")
+    decided = init.add_argument_group("overrule what init reads from the training file")
+    decided.add_argument("--text-column", help="the column (or JSONL key) of the text")
+    decided.add_argument("--text-pair-column", help="the column of a second text (the model classifies pairs)")
+    decided.add_argument("--label-column", help="the column of the label (or label set)")
+    decided.add_argument("--task", choices=("single_label", "multi_label"),
+                         help="one label per row, or a set of labels per row")
+    decided.add_argument("--label-delimiter", help="multi-label: what separates a row's label names (implies "
+                                                   "--task multi_label)")
+    decided.add_argument("--no-header", action="store_true", help="TSV/CSV files without a header row: every row "
+                                                                  "is data, the columns are named 1, 2, ...")
+    init.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                      help="set a key of the written config (dotted path, YAML value); repeatable")
     init.set_defaults(run=_init)
 
 
@@ -302,7 +314,11 @@ def _add_quantize(commands) -> None:
 def _init(args) -> int:
     import paddle_ft.commands.init as command
 
-    return command.run(args.train, args.dev, args.test, args.backbone, args.output)
+    from paddle_ft.data.sniff import Choices
+
+    given = Choices(args.text_column, args.text_pair_column, args.label_column, args.task, args.label_delimiter,
+                    header=not args.no_header)
+    return command.run(args.train, args.dev, args.test, args.backbone, args.output, given, args.override)
 
 
 def _pretrain(args) -> int:

@@ -73,6 +73,9 @@ class DataConfig:
     """Optional test file, scored once with the best model."""
     format: str | None = field(default=None, metadata=_one_of("tsv", "csv", "jsonl"))
     """File format of all splits; null = each file's extension says (.tsv, .csv, .jsonl; any other is read as tsv)."""
+    header: bool = True
+    """TSV and CSV: the first row names the columns. false: every row is data, and the columns are named by their
+    position, "1", "2", ... (text_column: "2" for the second)."""
     text_column: str = "text"
     """Column (or JSONL key) holding the text."""
     text_pair_column: str | None = None
@@ -382,8 +385,8 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
             raise UserError(f"{path}: the top level must be a mapping of config keys")
     overridden = set()
     for item in overrides:
-        key, value = _parse_override(item)
-        _set_dotted(raw, key, value)
+        key, value = parse_override(item)
+        set_dotted(raw, key, value)
         overridden.add(key)
 
     def where(key: str) -> str:
@@ -441,7 +444,7 @@ def save_config(config: Config, path: Path) -> None:
     write_text_atomically(path, yaml.safe_dump(config_to_dict(config), allow_unicode=True, sort_keys=False))
 
 
-def _parse_override(item: str) -> tuple[str, Any]:
+def parse_override(item: str) -> tuple[str, Any]:
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
         raise UserError(f"override '{_clip(item, 60)}' is not KEY=VALUE: write it like -o train.batch_size=16")
@@ -452,7 +455,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def _set_dotted(raw: dict, key: str, value: Any) -> None:
+def set_dotted(raw: dict, key: str, value: Any) -> None:
     node = raw
     parts = key.split(".")
     for i, part in enumerate(parts[:-1]):

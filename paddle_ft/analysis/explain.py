@@ -27,7 +27,7 @@ from paddle_ft.data.features import Features, eval_batches, pad_batch, tokenize
 from paddle_ft.data.readers import Example
 from paddle_ft.errors import UserError
 from paddle_ft.text import sigmoid, softmax
-from paddle_ft.tokenization import fastest
+from paddle_ft.tokenization import check_texts, fastest
 
 BATCH = 64  # texts per forward pass when indexing
 SEGMENTS = 16  # of the path, probed first to place the gradient points where the probability changes
@@ -95,7 +95,15 @@ class Explainer:
     def explain(self, text: str, text_pair: str | None = None, label: str | None = None,
                 neighbours: int = 0) -> list[Explanation]:
         """The explanation of `label`, or of the model's answer: its label (single-label), each label of its set
-        (multi-label; the most probable one when the set is empty)."""
+        (multi-label; the most probable one when the set is empty). A text the model cannot read (`check_texts`: the
+        rule of predict, the API and the server), or a second text given to a single-text model or missing for a
+        pair model, is a `UserError`."""
+        text = check_texts([text], "the text")[0]
+        if (text_pair is not None) != self.meta.takes_text_pair:
+            raise UserError("this model classifies text pairs: give a second text" if self.meta.takes_text_pair
+                            else "this model classifies single texts: give no second text")
+        if text_pair is not None:
+            text_pair = check_texts([text_pair], "the second text")[0]
         features = self._features([Example(text, text_pair, None, 0)])
         input_ids, token_type_ids = features.input_ids[0], features.token_type_ids[0]
         probabilities = self._probabilities(self._logits(input_ids[None], token_type_ids[None]))[0]

@@ -37,6 +37,8 @@ class ModelMeta:
     """Column of the label name."""
     format: str = "tsv"
     """File format training read (eval reads a file of the same kind unless its suffix says otherwise)."""
+    header: bool = True
+    """TSV/CSV: whether the files training read began with a header row (else columns are named "1", "2", ...)."""
     dropout: float = 0.1
     """Dropout before the classifier (training only; the head is rebuilt with it)."""
     pooling: str = "pooler"
@@ -121,6 +123,7 @@ class ModelMeta:
                 len(meta.thresholds) == len(meta.labels) and meta.multi_label
                 and all(isinstance(t, (int, float)) and 0 <= t <= 1 for t in meta.thresholds))),
             ("label_delimiter", isinstance(meta.label_delimiter, str) and meta.label_delimiter.strip() != ""),
+            ("header", isinstance(meta.header, bool)),
             ("temperature", isinstance(meta.temperature, (int, float)) and meta.temperature > 0),
             ("abstain_below", meta.abstain_below is None or (isinstance(meta.abstain_below, (int, float))
                                                              and 0 <= meta.abstain_below <= 1 and not meta.multi_label)),

@@ -15,6 +15,7 @@ from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.errors import UserError
 from paddle_ft.io import check_output_file
 from paddle_ft.log import log
+from paddle_ft.tokenization import check_texts
 
 
 def run(model_dir: str, texts: list[str], text_pairs: list[str] | None, label: str | None, steps: int,
@@ -29,6 +30,9 @@ def run(model_dir: str, texts: list[str], text_pairs: list[str] | None, label: s
         check_output_file(html_path, "--html", {"--data": data})
     if text_pairs is not None and len(text_pairs) != len(texts):
         raise UserError(f"--text-pair is given {len(text_pairs)} times for {len(texts)} --text: give one per --text")
+    check_texts(texts, "--text {}")  # before the model is loaded: predict's rule, predict's message
+    if text_pairs is not None:
+        check_texts(text_pairs, "--text-pair {}")
     explainer = Explainer.load(folder, steps=steps)
     if label is not None and label not in explainer.meta.labels:
         raise UserError(f"--label {label!r} is not one of the model's labels ({', '.join(explainer.meta.labels)})")

@@ -67,6 +67,7 @@ def train_folds(config_path: str | None, overrides: list[str], config: Config, p
             resume = ["train.resume=auto"] if run.started else []
             # the pool already holds any corrections: the folds' files are written with them
             train.run(config_path, [*overrides, f"output_dir={run.path}", f"data.train={data / f'train{suffix}'}",
-                                    f"data.dev={data / f'dev{suffix}'}", "data.corrections=null", *resume])
+                                    f"data.dev={data / f'dev{suffix}'}", "data.corrections=null",
+                                    "data.header=true", *resume])  # write_examples writes a header
         done.append(Fold(number, held_out, run))
     return done

@@ -16,13 +16,15 @@ from pathlib import Path
 
 import yaml
 
+from paddle_ft.backbone import is_paddlenlp_name, looks_like_a_path
+from paddle_ft.build import read_dataset
 from paddle_ft.commands.recipe import encoder_facts, learning_rate_for, recipe_notes
-from paddle_ft.config import load_config
+from paddle_ft.config import load_config, parse_override, set_dotted
 from paddle_ft.data.readers import Columns, format_of, read_examples
-from paddle_ft.data.sniff import Layout, propose_max_length, sniff_layout
+from paddle_ft.data.sniff import Choices, Layout, propose_max_length, sniff_layout
 from paddle_ft.data.vocab import character_vocab
-from paddle_ft.errors import UserError
-from paddle_ft.io import check_output_file, write_text_atomically
+from paddle_ft.errors import DataError, UserError
+from paddle_ft.io import atomic_path, check_output_file, write_text_atomically
 from paddle_ft.log import log
 from paddle_ft.tokenization import fastest, load_tokenizer
 
@@ -39,7 +41,8 @@ EPOCHS = {"scratch": (3, 50), "pretrained": (3, 10)}
 IMBALANCE = 5  # the most frequent label this many times the rarest: say how to weigh them
 
 
-def run(train: str, dev: str | None, test: str | None, backbone: str | None, output: str) -> int:
+def run(train: str, dev: str | None, test: str | None, backbone: str | None, output: str,
+        given: Choices = Choices(), overrides: list[str] = ()) -> int:
     target = Path(output)
     if target.suffix not in (".yaml", ".yml"):
         raise UserError(f"--output {output}: give a .yaml file to write the config to")
@@ -49,20 +52,56 @@ def run(train: str, dev: str | None, test: str | None, backbone: str | None, out
     if backbone is None and vocab_file(target).exists():
         raise UserError(f"{vocab_file(target)} already exists, and init writes the scratch encoder's vocabulary "
                         "there; choose another --output name (init never overwrites a file)")
-    layout = sniff_layout(Path(train))
+    if backbone is not None:
+        check_backbone(backbone)
+    settings = dict(parse_override(item) for item in overrides)
+    on_bad_row, skip_option = settings.get("data.on_bad_row", "error"), "-o data.on_bad_row=skip"
+    layout = sniff_layout(Path(train), given, on_bad_row, skip_option)
     columns = Columns(layout.text_column, layout.text_pair_column, layout.label_column,
-                      (layout.label_delimiter or ",") if layout.multi_label else None)
+                      (layout.label_delimiter or ",") if layout.multi_label else None, header=layout.header)
     paths = {name: path for name, path in (("train", train), ("dev", dev), ("test", test)) if path is not None}
-    splits = {name: read_examples(path, format_of(path), columns)[0] for name, path in paths.items()}
+    splits = {name: read_examples(path, format_of(path), columns, on_bad_row=on_bad_row, skip_option=skip_option)[0]
+              for name, path in paths.items()}
     counts = Counter(name for example in splits["train"] for name in example.label_names)
+    _check_labels(layout, paths, splits, counts)
     config, notes = _config(layout, paths, splits, counts, backbone, target)
+    for key, value in settings.items():
+        set_dotted(config, key, value)
     text = _header(layout, notes, target) + yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
-    write_text_atomically(target, text)
-    load_config(target)  # what init writes, training reads: a mistake here is a bug, not the user's
+    with atomic_path(target) as draft:  # in place only once train's own reading accepts it
+        write_text_atomically(draft, text)
+        checked = load_config(draft)
+        read_dataset(checked.data, checked.task)
     for line in [*layout.reasons, *notes]:
         log(line)
     log(f"wrote {target}; train with: python -m paddle_ft train -c {target}")
     return 0
+
+
+def check_backbone(backbone: str) -> None:
+    """A --backbone that is neither a folder here nor a model PaddleNLP can fetch is a typing mistake."""
+    if Path(backbone).expanduser().is_dir():
+        return
+    if looks_like_a_path(backbone) or not is_paddlenlp_name(backbone):
+        raise UserError(f"--backbone {backbone}: there is no model folder there, and it is not a PaddleNLP model name; "
+                        "give an existing PaddleNLP or Hugging Face folder (make e5-small writes "
+                        "models/multilingual-e5-small), or a name such as ernie-3.0-medium-zh")
+
+
+def _check_labels(layout: Layout, paths: dict, splits: dict, counts: Counter) -> None:
+    """What train would refuse, said now: one label only, or a dev/test label train never shows the model."""
+    if len(counts) < 2 and not layout.multi_label:
+        only = next(iter(counts))
+        raise UserError(f"{paths['train']}: every row has the label '{only}' (label column '{layout.label_column}'); "
+                        "a classifier needs at least two labels: add rows of another label, or name the right "
+                        "column with --label-column")
+    for split in ("dev", "test"):
+        for example in splits.get(split, []):
+            unseen = [name for name in example.label_names if name not in counts]
+            if unseen:
+                raise DataError(paths[split], example.line, f"the label '{unseen[0]}' never occurs in "
+                                f"{paths['train']}, so the model could never answer it; add training rows with "
+                                "it, or remove the row")
 
 
 def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone: str | None,
@@ -75,6 +114,8 @@ def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone
         notes.append(f"the labels are imbalanced ({max(counts.values())} vs {min(counts.values())} rows): consider "
                      "-o train.class_weights=auto, and judge the model by macro_f1")
     data = {"train": paths["train"], "dev": paths.get("dev"), "test": paths.get("test")}
+    if not layout.header:
+        data["header"] = False
     data.update(text_column=layout.text_column, text_pair_column=layout.text_pair_column,
                 label_column=layout.label_column, labels=labels)
     if layout.label_delimiter is not None:

@@ -9,7 +9,8 @@ from pathlib import Path
 from paddle_ft.artifacts.export_folder import program_file, read_export_info
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
-from paddle_ft.inference.predictor import Predictor, check_texts
+from paddle_ft.inference.predictor import Predictor
+from paddle_ft.tokenization import check_texts
 from paddle_ft.io import atomic_file, check_output_file
 from paddle_ft.log import LONG_INPUT, Progress, log
 
@@ -28,7 +29,7 @@ def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, i
         meta = read_export_info(Path(export_dir)).model  # a table's columns are named as in training
         skipped = []
         texts, text_pair, lines = read_texts(Path(input_path), meta.text_column, meta.text_pair_column, on_bad_row,
-                                             skipped, SKIP_OPTION)
+                                             skipped, SKIP_OPTION, meta.header)
         say_skipped(input_path, skipped)
     if lines is None:  # a file's texts were checked as it was read, named by their line
         check_texts(texts, "--text {}")

@@ -105,7 +105,7 @@ def _shards(files: list[Path], meta, shard_rows: int, on_bad_row: str) -> tuple[
     for number, path in enumerate(files, start=1):
         left_out = []
         texts, pairs, lines = read_texts(path, meta.text_column, meta.text_pair_column, on_bad_row, left_out,
-                                         SKIP_OPTION)
+                                         SKIP_OPTION, meta.header)
         say_skipped(path, left_out)
         skipped += [{"source": str(path), "line": line, "reason": reason} for line, reason in left_out]
         if meta.takes_text_pair and pairs is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -34,13 +35,15 @@ class Columns:
     list instead); None = one label name per row."""
     allow_no_label: bool = False
     """Multi-label rows: an empty label set is allowed (a text with none of the labels)."""
+    header: bool = True
+    """TSV and CSV: the first row names the columns; without one they are named by position, "1", "2", ..."""
 
     @classmethod
     def of_model(cls, meta) -> Columns:
         """How to read a labelled file of the kind a model's training read, from its `ModelMeta` (eval, quantize's
         accuracy check)."""
         return cls(meta.text_column, meta.text_pair_column, meta.label_column,
-                   meta.label_delimiter if meta.multi_label else None, meta.allow_no_label)
+                   meta.label_delimiter if meta.multi_label else None, meta.allow_no_label, meta.header)
 
 
 @dataclass(frozen=True)
@@ -132,17 +135,22 @@ def _check_skipped_share(path: Path, skipped: list[tuple[int, str]], kept: int, 
                         "Fix the file")
 
 
-def read_records(path: str | Path, fmt: str) -> list[tuple[int, dict]]:
+def read_records(path: str | Path, fmt: str, header: bool = True, on_bad_row: str = "error",
+                 skip_option: str | None = None) -> list[tuple[int, dict]]:
     """(line, {column: value}) of every row of `path` as the file has it, before any column is chosen (`init` reads
-    its columns from them); a bad row is a `DataError` naming its line."""
+    its columns from them); a bad row is a `DataError` naming its line (and `skip_option`, where the caller takes
+    one), or with `on_bad_row="skip"` left out."""
     path = Path(path)
     if not path.is_file():
         raise DataError(str(path), None, "file not found")
     reader = {"tsv": _tsv_records, "csv": _csv_records, "jsonl": _jsonl_records}[fmt]
     records = []
-    for line, record in reader(path, Columns(None, None, None)):
+    for line, record in reader(path, Columns(None, None, None, header=header)):
         if isinstance(record, _BadRow):
-            raise DataError(str(path), record.line, record.reason)
+            if on_bad_row == "skip":
+                continue
+            fix = f" (fix the row, or use {skip_option} to drop bad rows)" if skip_option else ""
+            raise DataError(str(path), record.line, record.reason + fix)
         records.append((line, record))
     if not records:
         raise DataError(str(path), None, "no rows in the file (a header and at least one row are needed)")
@@ -150,7 +158,7 @@ def read_records(path: str | Path, fmt: str) -> list[tuple[int, dict]]:
 
 
 def read_texts(path: Path, text_column: str = "text", text_pair_column: str | None = None, on_bad_row: str = "error",
-               skipped: list | None = None, skip_option: str = "data.on_bad_row=skip"
+               skipped: list | None = None, skip_option: str = "data.on_bad_row=skip", header: bool = True
                ) -> tuple[list[str], list[str] | None, list[int]]:
     """Texts of a .txt file (one per non-blank line) or of the text column of a .tsv/.csv/.jsonl file, the second
     texts of its pair column when one is named, and the line each text came from. A .txt line ends at a line
@@ -161,7 +169,8 @@ def read_texts(path: Path, text_column: str = "text", text_pair_column: str | No
     wrong, and that is an error)."""
     path = Path(path)
     bad: list[tuple[int, str]] = []
-    texts, pairs, lines = _texts_of(path, text_column, text_pair_column, on_bad_row, bad, skip_option)
+    texts, pairs, lines = _texts_of(path, Columns(text_column, text_pair_column, None, header=header), on_bad_row, bad,
+                                    skip_option)
     empty = sorted(set(without_tokens(texts)) | set(without_tokens(pairs or [])))
     if empty and on_bad_row != "skip":
         raise DataError(str(path), lines[empty[0]], f"the text {NO_TOKEN}; fix the line or remove it")
@@ -178,17 +187,16 @@ def read_texts(path: Path, text_column: str = "text", text_pair_column: str | No
     return texts, pairs, lines
 
 
-def _texts_of(path: Path, text_column: str, text_pair_column: str | None, on_bad_row: str,
-              bad: list[tuple[int, str]], skip_option: str):
+def _texts_of(path: Path, columns: Columns, on_bad_row: str, bad: list[tuple[int, str]], skip_option: str):
     if path.suffix.lower() in (".tsv", ".csv", ".jsonl"):
-        examples, report = read_examples(path, format_of(path), Columns(text_column, text_pair_column, None),
-                                         on_bad_row=on_bad_row, skip_option=skip_option)
+        examples, report = read_examples(path, format_of(path), columns, on_bad_row=on_bad_row,
+                                         skip_option=skip_option)
         bad += report.skipped
-        return ([e.text for e in examples], [e.text_pair for e in examples] if text_pair_column else None,
+        return ([e.text for e in examples], [e.text_pair for e in examples] if columns.text_pair else None,
                 [e.line for e in examples])
-    if text_pair_column:
+    if columns.text_pair:
         raise DataError(str(path), None, "this model classifies text pairs: give a .tsv/.csv/.jsonl file with "
-                                         f"text and {text_pair_column} columns")
+                                         f"text and {columns.text_pair} columns")
     texts, lines = [], []
     for number, text in _decoded_lines(path):
         if isinstance(text, _BadRow):
@@ -296,21 +304,38 @@ def _csv_rows(path: Path):
 
 
 def _table_records(path: Path, columns: Columns, rows, separator: str):
-    """Records of a delimited file: the first row is the header, every other row maps it to its fields."""
+    """Records of a delimited file: the first row is the header (or, without one, the columns are named by position
+    and the first row is data), every other row maps it to its fields. A spreadsheet's `sep=X` first line names the
+    delimiter: it is skipped when it is this format's, and an error naming the fix when not."""
     header = None
     for number, fields in rows:
         if isinstance(fields, _BadRow):
             if header is None:
                 raise DataError(str(path), number, fields.reason)
             yield number, fields
-        elif header is None:
-            header = [name.strip() for name in fields]
+            continue
+        if header is None and (declared := _SEP_LINE.fullmatch(SEPARATORS[separator].join(fields))):
+            if declared[1] != SEPARATORS[separator]:
+                fix = {",": "set data.format: csv (or give it a .csv name)", "\t": "set data.format: tsv (or give "
+                       "it a .tsv name)"}.get(declared[1], "save it as CSV with commas or as TSV")
+                raise DataError(str(path), number, f"the first line declares {declared[1]!r} as the delimiter (a "
+                                f"spreadsheet's sep= line), but the file is read as {separator}-separated; {fix}")
+            continue
+        if header is None:
+            header = [name.strip() for name in fields] if columns.header else \
+                [str(position) for position in range(1, len(fields) + 1)]
             _check_header(path, number, header, columns, separator)
-        elif len(fields) != len(header):
+            if columns.header:
+                continue
+        if len(fields) != len(header):
             yield number, _BadRow(number, f"{len(fields)} fields where the header has {len(header)} "
                                           f"(a stray {separator} inside a text?)")
         else:
             yield number, dict(zip(header, fields))
+
+
+SEPARATORS = {"tab": "\t", "comma": ","}
+_SEP_LINE = re.compile(r"sep=(.)[,\t]?")
 
 
 def _check_header(path: Path, line: int, header: list[str], columns: Columns, separator: str) -> None:
@@ -325,6 +350,9 @@ def _check_header(path: Path, line: int, header: list[str], columns: Columns, se
                 raise DataError(str(path), line, f"read as {separator}-separated, the header is one column "
                                 f"'{header[0]}': the file looks {other[1].upper()}; set data.format: {other[1]} "
                                 f"(or give it a .{other[1]} name)")
+            if not columns.header:
+                raise DataError(str(path), line, f"no column '{name}': without a header row the columns are named by "
+                                f"position, 1 to {len(header)}; set data.{role} to one of them")
             raise DataError(str(path), line, f"the header has no column '{name}' ({separator}-separated columns: "
                             f"{', '.join(header)}); set data.{role} or fix the header")
 

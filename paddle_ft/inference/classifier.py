@@ -25,6 +25,7 @@ from paddle_ft.arguments import require_int
 from paddle_ft.errors import UserError
 from paddle_ft.inference.predictor import Predictor
 from paddle_ft.text import TRUNCATIONS
+from paddle_ft.tokenization.readable import check_sequence
 
 
 class Classifier:
@@ -46,7 +47,7 @@ class Classifier:
         """One text (or pair) -> its `top_k` labels (a multi-label model: its label set), best first; a list of
         them -> a list of those, in order."""
         single = isinstance(texts, (str, tuple))
-        batch = [texts] if single else list(texts)
+        batch = [texts] if single else check_sequence(texts)
         if batch and all(isinstance(t, tuple) and len(t) == 2 for t in batch):
             if text_pair is not None:
                 raise UserError("give the second texts either inside (text, second_text) tuples or as text_pair")

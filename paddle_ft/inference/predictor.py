@@ -18,7 +18,7 @@ from paddle_ft.inference import routing
 from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
 from paddle_ft.runtime import cpu_supports_bf16, quiet, share_cores_with_other_engines, usable_cores
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
-from paddle_ft.tokenization import NO_TOKEN, FastTokenizer, load_tokenizer, without_tokens
+from paddle_ft.tokenization import FastTokenizer, check_texts, load_tokenizer
 
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
 # backend auto's engines (`routing`): ONNX Runtime, and Paddle Inference with oneDNN and without (each was the faster
@@ -303,31 +303,6 @@ def check_tensorrt(program: Path, device: str) -> None:
         raise UserError(f"--tensorrt: {program} is a Paddle 3 (PIR) program, which Paddle Inference's TensorRT "
                         "engine does not run (it takes .pdmodel programs only); use --device gpu --precision fp16 "
                         "without --tensorrt")
-
-
-def check_texts(texts, item: str = "text {}") -> list[str]:
-    """`texts` as a list, each a string of valid Unicode that the model reads as at least one token
-    (`tokenization.readable`: one rule for the CLI, the API and the server). The message names the first text that
-    fails, as `item` formatted with its index (the CLI and the HTTP service name them differently)."""
-    if isinstance(texts, (str, bytes)):
-        raise UserError(f"give a list of texts, not one {type(texts).__name__} ({texts[:20]!r}): a string would be "
-                        "read as one text per character")
-    try:
-        texts = list(texts)  # a tuple, a numpy array of strings, a pandas column...
-    except TypeError:
-        raise UserError(f"give a list of texts, not a {type(texts).__name__}") from None
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise UserError(f"{item.format(i)} is not a string ({type(text).__name__})")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise UserError(f"{item.format(i)} holds a lone surrogate ({text[exc.start]!r}), which is not text; "
-                            "send valid Unicode") from None
-    empty = without_tokens(texts)
-    if empty:
-        raise UserError(f"{item.format(empty[0])} {NO_TOKEN}")
-    return [str(text) for text in texts]
 
 
 def _paddle_engine(program: Path, device: str, cpu_threads: int | None, enable_onednn: bool, gpu_id: int,

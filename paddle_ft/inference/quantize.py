@@ -103,7 +103,7 @@ class _CalibrationBatches:
     """onnxruntime's CalibrationDataReader over the texts of a file, 16 to a batch."""
 
     def __init__(self, path: Path, predictor: Predictor):
-        texts = read_texts(path, predictor.meta.text_column)[0]
+        texts = read_texts(path, predictor.meta.text_column, header=predictor.meta.header)[0]
         encoded = predictor.tokenizer(texts, max_length=predictor.max_length, truncation=True)
         ids, types = encoded["input_ids"], encoded["token_type_ids"]
         self._batches = iter([dict(zip(("input_ids", "token_type_ids"),

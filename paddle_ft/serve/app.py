@@ -31,13 +31,12 @@ from paddle_ft.artifacts.manifest import MANIFEST
 from paddle_ft.drift import text_length
 from paddle_ft.errors import UserError
 from paddle_ft.inference.agreement import export_problems
-from paddle_ft.inference.predictor import check_texts
 from paddle_ft.io import file_sha256
 from paddle_ft.serve.batcher import DynamicBatcher, QueueFull
 from paddle_ft.serve.metrics import Metrics
 from paddle_ft.serve.monitor import TrafficMonitor
 from paddle_ft.serve.options import Limits
-from paddle_ft.tokenization import readable_pattern
+from paddle_ft.tokenization import check_texts, readable_pattern
 
 # Text and count limits are documented in the schema but checked by the handler, not by pydantic, so
 # that each answer says how to fix the request. The pattern is the rule the handler applies (`readable`).

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.tokenization.fast import FastTokenizer
-from paddle_ft.tokenization.readable import NO_TOKEN, readable, readable_pattern, without_tokens
+from paddle_ft.tokenization.readable import NO_TOKEN, check_texts, readable, readable_pattern, without_tokens
 from paddle_ft.tokenization.unigram import SentencePieceTokenizer, is_sentencepiece_folder
 from paddle_ft.tokenization.wordpiece import FastBertTokenizer, fast_tokenizer_for, fastest
 
-__all__ = ["NO_TOKEN", "FastBertTokenizer", "FastTokenizer", "SentencePieceTokenizer", "fast_tokenizer_for",
+__all__ = ["NO_TOKEN", "FastBertTokenizer", "FastTokenizer", "SentencePieceTokenizer", "check_texts", "fast_tokenizer_for",
            "fastest", "load_tokenizer", "readable", "readable_pattern", "tokenizer_kind", "without_tokens"]
 
 

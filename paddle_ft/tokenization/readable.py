@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import sys
 import unicodedata
+from collections.abc import Mapping, Set
 from typing import Sequence
+
+from paddle_ft.errors import UserError
 
 NO_TOKEN = ("holds no character the model reads (no letter, digit, punctuation or symbol: it is empty, or only "
             "blanks, control or format characters); give it at least one")
@@ -22,6 +25,40 @@ def readable(text: str) -> bool:
 def without_tokens(texts: Sequence[str]) -> list[int]:
     """The indices of the texts that are not `readable`: the model would read them as [CLS] [SEP] alone."""
     return [i for i, text in enumerate(texts) if not readable(text)]
+
+
+def check_sequence(texts) -> list:
+    """`texts` as a list: a list, a tuple, a numpy array or a pandas column of them; a dict (whose keys would be
+    taken for the texts) or a set (which has no order to answer in) is a `UserError`."""
+    if isinstance(texts, (Mapping, Set)):
+        raise UserError(f"give a list of texts, not a {type(texts).__name__}: its items have no order to answer in "
+                        "(a dict's keys would be taken for the texts)")
+    try:
+        return list(texts)
+    except TypeError:
+        raise UserError(f"give a list of texts, not a {type(texts).__name__}") from None
+
+
+def check_texts(texts, item: str = "text {}") -> list[str]:
+    """`texts` as a list, each a string of valid Unicode that the model reads as at least one token
+    (`tokenization.readable`: one rule for the CLI, the API and the server). The message names the first text that
+    fails, as `item` formatted with its index (the CLI and the HTTP service name them differently)."""
+    if isinstance(texts, (str, bytes)):
+        raise UserError(f"give a list of texts, not one {type(texts).__name__} ({texts[:20]!r}): a string would be "
+                        "read as one text per character")
+    texts = check_sequence(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise UserError(f"{item.format(i)} is not a string ({type(text).__name__})")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UserError(f"{item.format(i)} holds a lone surrogate ({text[exc.start]!r}), which is not text; "
+                            "send valid Unicode") from None
+    empty = without_tokens(texts)
+    if empty:
+        raise UserError(f"{item.format(empty[0])} {NO_TOKEN}")
+    return [str(text) for text in texts]
 
 
 @functools.lru_cache(maxsize=1)

@@ -13,6 +13,7 @@ from paddle_ft.analysis.explain import Explainer
 from paddle_ft.artifacts.bundle import save_bundle
 from paddle_ft.cli import main
 from paddle_ft.data.readers import Example
+from paddle_ft.errors import UserError
 
 MOODS = {"正面": POSITIVE_CHARS, "负面": NEGATIVE_CHARS, "中性": ""}
 
@@ -151,3 +152,20 @@ def test_the_html_page_never_replaces_the_data_it_reads(keyword_model, capsys):
     assert main(["explain", "--model", str(best), "--text", "好", "--data", str(data), "--html", str(data)]) == 2
     assert f"--html {data} is the --data file: writing it would replace what is read" in capsys.readouterr().err
     assert data.read_bytes() == before
+
+
+# issue 43, root 3: explain reads texts by the rule predict, the API and the server use
+@pytest.mark.parametrize("text, pair", [("", None), ("   ", None), ("\u200b\u200b", None), ("\x07\x1b", None),
+                                        ("好", "")])
+def test_a_text_the_model_cannot_read_gets_no_explanation(saved, text, pair):
+    explainer = saved(text_pair_column="text_pair" if pair is not None else None)
+    which = "the second text" if pair is not None else "the text"
+    with pytest.raises(UserError, match=f"^{which} holds no character the model reads"):
+        explainer.explain(text, pair)
+
+
+def test_the_command_refuses_an_unreadable_text_as_predict_does(keyword_model, capsys):
+    best = keyword_model / "out" / "best"
+    assert main(["explain", "--model", str(best), "--text", "好", "--text", " \u200b "]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --text 1 holds no character the model reads") and err.count("\n") == 1

@@ -55,8 +55,8 @@ def test_init_reads_label_sets_and_text_pairs(tmp_path):
     assert (layout.text_column, layout.text_pair_column, layout.label_column) == ("sentence1", "sentence2", "labels")
     assert layout.multi_label and layout.label_delimiter is None
     tsv = tmp_path / "topics.tsv"
-    tsv.write_text("text\ttopics\n" + "".join(f"文本{i}\t{'财经|股票' if i % 3 else '体育'}\n" for i in range(30)),
-                   encoding="utf-8")
+    topics = ("体育", "财经|股票", "财经")  # label sets: 财经 also alone
+    tsv.write_text("text\ttopics\n" + "".join(f"文本{i}\t{topics[i % 3]}\n" for i in range(30)), encoding="utf-8")
     assert main(["init", "--train", str(tsv), "--output", str(tmp_path / "t.yaml")]) == 0
     config = load_config(tmp_path / "t.yaml")
     assert config.task == "multi_label" and config.data.label_delimiter == "|"
@@ -133,3 +133,103 @@ def test_init_fits_the_recipe_to_a_local_encoder_and_offers_trimming(tmp_path, c
     notes = recipe_notes(EncoderFacts(12, 384, 1536, 250_037, False), "e5", "train.csv", 7e-5)
     assert any(note.startswith("its vocabulary has 250,037 rows") and "trim-vocab --backbone e5 --data train.csv"
                in note for note in notes)
+
+
+# issue 43, root 1: init checks what it decided against the data and against what train accepts, and every decision
+# can be overruled
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_a_file_without_a_header_is_refused_then_read_whole_with_no_header(tmp_path, capsys):
+    from paddle_ft.build import read_dataset
+
+    path = tmp_path / "train.csv"
+    rows = [(f"{PHRASES[label][i % 3]}，第{i}条评论写得比较长一些", label) for i in range(60)
+            for label in ("好评", "差评")]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(rows)
+    target = tmp_path / "my.yaml"
+    assert main(["init", "--train", str(path), "--output", str(target)]) == 2
+    line = one_line(capsys)
+    assert f"{path}:1: the first row looks like data" in line and "--no-header" in line and not target.exists()
+    assert main(["init", "--train", str(path), "--output", str(target), "--no-header"]) == 0
+    config = load_config(target)
+    assert (config.data.header, config.data.text_column, config.data.label_column) == (False, "1", "2")
+    examples = read_dataset(config.data).examples["train"]
+    assert [(e.text, e.label) for e in examples] == rows  # the first review is a row, not a column name
+
+
+def test_a_spreadsheets_sep_line_is_skipped_and_another_delimiter_named(tmp_path, capsys):
+    path = tmp_path / "train.csv"
+    path.write_text("sep=,\nreview,rating\n" + "".join(f"评论{i},{'好评' if i % 2 else '差评'}\n" for i in range(20)),
+                    encoding="utf-8")
+    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml")]) == 0
+    assert load_config(tmp_path / "a.yaml").data.text_column == "review"
+    path.write_text("sep=;\nreview;rating\n评论;好评\n", encoding="utf-8")
+    assert main(["init", "--train", str(path), "--output", str(tmp_path / "b.yaml")]) == 2
+    assert f"{path}:1: the first line declares ';' as the delimiter" in one_line(capsys)
+
+
+def test_label_names_holding_a_delimiter_stay_single_labels_unless_overruled(tmp_path, capsys):
+    path = tmp_path / "news.tsv"
+    names = ("房产、家居", "体育", "财经")
+    path.write_text("text\tlabel\n" + "".join(f"新闻{i}\t{names[i % 3]}\n" for i in range(60)), encoding="utf-8")
+    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml")]) == 0
+    config = load_config(tmp_path / "a.yaml")
+    assert config.task == "single_label" and config.data.labels == ("体育", "房产、家居", "财经")
+    assert "--task multi_label --label-delimiter '、'" in "".join(capsys.readouterr())
+    assert main(["init", "--train", str(path), "--output", str(tmp_path / "b.yaml"), "--label-delimiter", "、"]) == 0
+    config = load_config(tmp_path / "b.yaml")
+    assert config.task == "multi_label" and config.data.label_delimiter == "、"
+    assert config.data.labels == ("体育", "家居", "房产", "财经")
+
+
+def test_columns_are_overruled_by_name_and_an_unknown_one_is_one_line(tmp_path, capsys):
+    path = tmp_path / "t.tsv"
+    path.write_text("id\tbody\tstars\n" + "".join(f"{i}\t评论内容{i}\t{i % 2}\n" for i in range(40)), encoding="utf-8")
+    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml"), "--text-column", "body",
+                 "--label-column", "stars"]) == 0
+    config = load_config(tmp_path / "a.yaml")
+    assert (config.data.text_column, config.data.label_column, config.data.labels) == ("body", "stars", ("0", "1"))
+    assert main(["init", "--train", str(path), "--output", str(tmp_path / "b.yaml"), "--text-column", "review"]) == 2
+    assert "--text-column review: no such column (columns: id, body, stars)" in one_line(capsys)
+
+
+@pytest.mark.parametrize("case, fragment", [
+    ("one class", "every row has the label '好评'"),
+    ("dev label unseen", "dev.tsv:3: the label '中评' never occurs in"),
+    ("missing backbone path", "--backbone ./models/nothing: there is no model folder there"),
+    ("unknown backbone name", "--backbone bert-base-chinse: there is no model folder there, and it is not a "
+                              "PaddleNLP model name"),
+    ("output folder missing", "its folder"),
+])
+def test_what_train_would_refuse_is_one_line_and_writes_nothing(case, fragment, tmp_path, capsys):
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    labels = ("好评",) if case == "one class" else ("好评", "差评")
+    train.write_text("text\tlabel\n" + "".join(f"评论{i}\t{labels[i % len(labels)]}\n" for i in range(20)),
+                     encoding="utf-8")
+    dev.write_text("text\tlabel\n评论a\t好评\n评论b\t中评\n", encoding="utf-8")
+    target = tmp_path / ("missing" if case == "output folder missing" else ".") / "my.yaml"
+    backbone = {"missing backbone path": ["--backbone", "./models/nothing"],
+                "unknown backbone name": ["--backbone", "bert-base-chinse"]}.get(case, [])
+    assert main(["init", "--train", str(train), "--dev", str(dev), "--output", str(target), *backbone]) == 2
+    assert fragment in one_line(capsys)
+    assert not target.exists() and not (tmp_path / "my-vocab.txt").exists()
+
+
+def test_a_bad_row_names_the_fix_init_accepts_and_init_writes_it(tmp_path, capsys):
+    path = tmp_path / "train.tsv"
+    path.write_text("text\tlabel\n" + "".join(f"评论{i}\t{'好评' if i % 2 else '差评'}\n" for i in range(60))
+                    + "多出一列\t好评\t多\n", encoding="utf-8")
+    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml")]) == 2
+    assert "use -o data.on_bad_row=skip to drop bad rows" in one_line(capsys)
+    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml"), "-o", "data.on_bad_row=skip",
+                 "-o", "train.epochs=2"]) == 0
+    config = load_config(tmp_path / "a.yaml")
+    assert (config.data.on_bad_row, config.train.epochs) == ("skip", 2)
