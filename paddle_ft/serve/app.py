@@ -169,8 +169,9 @@ class ModelSlot:
     (`reload`). A request keeps the predictor it started with to its end, so in-flight requests finish on the old
     model, and each answer says which model gave it (`version`)."""
 
-    def __init__(self, load_predictor: Callable[[], object], metrics: Metrics):
+    def __init__(self, load_predictor: Callable[[], object], metrics: Metrics, export_dir: str | Path | None = None):
         self._load_predictor, self._metrics = load_predictor, metrics
+        self._export_dir = export_dir  # what a reload reads when no model ever loaded
         self.predictor, self.load_error, self.version, self.loaded_at = None, None, None, None
         self._reloading = asyncio.Lock()
 
@@ -195,24 +196,44 @@ class ModelSlot:
         """The model the export folder holds now, if it is what was written (its files against its manifest, its
         engines against each other) and loads; otherwise the one serving keeps serving. True once swapped."""
         async with self._reloading:
-            folder = self.predictor.export_dir if self.predictor is not None else None
+            folder = self.predictor.export_dir if self.predictor is not None else self._export_dir
             try:
-                problems = await asyncio.to_thread(export_problems, folder) if folder else ["no model loaded"]
+                problems = await asyncio.to_thread(export_problems, folder) if folder else ["no export folder known"]
                 if problems:
                     raise ValueError(problems[0])
                 with _paddle_keeps_off_our_signals():
                     fresh = await asyncio.to_thread(self._load_predictor)
+                if self.predictor is not None and (change := request_shape_change(self.predictor, fresh)):
+                    raise ValueError(f"{change}: the clients' requests would no longer fit; restart the server to "
+                                     "change what it is asked")
             except Exception as exc:
                 self._metrics.reloads.labels(result="refused").inc()
-                print(f"error: reload refused, {self.version} keeps serving: {exc}", file=sys.stderr, flush=True)
+                serving = f"{self.version} keeps serving" if self.predictor is not None else "still no model"
+                print(f"error: reload refused, {serving}: {exc}", file=sys.stderr, flush=True)
                 return False
             self._swap(fresh)
+            self.load_error = None
+            self._metrics.ready.set(1)
             self._metrics.reloads.labels(result="swapped").inc()
             print(f"reloaded {folder}: now serving {self.version}", file=sys.stderr, flush=True)
             return True
 
     def status(self) -> str:
         return "loading" if self.load_error is None else f"failed to load: {self.load_error}"
+
+
+def request_shape_change(served, fresh) -> str | None:
+    """What a swap from `served` to `fresh` would change in the requests the service accepts or the answers it
+    gives (single texts or pairs, one label or a set), said as a reason; None when they read and answer alike."""
+    old, new = served.meta, fresh.meta
+    if old.takes_text_pair != new.takes_text_pair:
+        kinds = ("text pairs", "single texts")
+        return (f"the new model classifies {kinds[not new.takes_text_pair]}, the served one "
+                f"{kinds[not old.takes_text_pair]}")
+    if old.multi_label != new.multi_label:
+        return (f"the new model answers {'label sets' if new.multi_label else 'one label'}, the served one "
+                f"{'label sets' if old.multi_label else 'one label'}")
+    return None
 
 
 @contextmanager
@@ -241,11 +262,11 @@ def model_version(export_dir) -> str:
 
 
 def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
-               truncation: str | None = None) -> FastAPI:
-    """`load_predictor()` returns a warmed-up `Predictor`; it runs on a worker thread, so that /healthz
-    answers while the model loads and /readyz says when it is ready."""
+               truncation: str | None = None, export_dir: str | Path | None = None) -> FastAPI:
+    """`load_predictor()` returns a warmed-up `Predictor` of the export at `export_dir`; it runs on a worker thread,
+    so that /healthz answers while the model loads and /readyz says when it is ready."""
     metrics = Metrics()
-    slot = ModelSlot(load_predictor, metrics)
+    slot = ModelSlot(load_predictor, metrics, export_dir)
     monitor = TrafficMonitor(metrics.registry)
 
     def run_batch(items: list[tuple[str, str | None, object]]) -> list:

@@ -47,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
     backend = choose_backend(args.backend or ("paddle" if args.tensorrt else None), export_dir, device, precision)
     options = {"device": device, "gpu_id": args.gpu_id, "cpu_threads": args.threads, "precision": precision,
                "use_tensorrt": args.tensorrt, "backend": backend}
-    app = create_app(lambda: Predictor(export_dir, **options), limits, args.truncation)
+    app = create_app(lambda: Predictor(export_dir, **options), limits, args.truncation, export_dir)
     print(f"serving {export_dir} on http://{args.host}:{args.port} (POST /v1/classify; {backend}, max batch "
           f"{limits.max_batch_size} texts or {limits.max_batch_tokens} tokens, wait {limits.max_wait_ms:g} ms)",
           file=sys.stderr, flush=True)
