@@ -112,8 +112,9 @@ def _risk_coverage(decision: dict, split: str, path: Path) -> str:
     coverage, accuracy = zip(*decision["risk_coverage"])
     figure, ax = plt.subplots(figsize=(5.5, 4))
     ax.plot(coverage, accuracy, marker=".", label="answering the most confident first")
-    ax.plot([decision["coverage"]], [decision["answered_accuracy"]], "o", color="tab:red",
-            label=f"abstain below {decision['abstain_below']:.3f}")
+    if decision["answered_accuracy"] is not None:  # at 0% coverage there is no answered text to score
+        ax.plot([decision["coverage"]], [decision["answered_accuracy"]], "o", color="tab:red",
+                label=f"abstain below {decision['abstain_below']:.3f}")
     ax.set(title=f"risk-coverage, {split}", xlabel="coverage (share of texts answered)",
            ylabel="accuracy of the answered texts", xlim=(0, 1.02))
     ax.legend(fontsize=8)
@@ -214,13 +215,18 @@ def _answers_section(answers: Answers, images: dict, ece: float) -> str:
 
 
 def _decision_section(decision: dict, split: str, image: str) -> str:
+    if decision["answered_accuracy"] is None:
+        answers = (f"it answers none of the texts: all {decision['abstained']} go to a person (its accuracy on all "
+                   f"would be {decision['accuracy_of_all']:.4f}; lower train.decision.abstain_below or raise "
+                   "target_coverage)")
+    else:
+        answers = (f'it answers <span data-metric="{split}.coverage">{decision["coverage"]:.4f}</span> of the texts, '
+                   f'{decision["abstained"]} abstained, with accuracy '
+                   f'<span data-metric="{split}.answered_accuracy">{decision["answered_accuracy"]:.4f}</span> on '
+                   f'those it answers (against {decision["accuracy_of_all"]:.4f} on all)')
     return (f"<h2>Abstaining ({split})</h2><p>Below a top probability of "
             f'<span data-metric="{split}.abstain_below">{decision["abstain_below"]:.4f}</span> the model abstains '
-            f"(a person decides): it answers "
-            f'<span data-metric="{split}.coverage">{decision["coverage"]:.4f}</span> of the texts, '
-            f'{decision["abstained"]} abstained, with accuracy '
-            f'<span data-metric="{split}.answered_accuracy">{decision["answered_accuracy"]:.4f}</span> on those '
-            f'it answers (against {decision["accuracy_of_all"]:.4f} on all).</p>'
+            f"(a person decides): {answers}.</p>"
             f'<img src="{image}" alt="risk-coverage curve">')
 
 

@@ -103,3 +103,20 @@ def test_the_server_abstains_on_the_same_texts_and_a_request_may_set_its_own_thr
     assert all(answer["abstained"] for answer in strict if answer["score"] < 1.0)
     assert wrong.status_code == 422 and "abstain_below=2" in wrong.json()["error"]["message"]
     assert as_text.status_code == 422
+
+
+# issue 43, root 5: every consumer of the decision handles 0% and 100% coverage
+@pytest.mark.parametrize("setting, coverage", [("train.decision.abstain_below=1.0", 0.0),
+                                               ("train.decision.abstain_below=0.0", 1.0)])
+def test_a_model_that_answers_nothing_or_everything_trains_reports_and_evaluates(setting, coverage, tiny_config_args,
+                                                                                 data_dir, tmp_path, capsys):
+    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + [setting, "train.epochs=1"])]) == 0
+    out = tmp_path / "out"
+    test = json.loads((out / "results.json").read_text(encoding="utf-8"))["test"]["decision"]
+    assert test["coverage"] == coverage and (test["answered_accuracy"] is None) == (coverage == 0.0)
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert ("it answers none of the texts: all 60 go to a person" in page) == (coverage == 0.0)
+    assert "answered" in (out / "best" / "MODEL_CARD.md").read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert main(["eval", "--model", str(out / "best"), "--data", str(data_dir / "test.tsv")]) == 0
+    assert json.loads(capsys.readouterr().out)["decision"]["coverage"] == coverage
