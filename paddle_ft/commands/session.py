@@ -104,7 +104,8 @@ def data_record(dataset: Dataset, corrections: str | None) -> dict:
     is one of them (its rows: the rows it holds, decided or not)."""
     files = {split: data_file(path, len(dataset.examples[split])) for split, path in dataset.paths.items()}
     if corrections is not None:
-        files["corrections"] = data_file(corrections, len(read_records(corrections, format_of(corrections, "tsv"))))
+        files["corrections"] = data_file(corrections, len(read_records(corrections, format_of(corrections, "tsv"),
+                                                                         allow_empty=True)))
     return files
 
 

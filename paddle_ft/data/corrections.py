@@ -37,12 +37,21 @@ class Correction:
 
 def read_corrections(path: str | Path, columns: Columns, labels: frozenset[str]) -> list[Correction]:
     """The decided rows of the review file `path` (undecided and `keep` rows change nothing and are left out)."""
-    corrections = []
-    for line, record in read_records(path, format_of(path, "tsv")):
+    corrections, reviewed = [], {}
+    for line, record in read_records(path, format_of(path, "tsv"), allow_empty=True):  # header only: nothing flagged
         missing = [name for name in (FILE, LINE, columns.text, DECISION) if name not in record]
         if missing:
             raise DataError(str(path), line, f"has no {', '.join(missing)} column: give the review file label-issues "
                                              "wrote, with its decision column filled")
+        try:
+            data_line = int(record[LINE])
+        except (TypeError, ValueError):
+            raise DataError(str(path), line, f"its {LINE} {record[LINE]!r} is not a line number") from None
+        row = (Path(str(record[FILE])).resolve(), data_line)
+        if row in reviewed:  # read as a table of rows, the last of two decisions would win without a word
+            raise DataError(str(path), line, f"reviews {record[FILE]}:{data_line} a second time (first on line "
+                                             f"{reviewed[row]}); keep one decision per row")
+        reviewed[row] = line
         decision = str(record[DECISION] or "").strip()
         if decision in ("", KEEP):
             continue
@@ -50,10 +59,6 @@ def read_corrections(path: str | Path, columns: Columns, labels: frozenset[str])
             decision = str(record.get(SUGGESTED) or "").strip()
             if not decision:
                 raise DataError(str(path), line, f"says {ACCEPT} but its {SUGGESTED} column is empty")
-        try:
-            data_line = int(record[LINE])
-        except (TypeError, ValueError):
-            raise DataError(str(path), line, f"its {LINE} {record[LINE]!r} is not a line number") from None
         label = None if decision == DROP else _label(decision, columns, labels, path, line)
         corrections.append(Correction(str(record[FILE]), data_line, str(record[columns.text]), label, str(path), line))
     return corrections

@@ -136,10 +136,11 @@ def _check_skipped_share(path: Path, skipped: list[tuple[int, str]], kept: int, 
 
 
 def read_records(path: str | Path, fmt: str, header: bool = True, on_bad_row: str = "error",
-                 skip_option: str | None = None) -> list[tuple[int, dict]]:
+                 skip_option: str | None = None, allow_empty: bool = False) -> list[tuple[int, dict]]:
     """(line, {column: value}) of every row of `path` as the file has it, before any column is chosen (`init` reads
     its columns from them); a bad row is a `DataError` naming its line (and `skip_option`, where the caller takes
-    one), or with `on_bad_row="skip"` left out."""
+    one), or with `on_bad_row="skip"` left out. A file of no rows is an error unless `allow_empty` (a review file
+    of a run that flagged nothing)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(str(path), None, "file not found")
@@ -152,7 +153,7 @@ def read_records(path: str | Path, fmt: str, header: bool = True, on_bad_row: st
             fix = f" (fix the row, or use {skip_option} to drop bad rows)" if skip_option else ""
             raise DataError(str(path), record.line, record.reason + fix)
         records.append((line, record))
-    if not records:
+    if not records and not allow_empty:
         raise DataError(str(path), None, "no rows in the file (a header and at least one row are needed)")
     return records
 

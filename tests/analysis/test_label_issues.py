@@ -133,3 +133,23 @@ def test_a_correction_that_does_not_fit_is_one_line_naming_the_review_row(review
         _read(data, change(review))
     assert message.format(train=data / "train.tsv") in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+# issue 43, root 6: a review file is checked as a whole, not read as a lookup table
+def test_two_decisions_for_one_row_are_refused_naming_both_lines(reviewed):
+    data, review = reviewed
+    path = review(["drop", "", "", "", ""])
+    lines = open(path, encoding="utf-8").read().splitlines()
+    second = lines[1].rsplit("\t", 1)[0] + "\taccept"  # the same row again, decided otherwise
+    open(path, "w", encoding="utf-8").write("\n".join(lines + [second]) + "\n")
+    with pytest.raises(DataError, match=f"review.tsv:7: reviews {data / 'train.tsv'}:2 a second time \\(first on "
+                                        "line 2\\); keep one decision per row"):
+        _read(data, path)
+
+
+def test_a_review_file_of_a_run_that_flagged_nothing_changes_nothing(reviewed, tmp_path, capsys):
+    data, _ = reviewed
+    empty = tmp_path / "empty-review.tsv"
+    empty.write_text("file\tline\ttext\tlabel\tsuggested\tconfidence\tdecision\n", encoding="utf-8")
+    assert len(_read(data, empty)["train"]) == 20
+    assert "data.corrections: 0 rows relabelled and 0 dropped" in capsys.readouterr().out
