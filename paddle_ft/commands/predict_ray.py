@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import json
 import logging
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,11 +65,26 @@ def run(export_dir: str, patterns: list[str], output: str, address: str | None, 
     export = Path(export_dir)
     meta = read_export_info(export).model
     files = input_files(patterns)
+    if address not in (None, "auto"):
+        check_reachable(address)
     with owned_folder(output, "predict", "--output") as root:
         if restart:
             clear(root)
         return _predict(export, meta, files, root, address, batch_size, predictor_options, truncation, abstain_below,
                         shard_rows, actors, merge, on_bad_row)
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A cluster address where nothing listens fails here, in one line: Ray itself would wait for it without end."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--ray {address}: give the head's host:port (its GCS port, 6379 unless set otherwise), or "
+                        "auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise UserError(f"--ray {address}: nothing answers there ({exc.strerror or 'no answer'} within "
+                        f"{timeout_s:.0f} s); start the cluster (ray start --head) or give its head's address") from None
 
 
 def _predict(export: Path, meta, files: list[Path], root: Path, address: str | None, batch_size: int,

@@ -1,6 +1,7 @@
 """predict --ray on a local two-node Ray cluster (two raylets on loopback): the same answers as single-process
 predict over 50,000 texts in 8 files; a run killed mid-way, or one whose scoring worker is killed, completes on a
 rerun that scores only the shards not yet written."""
+import contextlib
 import json
 import os
 import signal
@@ -8,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,19 +30,64 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class Cluster:
+    address: str
+    folders: tuple[Path, ...]
+
+
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
+    """Two raylets on loopback, each with a temporary folder of its own: what the test started is found by that
+    folder (and the processes under it), never by name, so a Ray cluster of the user's own is left alone."""
     ray = [str(Path(sys.executable).with_name("ray"))]
     address = f"127.0.0.1:{free_port()}"
+    head, worker = tmp_path_factory.mktemp("ray-head"), tmp_path_factory.mktemp("ray-worker")
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
     try:
         subprocess.run([*ray, "start", "--head", f"--port={address.split(':')[1]}", "--include-dashboard=false",
-                        *common], env=ENV, check=True, capture_output=True, timeout=120)
-        subprocess.run([*ray, "start", f"--address={address}", *common], env=ENV, check=True, capture_output=True,
-                       timeout=120)
-        yield address
+                        f"--temp-dir={head}", *common], env=ENV, check=True, capture_output=True, timeout=120)
+        subprocess.run([*ray, "start", f"--address={address}", f"--temp-dir={worker}", *common], env=ENV, check=True,
+                       capture_output=True, timeout=120)
+        yield Cluster(address, (head, worker))
     finally:
-        subprocess.run([*ray, "stop", "--force"], env=ENV, capture_output=True, timeout=120)
+        end_processes_of(head, worker)
+
+
+def processes() -> dict[int, tuple[int, str]]:
+    """{pid: (parent pid, command line)} of every process this user can see."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # ended meanwhile
+            found[int(entry.name)] = (parent, command)
+    return found
+
+
+def started_under(*folders: Path) -> set[int]:
+    """The processes whose command line names one of `folders`, and every process below them (Ray renames its
+    workers, "ray::ShardScorer", so those are found as the raylet's children)."""
+    table = processes()
+    ours = {pid for pid, (_, command) in table.items() if any(str(folder) in command for folder in folders)}
+    while True:
+        below = {pid for pid, (parent, _) in table.items() if parent in ours} - ours
+        if not below:
+            return ours
+        ours |= below
+
+
+def end_processes_of(*folders: Path) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in started_under(*folders):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 10
+        while started_under(*folders) and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 def predict_on_ray(export, inputs, output, address, *extra) -> subprocess.Popen:
@@ -75,7 +122,7 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     assert len(alone) == 50_000
 
     output = tmp_path / "out"
-    first = predict_on_ray(export, inputs / "*.tsv", output, cluster)
+    first = predict_on_ray(export, inputs / "*.tsv", output, cluster.address)
     deadline = time.monotonic() + 300
     while len(list((output / "shards").glob("*.jsonl"))) < 4 and first.poll() is None:
         assert time.monotonic() < deadline, "no shard written in 5 minutes"
@@ -85,7 +132,7 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     written = settled(output / "shards")  # the dead run's actors may finish the shard in their hands
     assert 4 <= written < 24, written  # 24 shards in all: 2,500 + 2,500 + 1,250 texts of each file
 
-    second = predict_on_ray(export, inputs / "*.tsv", output, cluster, "--merge")
+    second = predict_on_ray(export, inputs / "*.tsv", output, cluster.address, "--merge")
     out, err = second.communicate(timeout=600)
     assert second.returncode == 0, err
     assert f"24 shards of 50000 texts; {written} already written, {24 - written} to score" in out
@@ -103,16 +150,16 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     # one worker killed mid-run (a scoring actor's process): the run finishes or stops, and a rerun completes it
     # with the same answers, scoring only what was missing (two of the files: 6 shards)
     output = tmp_path / "out-worker-killed"
-    run = predict_on_ray(export, inputs / "part-[01].tsv", output, cluster)
+    run = predict_on_ray(export, inputs / "part-[01].tsv", output, cluster.address)
     while len(list((output / "shards").glob("*.jsonl"))) < 3 and run.poll() is None:
         time.sleep(0.05)
-    actors = [int(line.split()[0]) for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True,
-                                                              text=True).stdout.splitlines() if "ShardScorer" in line]
+    ours = started_under(*cluster.folders)
+    actors = [pid for pid, (_, command) in processes().items() if pid in ours and "ShardScorer" in command]
     assert actors, "no scoring actor found to kill"
     os.kill(actors[0], signal.SIGKILL)
     run.communicate(timeout=600)
     present = settled(output / "shards")
-    rerun = predict_on_ray(export, inputs / "part-[01].tsv", output, cluster, "--merge")
+    rerun = predict_on_ray(export, inputs / "part-[01].tsv", output, cluster.address, "--merge")
     out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err
     assert f"{present} already written, {6 - present} to score" in out
