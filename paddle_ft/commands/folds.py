@@ -2,6 +2,7 @@
 what `cv` and `label-issues` share. A fold already finished is not trained again."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,12 @@ def labelled_pool(config: Config, folds: int) -> Pool:
         origins += [(dataset.paths[split], e.line) for e in rows]
     if folds < 2 or folds > len(examples):
         raise ConfigError("--folds", f"is {folds}: give 2 to {len(examples)} (the labelled rows of train and dev)")
+    counts = Counter(name for e in examples for name in e.label_names)
+    rare = sorted(name for name in dataset.label_map.names if counts[name] == 1)
+    if rare:  # held out, its only row would leave that fold's training without the label it is scored on
+        raise ConfigError("--folds", f"cannot fold these rows: the label '{rare[0]}' has one row in "
+                          "train and dev, and every label needs at least 2 (one to train on while another is held "
+                          "out); add rows of it, or leave it out")
     return Pool(dataset, examples, origins)
 
 

@@ -59,3 +59,19 @@ def test_cross_validation_runs_a_fold_per_run_and_resumes(tiny_config_args, tmp_
     assert main(["cv", "--config", DEMO, "--folds", "3", *args]) == 0
     out = capsys.readouterr().out
     assert "fold 1 of 3: " not in out and "fold 2 of 3: " in out  # finished folds are kept, not run again
+
+
+# issue 43, root 8: the message names the cause (a label too rare to fold), not a fold file the command wrote
+@pytest.mark.parametrize("command", ["cv", "label-issues"])
+def test_a_label_with_one_row_is_named_before_any_fold_is_written(command, data_dir, tiny_config_args, tmp_path,
+                                                                  capsys):
+    from paddle_ft.cli import main
+
+    train = tmp_path / "train.tsv"
+    train.write_text((data_dir / "train.tsv").read_text(encoding="utf-8") + "孤零零的一条\t中性\n", encoding="utf-8")
+    args = overrides(tiny_config_args + [f"output_dir={tmp_path / 'folds'}", f"data.train={train}", "data.labels=null"])
+    output = ["--output", str(tmp_path / "folds")] if command == "label-issues" else []
+    assert main([command, "--config", DEMO, "--folds", "3", *args, *output]) == 2
+    err = capsys.readouterr().err
+    assert "the label '中性' has one row in train and dev" in err and err.count("\n") == 1 and "fold-" not in err
+    assert not (tmp_path / "folds" / "folds").exists()

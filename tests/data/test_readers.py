@@ -1,3 +1,4 @@
+import csv
 import json
 
 import pytest
@@ -137,3 +138,12 @@ def test_file_of_only_bad_rows_is_an_error_even_when_skipping(tmp_path):
     path = write_bytes(tmp_path, "text\tlabel\n一般\t中性\n".encode())
     with pytest.raises(DataError, match="no usable rows"):
         read(path, on_bad_row="skip")
+
+
+def test_a_csv_text_longer_than_pythons_field_limit_is_read_whole(tmp_path):
+    long = "长" * 200_000  # Python's csv refuses fields over 131,072 characters unless told otherwise
+    path = tmp_path / "long.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([["text", "label"], [long, "好评"], ["短", "差评"]])
+    examples, _ = read_examples(path, "csv", Columns())
+    assert [len(e.text) for e in examples] == [200_000, 1]
