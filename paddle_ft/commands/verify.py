@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from paddle_ft.artifacts.export_folder import EXPORT_INFO
+from paddle_ft.artifacts.export_folder import EXPORT_INFO, read_export_info
 from paddle_ft.artifacts.manifest import MANIFEST, differences, read_manifest
 from paddle_ft.errors import UserError
 from paddle_ft.export import export_model
@@ -60,12 +60,28 @@ def _scores_again(folder: Path, manifest: dict, data: Path) -> tuple[str | None,
         return None, f"{data} is none of the data files {folder / MANIFEST} records ({files}): its sha256 matches none"
     accuracy, texts, metric = _accuracy_now(folder, data)
     before = (manifest.get("metrics") or {}).get(split, {}).get(metric)
+    quantized = read_export_info(folder).quantization if (folder / EXPORT_INFO).is_file() else None
+    if quantized is not None:  # the manifest's scores are the fp32 model's: the int8 graph answers to its own check
+        return _int8_scores_again(folder, data, split, quantized, accuracy, texts)
     if before is None:
         return f"{data} is its {split} file, unchanged; {metric} on it now {accuracy:.4f} (none was recorded)", None
     if abs(accuracy - before) > 1 / texts + 1e-9:
         return None, (f"{folder}: {metric} on {data} is {accuracy:.4f} now, {before:.4f} when it was written: the "
                       "model, its engine or this machine's numbers changed")
     return f"{data} is its {split} file, unchanged, and {metric} on it is {accuracy:.4f} as recorded", None
+
+
+def _int8_scores_again(folder: Path, data: Path, split: str, check: dict, accuracy: float,
+                       texts: int) -> tuple[str | None, str | None]:
+    """A quantized export scored against what `quantize` measured of it (never against fp32's recorded score)."""
+    if Path(check.get("data", "")).resolve() != data.resolve():
+        return (f"{data} is its {split} file, unchanged; int8 accuracy on it now {accuracy:.4f} (quantize checked "
+                f"int8 on {check.get('data')}, not on this file; fp32's recorded score does not apply)"), None
+    if abs(accuracy - check["accuracy_int8"]) > 1 / texts + 1e-9:
+        return None, (f"{folder}: int8 accuracy on {data} is {accuracy:.4f} now, {check['accuracy_int8']:.4f} when "
+                      "quantize checked it: the int8 graph or its engine (ONNX Runtime) changed")
+    return (f"{data} is its {split} file, unchanged, and int8 accuracy on it is {accuracy:.4f} as quantize recorded "
+            f"(fp32: {check['accuracy_fp32']:.4f})"), None
 
 
 def _accuracy_now(folder: Path, data: Path) -> tuple[float, int, str]:

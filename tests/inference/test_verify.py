@@ -123,3 +123,17 @@ def test_verify_data_fails_in_one_line_for_a_changed_or_unknown_file(trained, tm
                        "sha256 differs from the one manifest.json records for test)\n")
     finally:
         changed.write_bytes(original)
+
+
+def test_verify_data_scores_a_quantized_export_against_its_own_int8_check(trained, tmp_path, capsys):
+    test, dev = trained / "data" / "test.tsv", trained / "data" / "dev.tsv"
+    int8 = tmp_path / "int8"
+    assert main(["quantize", "--export", str(trained / "export"), "--data", str(test), "--output", str(int8)]) == 0
+    check = json.loads((int8 / "export.json").read_text(encoding="utf-8"))["quantization"]
+    capsys.readouterr()
+    assert main(["verify", str(int8), "--data", str(test)]) == 0
+    assert f"int8 accuracy on it is {check['accuracy_int8']:.4f} as quantize recorded (fp32: " \
+           f"{check['accuracy_fp32']:.4f})" in capsys.readouterr().out
+    assert main(["verify", str(int8), "--data", str(dev)]) == 0
+    assert f"(quantize checked int8 on {test}, not on this file; fp32's recorded score does not apply)" in \
+        capsys.readouterr().out
