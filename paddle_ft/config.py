@@ -302,8 +302,9 @@ class TrainConfig:
 class PretrainConfig:
     """Masked-language-model pretraining on unlabeled text (`python tools/pretrain.py`)."""
 
-    corpus: tuple[str, ...] = ()
-    """Unlabeled text files: .txt (one text per line) or the text column of .tsv/.csv/.jsonl."""
+    corpus: tuple[str, ...] | None = None
+    """Unlabeled text files: .txt (one text per line) or the text column of .tsv/.csv/.jsonl (null: no pretraining;
+    an empty list is refused, being surely a list someone forgot to fill)."""
     text_column: str = "text"
     """Column (or JSONL key) of the text in .tsv/.csv/.jsonl corpus files."""
     heldout: float = field(default=0.02, metadata=_check(lambda v: 0 < v < 0.5, "a number in (0, 0.5)"))
@@ -609,6 +610,9 @@ def _is_union(hint) -> bool:
 def _cross_field_problems(config: Config, where) -> list[ConfigError]:
     """Settings that are each valid but contradict one another."""
     model, train, problems = config.model, config.train, []
+    if config.pretrain.corpus == ():  # before the rules that read "no corpus" as "not pretraining"
+        return [ConfigError("pretrain.corpus", "is an empty list: list the files of unlabeled text to pretrain on",
+                            where("pretrain.corpus"))]
     if model.backbone is None and (model.scratch is None or not model.scratch.vocab_file):
         problems.append(ConfigError("model.backbone", "set a PaddleNLP name or model directory, or set "
                                     "model.scratch.vocab_file to train a randomly initialised encoder",

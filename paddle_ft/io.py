@@ -40,8 +40,11 @@ def atomic_directory(final: Path):
     tmp.mkdir(parents=True)
     try:
         yield tmp
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # a full disk fails a copy naming the file copied from: what could not be written is `final`
+            exc.filename, exc.filename2 = str(final), None
         raise
     if final.exists():
         old = final.with_name(f".{final.name}.old-{os.getpid()}")

@@ -253,3 +253,21 @@ def test_export_overwrite_onto_a_link_replaces_neither_the_link_nor_the_export_b
     assert main(["export", "--model", str(tmp_path / "run" / "best"), "--output", str(link), "--overwrite"]) == 2
     assert f"{link} is a symbolic link (to {export})" in one_error_line(capsys)
     assert link.is_symlink() and {p.name: p.read_bytes() for p in export.iterdir()} == before
+
+
+def test_a_full_disk_during_quantize_names_the_output_not_the_export_copied_from(tmp_path, monkeypatch, capsys):
+    # issue 43, root 8: shutil.copy2's error names its source, which the user had no reason to touch
+    import shutil
+
+    export = export_tiny_model(tmp_path / "run")
+    test = write_tsv(tmp_path / "test.tsv", synthetic_rows(20, seed=2))
+
+    def full(source, target, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(source))
+
+    monkeypatch.setattr(shutil, "copy2", full)
+    output = tmp_path / "int8"
+    assert main(["quantize", "--export", str(export), "--data", str(test), "--output", str(output)]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: the disk is full writing {output};") and str(export) not in line
+    assert not output.exists()

@@ -267,3 +267,11 @@ def test_a_line_of_millions_of_characters_is_cut_before_it_is_tokenised(tokenize
 
     features = pretraining_features(["好" * 4_900_000, "差坏"], spy, 64, whole_word=False)
     assert calls == [[64 * CHARACTERS_PER_TOKEN, 2]] and [len(x) for x in features.input_ids] == [64, 4]
+
+
+def test_an_empty_corpus_list_is_named_as_the_corpus_not_as_an_evaluation_setting(capsys):
+    # issue 43, root 8: with no dev file the evaluation rule fired first and blamed train.evaluation.every
+    assert main(["pretrain", "--config", DEMO, "-o", "pretrain.corpus=[]", "-o", "data.dev=null",
+                 "-o", "train.evaluation.every=50"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "config key 'pretrain.corpus' (from -o): is an empty list" in err
