@@ -1,5 +1,4 @@
-"""`python -m paddle_ft {init,train,pretrain,distill,audit,report,cv,label-issues,sweep,eval,explain,convert,export,
-quantize,verify,predict,serve,bench}`; `tools/*.py` wrap `main`.
+"""`python -m paddle_ft COMMAND`: the commands below; `tools/*.py` wrap `main`.
 
 A `UserError` (bad config, bad data, bad path) is printed as one `error:` line and exits 2.
 """
@@ -61,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     `--export` an export folder, `-c/--config` and `-o` a recipe and its overrides, and the inference options
     (`--device`, `--gpu-id`, `--threads`, `--precision`, `--tensorrt`, `--backend`, `--truncation`) wherever a
     predictor runs."""
-    parser = ArgumentParser(prog="paddle_ft", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="paddle_ft", description="Fine-tune, export and serve BERT-family text classifiers "
+                                                          "on PaddlePaddle. Every command takes --help.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     _add_init(commands)
@@ -275,6 +275,8 @@ def _add_analysis(commands) -> None:
                                                         "file (a rerun into it resumes)")
     issues.add_argument("--prune", action="store_true", help="also train with every row and without the flagged ones, "
                                                              "and compare them on test")
+    issues.add_argument("--fold-reports", action="store_true", help="also write each fold's report.html (skipped "
+                                                                    "by default: tens of seconds each)")
     issues.add_argument("--restart", action="store_true", help="delete what an earlier label-issues left in --output "
                                                                "and start afresh")
     issues.set_defaults(run=_label_issues)
@@ -361,7 +363,8 @@ def _explain(args) -> int:
 def _label_issues(args) -> int:
     import paddle_ft.commands.label_issues as command
 
-    return command.run(args.config, args.override, args.folds, args.output, args.prune, args.restart)
+    return command.run(args.config, args.override, args.folds, args.output, args.prune, args.restart,
+                       args.fold_reports)
 
 
 def _sweep(args) -> int:

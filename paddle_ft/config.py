@@ -251,6 +251,9 @@ class RuntimeConfig:
     recompute: bool = False
     """Recompute each encoder layer's activations in backward instead of keeping them (less memory, ~1/3
     more compute)."""
+    write_report: bool = True
+    """Write report.html as the run ends (charts, the data summary, the most confident mistakes explained: tens of
+    seconds on a large model). label-issues turns it off for its folds unless asked (--fold-reports)."""
 
 
 @dataclass(frozen=True)

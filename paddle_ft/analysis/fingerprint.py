@@ -10,7 +10,8 @@ from paddle_ft.config import Config, config_to_dict, flat_config
 from paddle_ft.errors import UserError
 from paddle_ft.io import file_sha256, write_text_atomically
 
-NOT_PART_OF_THE_WORK = ("output_dir", "train.resume")  # where a run goes and how it restarts change no result
+# where a run goes, how it restarts and whether it draws its report change no result
+NOT_PART_OF_THE_WORK = ("output_dir", "train.resume", "train.runtime.write_report")
 
 
 def fingerprint(config: Config, **settings) -> dict:

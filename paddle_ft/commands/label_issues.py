@@ -44,8 +44,9 @@ SHOWN_ON_THE_PAGE = 500
 
 
 def run(config_path: str | None, overrides: list[str], folds: int, output: str, prune: bool = False,
-        restart: bool = False) -> int:
-    overrides = [*overrides, f"output_dir={output}"]
+        restart: bool = False, fold_reports: bool = False) -> int:
+    # each fold's report.html would cost tens of seconds and show a model nobody keeps: written only when asked
+    overrides = [*overrides, f"output_dir={output}", *([] if fold_reports else ["train.runtime.write_report=false"])]
     config = load_config(config_path, overrides)
     if prune and config.data.test is None:
         raise ConfigError("data.test", "--prune compares a run with every row and one without the flagged rows on "

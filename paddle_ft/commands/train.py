@@ -61,14 +61,18 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
     results = run_engine(model, splits, config, folder, dist, resume_from, "train", objective(config, splits, dist),
                          on_eval)
     if dist.is_main:
+        log("writing the model card and the manifest" + (", then report.html (charts, the most confident mistakes "
+                                                         "explained)" if config.train.runtime.write_report else ""))
         seal_best(folder, config, data, results, drift_reference(dataset, splits, tokenizer.unk_token_id))
         for split in ("dev", "test"):
             report = getattr(results, split)
             if report is not None:
                 scores = "  ".join(f"{m} {report[m]:.4f}" for m in TASK_METRICS[config.task])
                 log(f"{split} {scores} (best model, step {results.best_step})")
-        page = write_run_report(folder.path, config, dataset)
-        log(f"wrote {folder.best_dir}, {folder.files.results_file} and {page}")
+        written = [folder.best_dir, folder.files.results_file]
+        if config.train.runtime.write_report:
+            written.append(write_run_report(folder.path, config, dataset))
+        log(f"wrote {', '.join(map(str, written[:-1]))} and {written[-1]}")
         log(f"done in {elapsed(time.perf_counter() - started)}; next: python -m paddle_ft export "
             f"--model {folder.best_dir} --output {folder.path / 'export'}")
     return results

@@ -216,6 +216,9 @@ def _finish(opt: Optimization, objective, splits: Splits, run: RunFolder, state:
         run.save_best(opt.model, None)
         objective = objective.calibrated(None)
     run.load_best_weights(opt.model)
+    scored = [f"{name} ({len(f)} texts)" for name in ("dev", "test") if (f := getattr(splits, name)) is not None]
+    if scored:
+        say(dist, f"training done; scoring the best model (step {state.best_step}) on {' and '.join(scored)}")
     reports = {}
     for name in ("dev", "test"):
         features = getattr(splits, name)

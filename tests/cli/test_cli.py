@@ -234,3 +234,16 @@ def test_a_ray_run_refused_for_a_bad_row_records_nothing_a_fixed_rerun_would_tri
                  "--ray"]) == 2
     assert f"{path}:3: " in capsys.readouterr().err
     assert not (tmp_path / "out" / "predict-fingerprint.json").exists()  # fixing the file is not "another way"
+
+
+def test_the_top_level_help_names_every_command_and_cuts_no_sentence(capsys):
+    # issue 43, root 11: the description was the module docstring's first line, cut mid-list
+    from paddle_ft.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    description = out.split("positional arguments:")[0].split("\n\n", 1)[1]
+    assert " ".join(description.split()).endswith("Every command takes --help.")
+    for command in ("init", "train", "trim-vocab", "export", "predict", "serve"):
+        assert f"\n    {command} " in out

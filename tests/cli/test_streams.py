@@ -1,0 +1,47 @@
+"""Issue 43, root 9: standard output carries a command's answer alone. The commands that answer in JSON (eval,
+predict without --output, explain) print nothing else there: status and progress lines go to standard error."""
+import json
+
+import pytest
+from conftest import DEMO, overrides, write_tsv
+
+from paddle_ft.cli import main
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from conftest import tiny_run_args, write_splits, write_vocab
+
+    root = tmp_path_factory.mktemp("streams")
+    data = write_splits(root / "data", (240, 60, 60))
+    assert main(["train", "-c", DEMO, *overrides(tiny_run_args(data, write_vocab(root / "vocab.txt"),
+                                                               root / "out"))]) == 0
+    assert main(["export", "--model", str(root / "out" / "best"), "--output", str(root / "export")]) == 0
+    return root
+
+
+def json_lines(out: str) -> list[dict]:
+    assert out.strip(), "nothing on standard output"
+    return [json.loads(line) for line in out.splitlines()]  # any status line would fail to parse here
+
+
+def test_eval_prints_one_json_document_and_its_status_goes_to_stderr(run, capsys):
+    capsys.readouterr()
+    assert main(["eval", "--model", str(run / "out" / "best"), "--data", str(run / "data" / "test.tsv")]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["examples"] == 60 and "eval: scoring 60 texts of" in err
+
+
+def test_predict_prints_json_lines_only_even_when_it_skips_bad_rows(run, tmp_path, capsys):
+    path = write_tsv(tmp_path / "in.tsv", [("好", "x"), ("  ", "x"), *[(f"评论{i}", "x") for i in range(60)]])
+    capsys.readouterr()
+    assert main(["predict", "--export", str(run / "export"), "--input", str(path), "--on-bad-row", "skip"]) == 0
+    out, err = capsys.readouterr()
+    assert len(json_lines(out)) == 61 and "left out 1 bad rows" in err
+
+
+def test_explain_prints_json_lines_only_while_it_indexes_the_training_file(run, capsys):
+    capsys.readouterr()
+    assert main(["explain", "--model", str(run / "out" / "best"), "--text", "好", "--text", "坏", "--steps", "8"]) == 0
+    out, err = capsys.readouterr()
+    assert len(json_lines(out)) == 2 and "explain: indexing" in err
