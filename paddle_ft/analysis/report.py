@@ -26,6 +26,7 @@ WORST = 10  # mistakes listed
 BINS = 10  # of the reliability diagram
 # fonts that draw Chinese (Noto Sans CJK from Debian's fonts-noto-cjk, WenQuanYi from fonts-wqy-zenhei, ...)
 CJK_FONTS = ("CJK", "WenQuanYi", "Source Han", "Droid Sans Fallback", "AR PL", "Heiti", "SimHei")
+CJK_FONT_FILES = ("cjk", "wqy", "wenquanyi", "sourcehan", "droidsansfallback", "uming", "ukai", "simhei", "notosanssc")
 
 
 @dataclass
@@ -144,13 +145,32 @@ def _confusion(answers: Answers, path: Path) -> str:
 
 def font_for(labels) -> str | None:
     """A font family that draws every label name: the default one for ASCII names, else an installed CJK font
-    (Debian: apt-get install fonts-noto-cjk); None when there is none."""
+    (Debian: apt-get install fonts-noto-cjk); None when there is none. matplotlib lists the fonts it found when it
+    first ran (its cache, ~/.cache/matplotlib): a CJK font installed since is missing there, so when the cache has
+    none the font folders are looked through, and such a font is added for this process."""
     if all(name.isascii() for name in labels):
         return "sans-serif"
     from matplotlib import font_manager
 
-    installed = {font.name for font in font_manager.fontManager.ttflist}
-    return next((name for name in sorted(installed) if any(mark in name for mark in CJK_FONTS)), None)
+    manager = font_manager.fontManager
+    family = _cjk_family(manager.ttflist)
+    if family is None:  # a stale cache, or no CJK font at all
+        known = {font.fname for font in manager.ttflist}
+        for path in font_manager.findSystemFonts():
+            if path not in known and _looks_cjk(Path(path).name):
+                manager.addfont(path)
+        family = _cjk_family(manager.ttflist)
+    return family
+
+
+def _cjk_family(fonts) -> str | None:
+    return next((font.name for font in sorted(fonts, key=lambda f: (f.name, f.fname))
+                 if any(mark in font.name for mark in CJK_FONTS) or _looks_cjk(Path(font.fname).name)), None)
+
+
+def _looks_cjk(file_name: str) -> bool:
+    plain = file_name.lower().replace("-", "").replace("_", "")
+    return any(mark in plain for mark in CJK_FONT_FILES)
 
 
 def _reliability(answers: Answers, path: Path) -> tuple[str, float]:

@@ -91,6 +91,7 @@ def test_the_confusion_matrix_names_classes_in_a_font_that_draws_them(monkeypatc
     assert font_for(("negative", "positive")) == "sans-serif"  # any font draws ASCII names
     without = [f for f in font_manager.fontManager.ttflist if not any(m in f.name for m in ("CJK", "WenQuanYi"))]
     monkeypatch.setattr(font_manager.fontManager, "ttflist", without)
+    monkeypatch.setattr(font_manager, "findSystemFonts", lambda *args, **kwargs: [])  # none on disk either
     assert font_for(("负面", "正面")) is None  # then class ids, which the page names
     fake = font_manager.FontEntry(fname="/nonexistent/NotoSansCJK.ttc", name="Noto Sans CJK JP")
     monkeypatch.setattr(font_manager.fontManager, "ttflist", [*without, fake])
@@ -109,3 +110,20 @@ def test_the_config_section_lists_what_differs_from_the_defaults():
     assert changed["train.epochs"] == (7, Config().train.epochs)
     assert "seed" not in changed  # set, but to the default
     assert all(value != default for value, default in changed.values()) and len(changed) > 5
+
+
+def test_a_cjk_font_installed_after_matplotlibs_cache_was_built_is_found(monkeypatch, tmp_path):
+    # issue 43, root 11: fonts-noto-cjk installed after the first plot is missing from matplotlib's cached list
+    import shutil
+
+    from matplotlib import font_manager
+
+    from paddle_ft.analysis.report import font_for
+
+    without = [f for f in font_manager.fontManager.ttflist if not any(m in f.name for m in ("CJK", "WenQuanYi"))]
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", list(without))
+    # a font file on disk the cache does not list (a stand-in: DejaVu's file under a CJK font's file name)
+    installed = shutil.copy(font_manager.findfont("DejaVu Sans"), tmp_path / "NotoSansCJK-Regular.ttf")
+    monkeypatch.setattr(font_manager, "findSystemFonts", lambda *args, **kwargs: [str(installed)])
+    assert font_for(("负面", "正面")) == "DejaVu Sans"  # the family its file declares, now known to matplotlib
+    assert str(installed) in {f.fname for f in font_manager.fontManager.ttflist}
