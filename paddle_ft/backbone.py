@@ -3,6 +3,7 @@ account of what was loaded and the checks a checkpoint must pass before it is fi
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,8 +129,10 @@ def _load_weights(encoder: nn.Layer, folder: Path) -> LoadReport:
     if wrong_shape:
         raise ConfigError("model.backbone", f"{weights} does not fit its own config.json: {wrong_shape[0]}; the "
                           "folder is damaged or mixed from two models")
-    encoder.set_state_dict({k: paddle.to_tensor(v) if not isinstance(v, paddle.Tensor) else v
-                            for k, v in matched.items()})
+    with warnings.catch_warnings():  # Paddle warns per parameter the file lacks; the LoadReport says it in one line
+        warnings.filterwarnings("ignore", message="Skip loading for")
+        encoder.set_state_dict({k: paddle.to_tensor(v) if not isinstance(v, paddle.Tensor) else v
+                                for k, v in matched.items()})
     unused = tuple(sorted(n for n in saved if (n[len(prefix):] if n.startswith(prefix) else n) not in matched))
     return LoadReport(str(folder), len(matched), tuple(sorted(own.keys() - matched.keys())), unused)
 
