@@ -11,8 +11,8 @@ side in one run:
 - inference: paddle_ft's best/ (of the accuracy run, or --model) exported; Paddle Inference and ONNX Runtime at
   batch 1 and 32, and its int8 copy against fp32 on the test split (the bench's `inference` job).
 
-Writes OUTPUT/e5_bench.json and OUTPUT/e5_bench.md (each child's log in OUTPUT/logs/) and prints the table with the
-three bars: test accuracy within 0.5 points of HF's or above, training >= 1.3x HF's samples/s, int8 within 0.5
+Writes OUTPUT/e5_bench.json and OUTPUT/e5_bench.md after each phase (each child's log in OUTPUT/logs/; a later run
+into the same folder keeps the phases it does not repeat) and prints the table with the three bars: test accuracy within 0.5 points of HF's or above, training >= 1.3x HF's samples/s, int8 within 0.5
 points of fp32. The machine (CPU model and its speed flags) is named in the table.
 """
 from __future__ import annotations
@@ -35,6 +35,7 @@ PEER_SCRIPT = ROOT / "tools" / "e5_bench_peer.py"
 PEER_MARK = "E5_BENCH_RESULT "
 SKIP_STEPS = 8  # start-up steps left out of both engines' rates (kernels built, caches warm, HF's longest batch)
 PHASES = ("speed", "accuracy", "inference")
+RESULTS = "e5_bench.json"
 BARS = {"accuracy_points_behind_hf": 0.5, "speed_ratio": 1.3, "int8_points_lost": 0.5}
 
 
@@ -69,26 +70,44 @@ def bench(args: argparse.Namespace) -> int:
         raise UserError("the inference phase exports the accuracy run's best/: add accuracy to --phases or give --model")
     config = load_config(args.config)
     threads = runtime.usable_cores()
-    results: dict = {"config": args.config, "machine": {
-        "cpu": runtime.cpu_model(), "flags": runtime.cpu_speed_flags(), "cores": os.cpu_count(), "threads": threads}}
+    machine = {"cpu": runtime.cpu_model(), "flags": runtime.cpu_speed_flags(), "cores": os.cpu_count(),
+               "threads": threads}
     with owned_folder(args.output, "bench", "--output") as output:
+        results = earlier_results(output / RESULTS, args.config, machine)
         runs = Runs(output, threads)
         features = write_features(config, output / "features")
-        if "speed" in phases:
-            results["speed"] = speed(runs, args, config, features)
-        if "accuracy" in phases:
-            results["accuracy"] = accuracy(runs, args, config, features)
-        if "inference" in phases:
-            model = args.model or str(output / "runs" / "paddle_ft-accuracy" / "best")
-            results["inference"] = runs.inference(model, Path(config.data.test).parent)
-        results["bars"] = bars(results)
-        from paddle_ft.io import write_text_atomically
-
-        write_text_atomically(output / "e5_bench.json", json.dumps(results, indent=2, ensure_ascii=False))
-        table = markdown(results)
-        write_text_atomically(output / "e5_bench.md", table)
+        for phase in phases:  # each phase's results are kept as soon as it ends: a later failure loses none
+            if phase == "speed":
+                results["speed"] = speed(runs, args, config, features)
+            elif phase == "accuracy":
+                results["accuracy"] = accuracy(runs, args, config, features)
+            else:
+                model = args.model or str(output / "runs" / "paddle_ft-accuracy" / "best")
+                results["inference"] = runs.inference(model, Path(config.data.test).parent)
+            table = write_results(output, results)
     print(table)
     return 0
+
+
+def earlier_results(path: Path, config: str, machine: dict) -> dict:
+    """The results of an earlier run into the same folder, of the same config on the same machine, whose phases this
+    run does not repeat (a bench of an hour and a half can be finished phase by phase); else a fresh record."""
+    fresh = {"config": config, "machine": machine}
+    if not path.is_file():
+        return fresh
+    earlier = json.loads(path.read_text(encoding="utf-8"))
+    same = {key: earlier.get(key) for key in fresh} == fresh
+    return {**earlier, **fresh} if same else fresh
+
+
+def write_results(output: Path, results: dict) -> str:
+    from paddle_ft.io import write_text_atomically
+
+    results["bars"] = bars(results)
+    write_text_atomically(output / RESULTS, json.dumps(results, indent=2, ensure_ascii=False))
+    table = markdown(results)
+    write_text_atomically(output / "e5_bench.md", table)
+    return table
 
 
 def write_features(config, folder: Path) -> dict[str, Path]:
@@ -263,7 +282,7 @@ def markdown(results: dict) -> str:
                   "| engine | samples/s | real tokens/s | peak memory MB |", "|---|---|---|---|"]
         for name, run in results["speed"].items():
             lines.append(f"| {name} | {run['samples_per_s']:.1f} ({', '.join(map(str, run['all_runs_samples_per_s']))})"
-                         f" | {run['real_tokens_per_s']:,.0f} | {run['peak_rss_mb']:,} |")
+                         f" | {run['real_tokens_per_s']:,.0f} | {_mb(run)} |")
         lines.append("")
     if "accuracy" in results:
         lines += ["## The whole recipe (training samples/s leave evaluation and saving out)", "",
@@ -271,7 +290,7 @@ def markdown(results: dict) -> str:
                   "|---|---|---|---|---|---|"]
         for name, run in results["accuracy"].items():
             lines.append(f"| {name} | {run['dev_accuracy']:.4f} | {run['test_accuracy']:.4f} | "
-                         f"{run['samples_per_s']:.1f} | {run['wall_seconds'] / 60:.1f} | {run['peak_rss_mb']:,} |")
+                         f"{run['samples_per_s']:.1f} | {run['wall_seconds'] / 60:.1f} | {_mb(run)} |")
         lines.append("")
     if "inference" in results:
         engines = results["inference"]["engines"]
@@ -291,6 +310,10 @@ def markdown(results: dict) -> str:
         basis = f", {bar['basis']}" if "basis" in bar else ""
         lines.append(f"- {name}: {bar['value']} (bar {BARS[name]}{basis}): {'met' if bar['met'] else 'NOT met'}")
     return "\n".join(lines) + "\n"
+
+
+def _mb(run: dict) -> str:
+    return f"{run['peak_rss_mb']:,}" if run.get("peak_rss_mb") is not None else "not measured"
 
 
 if __name__ == "__main__":
