@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator
 from tqdm import tqdm
 
 
-def log(message: str) -> None:
-    """A status or progress line for the person running the command, on standard error: standard output carries only
-    a command's answer (the JSON of eval, predict and explain, a table), so that it can be piped."""
-    tqdm.write(message, file=sys.stderr)
+def log(message: str, file=None) -> None:
+    """A line for the person running the command: standard output (`file`: elsewhere, as standard error where standard
+    output carries the command's answer)."""
+    tqdm.write(message, file=file)
 
 
 def elapsed(seconds: float) -> str:
@@ -70,19 +70,19 @@ LONG_INPUT = 2048  # items: a shorter input is done within seconds, and shows no
 
 
 class Progress:
-    """Progress over `total` items on standard error: a bar on a terminal; without one (a log file, a pipe, CI), a
-    line with the elapsed time and ETA at every `every` share of the work, and one at the end."""
+    """Progress over `total` items: a bar on a terminal; without one (a log file, a pipe, CI), a line with the
+    elapsed time and ETA at every `every` share of the work, and one at the end."""
 
-    def __init__(self, total: int, what: str, every: float = 0.1):
-        self.total, self.what, self.done, self.every = total, what, 0, every
-        self.bar = tqdm(total=total, desc=what, unit="text", dynamic_ncols=True, disable=None, file=sys.stderr)
+    def __init__(self, total: int, what: str, every: float = 0.1, file=None):
+        self.total, self.what, self.done, self.every, self.file = total, what, 0, every, file
+        self.bar = tqdm(total=total, desc=what, unit="text", dynamic_ncols=True, disable=None, file=file)
         self.clock, self.next_line = Clock(), every * total
 
     def update(self, count: int) -> None:
         self.done += count
         self.bar.update(count)
         if self.bar.disable and (self.done >= self.next_line or self.done == self.total):
-            log(f"{self.what}: {self.done}/{self.total}, {self.clock.describe(self.done, self.total)}")
+            log(f"{self.what}: {self.done}/{self.total}, {self.clock.describe(self.done, self.total)}", self.file)
             self.next_line = self.done + self.every * self.total
 
     def close(self) -> None:

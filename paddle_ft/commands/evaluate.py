@@ -1,6 +1,7 @@
 """`eval`: score a trained model folder on a labelled file; write the rows it got wrong."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import Columns, format_of, one_line, read_examples
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.io import atomic_file, check_output_file
-from paddle_ft.log import LONG_INPUT, Progress, log
+from paddle_ft.log import LONG_INPUT, Progress
 from paddle_ft.tokenization import fastest
 
 
@@ -22,9 +23,9 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     meta, label_map, tokenizer = bundle.meta, bundle.label_map, fastest(bundle.tokenizer)
     examples, _ = read_examples(data_path, format_of(data_path, meta.format), Columns.of_model(meta),
                                 frozenset(label_map.names))
-    log(f"eval: scoring {len(examples)} texts of {data_path} with {model_dir}")
+    # the report is printed on standard output: the progress goes to standard error, apart from it
     features = tokenize(examples, tokenizer, meta.max_length, label_map, meta.truncation_rule)
-    progress = Progress(len(features), "eval") if len(features) > LONG_INPUT else None
+    progress = Progress(len(features), "eval", file=sys.stderr) if len(features) > LONG_INPUT else None
     report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names,
                              thresholds=meta.label_thresholds if meta.multi_label else None,
                              temperature=meta.temperature, on_batch=progress and progress.update,

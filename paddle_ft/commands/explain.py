@@ -4,6 +4,7 @@ file the model's manifest records); `--html FILE` writes the same as highlighted
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from paddle_ft.analysis.explain import Explainer
@@ -50,7 +51,7 @@ def run(model_dir: str, texts: list[str], text_pairs: list[str] | None, label: s
         print(json.dumps(explanation.as_dict(), ensure_ascii=False))
     if html_path:
         page = write_page(Path(html_path), f"Why {folder}", [explanation_html(e) for e in explanations])
-        log(f"wrote {page}")
+        log(f"wrote {page}", sys.stderr)
     return 0
 
 
@@ -65,5 +66,5 @@ def _index(explainer: Explainer, folder: Path, data: str | None) -> None:
     meta = explainer.meta
     columns = Columns.of_model(meta)
     examples, _ = read_examples(data, format_of(data, meta.format), columns, frozenset(meta.labels))
-    log(f"explain: indexing {len(examples)} texts of {data} for the nearest")
+    log(f"explain: indexing {len(examples)} texts of {data} for the nearest", sys.stderr)  # stdout: JSON lines
     explainer.index(examples)

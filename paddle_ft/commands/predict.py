@@ -39,7 +39,9 @@ def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, i
         check_output_file(output_path, "--output", {"--input": input_path})
     predictor = Predictor(export_dir, **predictor_options)
     threshold = predictor.check_abstain_below(abstain_below)
-    results = _predicted(predictor, texts, text_pair or None, batch_size, truncation, threshold)
+    # without --output the answers go to standard output, and the progress to standard error, apart from them
+    results = _predicted(predictor, texts, text_pair or None, batch_size, truncation, threshold,
+                         None if output_path else sys.stderr)
     with atomic_file(output_path) if output_path else contextlib.nullcontext(sys.stdout) as out:
         for i, (text, result) in enumerate(zip(texts, results)):
             answer = record(text, text_pair[i] if text_pair else None, lines[i] if lines else None, result)
@@ -51,7 +53,8 @@ def say_skipped(path, skipped: list[tuple[int, str]]) -> None:
     """--on-bad-row skip: the rows left out, on standard error (standard output may carry the answers)."""
     if skipped:
         shown = "; ".join(f"line {line}: {reason}" for line, reason in skipped[:5])
-        log(f"predict: left out {len(skipped)} bad rows of {path} ({shown}{'; ...' if len(skipped) > 5 else ''})")
+        log(f"predict: left out {len(skipped)} bad rows of {path} ({shown}{'; ...' if len(skipped) > 5 else ''})",
+            sys.stderr)
 
 
 def record(text: str, text_pair: str | None, line: int | None, result) -> dict:
@@ -63,12 +66,12 @@ def record(text: str, text_pair: str | None, line: int | None, result) -> dict:
 
 
 def _predicted(predictor: Predictor, texts: list[str], text_pair: list[str] | None, batch_size: int,
-               truncation: str | None, abstain_below: float | None) -> list:
+               truncation: str | None, abstain_below: float | None, progress_to=None) -> list:
     """Every text's prediction; a long input in chunks, with progress (the answers are the texts' own: a text's
     prediction does not depend on the others in its batch)."""
     if len(texts) <= LONG_INPUT:
         return predictor.predict(texts, batch_size, truncation, text_pair, abstain_below)
-    progress, results = Progress(len(texts), "predict"), []
+    progress, results = Progress(len(texts), "predict", file=progress_to), []
     for start in range(0, len(texts), CHUNK):
         pairs = text_pair[start:start + CHUNK] if text_pair else None
         results += predictor.predict(texts[start:start + CHUNK], batch_size, truncation, pairs, abstain_below)
