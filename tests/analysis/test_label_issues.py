@@ -65,7 +65,7 @@ def test_flipped_labels_are_found_and_pruning_them_gives_back_accuracy(tmp_path,
     # six epochs memorise the flips (0.94 measured against 0.985 without them)
     assert summary["prune"]["pruned"]["accuracy"] >= summary["prune"]["all_rows"]["accuracy"] + 0.02, summary
     assert summary["flagged"] == len(table) - 1 and summary["rows"] == 500
-    assert "label-issues: " in capsys.readouterr().err
+    assert "label-issues: " in capsys.readouterr().out
     # issue 43, root 9: the folds' own report pages are left out unless asked (--fold-reports)
     assert (output / "fold-1" / "results.json").is_file() and not list(output.glob("fold-*/report.html"))
     # the review file, every suggestion accepted, is read back by training

@@ -5,9 +5,11 @@ import contextlib
 import json
 import os
 import signal
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,12 +39,13 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster():
     """Two raylets on loopback, each with a temporary folder of its own: what the test started is found by that
     folder (and the processes under it), never by name, so a Ray cluster of the user's own is left alone."""
     ray = [str(Path(sys.executable).with_name("ray"))]
     address = f"127.0.0.1:{free_port()}"
-    head, worker = tmp_path_factory.mktemp("ray-head"), tmp_path_factory.mktemp("ray-worker")
+    # short paths of our own: Ray's unix sockets live under them, and a socket path has at most 107 bytes
+    head, worker = (Path(tempfile.mkdtemp(prefix=f"pft-ray-{role}-")) for role in ("head", "worker"))
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
     try:
         subprocess.run([*ray, "start", "--head", f"--port={address.split(':')[1]}", "--include-dashboard=false",
@@ -52,6 +55,8 @@ def cluster(tmp_path_factory):
         yield Cluster(address, (head, worker))
     finally:
         end_processes_of(head, worker)
+        for folder in (head, worker):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def processes() -> dict[int, tuple[int, str]]:
