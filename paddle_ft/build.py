@@ -5,6 +5,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from paddle_ft import backbone
 from paddle_ft.artifacts.meta import ModelMeta
 from paddle_ft.config import Config, DataConfig, ModelConfig
@@ -17,7 +19,7 @@ from paddle_ft.errors import ConfigError, DataError, UserError
 from paddle_ft.log import log
 from paddle_ft.model import BERTForTextClassification, scratch_encoder
 from paddle_ft.text import Truncation
-from paddle_ft.tokenization import NO_TOKEN, fastest, load_tokenizer, without_tokens
+from paddle_ft.tokenization import NO_TOKEN, fastest, load_tokenizer, with_text_prefix, without_tokens
 
 
 @dataclass
@@ -95,7 +97,8 @@ def build_splits(dataset: Dataset, tokenizer, max_length: int, cache_dir: str | 
             hits.append(name)
     if hits:
         log(f"token ids of {', '.join(hits)} read from the feature cache {cache_dir}")
-    return Splits(dataset.label_map.names, tokenizer.pad_token_id, features["train"], features.get("dev"),
+    no_rows = Features([], [], np.zeros(0, dtype=np.int64))  # zero-shot: no training file
+    return Splits(dataset.label_map.names, tokenizer.pad_token_id, features.get("train", no_rows), features.get("dev"),
                   features.get("test"))
 
 
@@ -109,9 +112,9 @@ def build_tokenizer(model: ModelConfig):
             raise ConfigError("model.scratch.vocab_file", f"{vocab} not found; build it with "
                               "tools/prepare_demo_data.py or point to a vocab.txt")
         _check_vocab(vocab)
-        return fastest(BertTokenizer(str(vocab)))
+        return with_text_prefix(fastest(BertTokenizer(str(vocab))), model.text_prefix, str(vocab))
     try:
-        return load_tokenizer(model.backbone)
+        return load_tokenizer(model.backbone, model.text_prefix)
     except UserError as exc:
         raise ConfigError("model.backbone", f"{exc}; offline, give a local PaddleNLP or Hugging Face model folder, "
                           "or use model.scratch") from None
@@ -164,7 +167,7 @@ def build_model(model: ModelConfig, num_classes: int, tokenizer, max_length: int
     if report is not None and report.lacks_pooler and model.pooling == "pooler":
         raise ConfigError("model.pooling", f"is pooler, but {model.backbone} has no pooler weights (a "
                           "sentence-embedding checkpoint?); set model.pooling: cls or mean")
-    classifier = BERTForTextClassification(encoder, num_classes, model.dropout, model.pooling)
+    classifier = BERTForTextClassification(encoder, num_classes, model.dropout, model.pooling, model.head)
     freeze(classifier, model.freeze_embeddings, model.freeze_layers)
     return classifier
 
@@ -200,7 +203,8 @@ def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
     return ModelMeta(labels=label_map.names, max_length=data.max_length, text_column=data.text_column,
                      text_pair_column=data.text_pair_column, label_column=data.label_column,
                      format=format_of_split(data, data.train or data.dev or ""), header=data.header,
-                     dropout=config.model.dropout, pooling=config.model.pooling, truncation=data.long_text,
+                     dropout=config.model.dropout, pooling=config.model.pooling, head=config.model.head,
+                     text_prefix=config.model.text_prefix, truncation=data.long_text,
                      head_tokens=data.head_tokens, stride=data.stride, window_pooling=data.window_pooling,
                      task=config.task, label_delimiter=data.label_delimiter, allow_no_label=data.allow_no_label,
                      abstain_below=config.train.decision.abstain_below)

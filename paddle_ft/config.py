@@ -19,7 +19,7 @@ import yaml
 
 from paddle_ft.errors import ConfigError, ConfigErrors, UserError
 from paddle_ft.io import write_text_atomically
-from paddle_ft.text import POOLINGS, TASKS, TRUNCATIONS, WINDOW_POOLINGS
+from paddle_ft.text import HEADS, POOLINGS, TASKS, TRUNCATIONS, WINDOW_POOLINGS
 
 ARCHITECTURES = ("bert", "ernie", "roberta")
 # the dev metrics that can pick a model, per kind of run (all: higher is better)
@@ -91,6 +91,9 @@ class DataConfig:
     a bad row, as an empty label usually means a row someone forgot to label)."""
     labels: tuple[str, ...] | str | None = None
     """Label names as a list, a file with one name per line, or null to take them from train."""
+    label_descriptions: str | None = None
+    """A file of a label name, a tab and a short description per line (model.head prototype): each class's
+    prototype starts as its description's embedding; with no data.train that is the whole model (zero-shot)."""
     corrections: str | None = None
     """A review file `label-issues` wrote, its decision column filled in (keep, accept, drop or a label): the labels
     it changes and the rows it drops are applied to train and dev as they are read (docs/analysis.md)."""
@@ -149,6 +152,13 @@ class ModelConfig:
     pooling: str = field(default="pooler", metadata=_one_of(*POOLINGS))
     """The text's vector: pooler (the checkpoint's pooler over [CLS]), cls (the [CLS] hidden state) or mean (of
     the non-pad hidden states); cls and mean need no pooler weights."""
+    head: str = field(default="linear", metadata=_one_of(*HEADS))
+    """The classifier: linear (a new layer), or prototype: a vector per class in the encoder's embedding space,
+    scored by cosine times a learned scale, started from data.label_descriptions (zero-shot: no data.train) or from
+    the training rows' mean (few-shot); classes can be added to a trained one (add-class)."""
+    text_prefix: str = ""
+    """Put before every text the model reads (training, eval, export, predict, serve): an embedding model's
+    instruction, as multilingual-e5's "query: "."""
     dropout: float = field(default=0.1, metadata=_check(lambda v: 0 <= v < 1, "a number in [0, 1)"))
     """Dropout before the classifier (and, for a scratch encoder without encoder_dropout, inside it)."""
     encoder_dropout: float | None = field(default=None, metadata=_check(lambda v: 0 <= v < 1, "a number in [0, 1)"))
@@ -257,9 +267,21 @@ class RuntimeConfig:
 
 
 @dataclass(frozen=True)
+class FewShotConfig:
+    """train.recipe few_shot: contrastive tuning on pairs of training rows (SetFit's recipe)."""
+
+    iterations: int = field(default=20, metadata=_positive())
+    """Passes over the training rows per epoch: each batch pairs every two of its rows (same class: cosine
+    pulled to 1, different: to 0), so a pass over few rows sees new pairs each time."""
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """The optimisation loop: how long, how big a step, and its sub-sections."""
 
+    recipe: str = field(default="fine_tune", metadata=_one_of("fine_tune", "few_shot"))
+    """fine_tune: the loss of the labels; few_shot (model.head prototype, a few rows per class): contrastive
+    tuning of the encoder on pairs of training rows, each class's prototype the mean of its rows (train.few_shot)."""
     epochs: int = field(default=3, metadata=_positive())
     """Passes over the training data."""
     max_steps: int | None = field(default=None, metadata=_positive())
@@ -287,6 +309,8 @@ class TrainConfig:
     """single_label: temperature = fit one temperature on dev that makes the probabilities as sure as the model
     is right (the predicted labels do not change), saved with the model and applied by eval, export and predict;
     none = the softmax as trained."""
+    few_shot: FewShotConfig = FewShotConfig()
+    """The few_shot recipe's settings."""
     optimizer: OptimizerConfig = OptimizerConfig()
     """AdamW, clipping and the learning-rate schedule."""
     amp: AmpConfig = AmpConfig()
@@ -641,7 +665,7 @@ def _cross_field_problems(config: Config, where) -> list[ConfigError]:
     if data.long_text == "sliding_window" and data.stride > data.max_length - 2:
         problems.append(ConfigError("data.stride", f"would skip tokens between windows: keep it at most max_length "
                                     f"- 2 ({data.max_length - 2})", where("data.stride")))
-    problems += _task_problems(config, where)
+    problems += _task_problems(config, where) + _prototype_problems(config, where)
     weights, labels = train.class_weights, config.data.labels
     if isinstance(weights, tuple) and labels and len(weights) != len(labels):
         problems.append(ConfigError("train.class_weights", f"has {len(weights)} weights for {len(labels)} labels "
@@ -652,6 +676,28 @@ def _cross_field_problems(config: Config, where) -> list[ConfigError]:
         if value and config.data.dev is None and not config.pretrain.corpus:  # pretraining holds its own out
             problems.append(ConfigError(key, f"is {value} but data.dev is not set, so nothing would be evaluated; "
                                         f"set data.dev or {key}=0", where(key)))
+    return problems
+
+
+def _prototype_problems(config: Config, where) -> list[ConfigError]:
+    """What a prototype head needs: a text vector made for similarity, one label per text."""
+    model, problems = config.model, []
+    needs = [(key, value) for key, value, off in (("data.label_descriptions", config.data.label_descriptions, None),
+                                                  ("train.recipe", config.train.recipe, "fine_tune")) if value != off]
+    if model.head != "prototype":
+        problems += [ConfigError(key, f"is {value}, which builds class prototypes: set model.head: prototype",
+                                 where(key)) for key, value in needs]
+        return problems
+    if model.pooling == "pooler":
+        problems.append(ConfigError("model.pooling", "is pooler, whose output was trained to tell sentence order, not "
+                                    "similarity: a prototype head needs mean (sentence-embedding models such as e5) "
+                                    "or cls", where("model.pooling")))
+    if config.task != "single_label":
+        problems.append(ConfigError("model.head", "is prototype, which gives one label per text: set task: "
+                                    "single_label, or model.head: linear", where("model.head")))
+    if config.data.train is None and config.data.label_descriptions is None and not config.pretrain.corpus:
+        problems.append(ConfigError("data.label_descriptions", "is not set and neither is data.train: a prototype "
+                                    "head starts from one of them", where("data.label_descriptions")))
     return problems
 
 

@@ -1,15 +1,45 @@
-"""`BERTForTextClassification`: a PaddleNLP encoder, its pooled [CLS] vector, dropout and a linear head.
+"""`BERTForTextClassification`: a PaddleNLP encoder, its pooled vector, dropout and a head: a linear layer, or
+`PrototypeHead` (a prototype per class in the encoder's embedding space: zero-shot, few-shot, classes added later).
 
 How a trained one is saved and read back is `bundle`'s job.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import paddle
 from paddle import nn
 
 
+class PrototypeHead(nn.Layer):
+    """Logits = scale * cosine(text vector, class prototype): column c of `weight` is class c's prototype (any
+    length; only its direction counts), `log_scale` the learned log of the scale (a temperature's inverse).
+    Its weight has a linear head's shape [hidden, classes], so a model folder holds either the same way."""
+
+    INITIAL_SCALE = 20.0  # cosines of a sentence encoder differ by a few hundredths; x20 makes that a logit or so
+
+    def __init__(self, hidden_size: int, num_classes: int):
+        super().__init__()
+        self.weight = self.create_parameter([hidden_size, num_classes],
+                                            default_initializer=nn.initializer.Normal(mean=0.0, std=0.02))
+        self.log_scale = self.create_parameter([1], default_initializer=nn.initializer.Constant(
+            math.log(self.INITIAL_SCALE)))
+
+    def forward(self, pooled):
+        # pooled: [batch, hidden] -> logits [batch, classes]
+        prototypes = nn.functional.normalize(self.weight, axis=0)
+        return paddle.matmul(nn.functional.normalize(pooled, axis=-1), prototypes) * paddle.exp(self.log_scale)
+
+    def set_prototypes(self, vectors: np.ndarray) -> None:
+        """vectors: [classes, hidden], one per class (normalised here)."""
+        vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        self.weight.set_value(vectors.T.astype(self.weight.numpy().dtype))
+
+
 class BERTForTextClassification(nn.Layer):
-    def __init__(self, encoder: nn.Layer, num_classes: int, dropout: float = 0.1, pooling: str = "pooler"):
+    def __init__(self, encoder: nn.Layer, num_classes: int, dropout: float = 0.1, pooling: str = "pooler",
+                 head: str = "linear"):
         super().__init__()
         self.encoder = encoder
         self.pooling = pooling
@@ -18,22 +48,33 @@ class BERTForTextClassification(nn.Layer):
                 parameter.stop_gradient = True
         self.dropout = nn.Dropout(dropout)
         hidden_size = encoder.config.hidden_size
-        self.classifier = nn.Linear(
+        self.classifier = PrototypeHead(hidden_size, num_classes) if head == "prototype" else nn.Linear(
             hidden_size, num_classes,
             weight_attr=paddle.ParamAttr(initializer=nn.initializer.Normal(mean=0.0, std=0.02)),
             bias_attr=paddle.ParamAttr(initializer=nn.initializer.Constant(0.0)))
 
-    def forward(self, input_ids, token_type_ids=None):
+    @property
+    def head(self) -> str:
+        return "prototype" if isinstance(self.classifier, PrototypeHead) else "linear"
+
+    def forward(self, input_ids, token_type_ids=None, vectors: bool = False):
+        """Logits [batch, num_classes]; with `vectors`, the texts' vectors (`embed`): a call through the model, so
+        that DataParallel sees it."""
+        pooled = self.embed(input_ids, token_type_ids)
+        return pooled if vectors else self.classifier(self.dropout(pooled))
+
+    def embed(self, input_ids, token_type_ids=None):
+        """The text's vector the head reads, before dropout: [batch, hidden]."""
         # input_ids, token_type_ids: [batch, seq] int64. The encoder masks positions equal to its
         # pad_token_id, so no attention mask is passed (and none needs exporting).
         # sequence: [batch, seq, hidden]; pooled: [batch, hidden]
         sequence, pooled = self.encoder(input_ids, token_type_ids=token_type_ids)[:2]
         if self.pooling == "cls":
-            pooled = sequence[:, 0]
-        elif self.pooling == "mean":
+            return sequence[:, 0]
+        if self.pooling == "mean":
             mask = (input_ids != self.encoder.config.pad_token_id).astype(sequence.dtype).unsqueeze(-1)  # [b, s, 1]
-            pooled = (sequence * mask).sum(axis=1) / mask.sum(axis=1)
-        return self.classifier(self.dropout(pooled))  # logits: [batch, num_classes]
+            return (sequence * mask).sum(axis=1) / mask.sum(axis=1)
+        return pooled
 
 
 class MaskedLanguageModel(nn.Layer):

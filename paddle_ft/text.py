@@ -11,6 +11,7 @@ import numpy as np
 
 TASKS = ("single_label", "multi_label")
 POOLINGS = ("pooler", "cls", "mean")
+HEADS = ("linear", "prototype")
 TRUNCATIONS = ("head", "tail", "head_tail", "sliding_window")  # what becomes of a text longer than max_length
 WINDOW_POOLINGS = ("mean", "max")
 

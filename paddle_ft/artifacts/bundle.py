@@ -103,13 +103,13 @@ def load_bundle(directory: str | Path, with_tokenizer: bool = True) -> Bundle:
 
     directory = Path(directory)
     meta = read_model_meta(directory)
-    tokenizer = load_tokenizer(directory) if with_tokenizer else None
+    tokenizer = load_tokenizer(directory, meta.text_prefix) if with_tokenizer else None
     try:
         encoder = AutoModel.from_config(AutoConfig.from_pretrained(str(directory)))
     except Exception as exc:  # PaddleNLP raises many kinds for a missing or broken config / vocab
         raise UserError(f"{directory}: the encoder config or tokenizer cannot be loaded ({first_line(exc)}); the "
                         "folder is damaged: train the model again") from None
-    model = BERTForTextClassification(encoder, meta.num_classes, meta.dropout, meta.pooling)
+    model = BERTForTextClassification(encoder, meta.num_classes, meta.dropout, meta.pooling, meta.head)
     load_weights(model, directory)
     model.eval()
     return Bundle(model, tokenizer, meta)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from paddle_ft.errors import UserError
 from paddle_ft.io import write_text_atomically
-from paddle_ft.text import POOLINGS, TASKS, TRUNCATIONS, WINDOW_POOLINGS, Truncation
+from paddle_ft.text import HEADS, POOLINGS, TASKS, TRUNCATIONS, WINDOW_POOLINGS, Truncation
 
 FORMAT_VERSION = 2
 """Layout of the metadata files; a folder of another layout is refused with how to make it again."""
@@ -43,6 +43,10 @@ class ModelMeta:
     """Dropout before the classifier (training only; the head is rebuilt with it)."""
     pooling: str = "pooler"
     """How the head takes the text's vector: pooler, cls or mean (config model.pooling)."""
+    head: str = "linear"
+    """The classifier head: linear, or prototype (cosine to a prototype per class, model.head)."""
+    text_prefix: str = ""
+    """Put before every text the model reads (model.text_prefix: an embedding model's instruction)."""
     truncation: str = "head"
     """What training did with a long single text (config data.long_text: head, tail, head_tail or
     sliding_window); the exported model and the Predictor do the same (a text pair is cut longest-first)."""
@@ -131,7 +135,8 @@ class ModelMeta:
              and (meta.truncation != "head_tail" or 0 < meta.head_tokens < meta.max_length - 2)),
             ("stride", isinstance(meta.stride, int) and 0 < meta.stride),
             ("window_pooling", meta.window_pooling in WINDOW_POOLINGS),
-            ("pooling", meta.pooling in POOLINGS),
+            ("pooling", meta.pooling in POOLINGS), ("head", meta.head in HEADS),
+            ("text_prefix", isinstance(meta.text_prefix, str)),
             ("format_version", meta.format_version == FORMAT_VERSION)) if not ok]
         if problems:
             raise UserError(f"{source} is damaged or from a newer paddle_ft ({', '.join(problems)}); {fix}")

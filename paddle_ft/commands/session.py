@@ -119,9 +119,11 @@ def seal_best(folder: RunFolder, config: Config, data: dict, results: Results, r
 
 
 def drift_reference(dataset: Dataset, splits, unk_token_id: int | None) -> dict:
-    """The training rows' label shares, text lengths and [UNK] share, for the server's drift gauges."""
-    rows = dataset.examples["train"]
-    tokens, _ = unknown_shares(splits.train.input_ids, unk_token_id)
+    """The training rows' label shares, text lengths and [UNK] share, for the server's drift gauges (a zero-shot
+    model, trained on no row: those of the split it was scored on)."""
+    name = next(split for split in ("train", "dev", "test") if dataset.examples.get(split))
+    rows = dataset.examples[name]
+    tokens, _ = unknown_shares(getattr(splits, name).input_ids, unk_token_id)
     return reference([name for e in rows for name in e.label_names], dataset.label_map.names,
                      [text_length(e.text, e.text_pair) for e in rows], tokens)
 

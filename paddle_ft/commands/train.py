@@ -1,6 +1,7 @@
 """`train`: config -> data -> model -> engine, writing everything under `output_dir`."""
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from paddle_ft.analysis.audit import coverage_problem, leakage, unknown_shares
@@ -10,10 +11,14 @@ from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine, seal_best,
                                         shared_backbone)
 from paddle_ft.config import TASK_METRICS, load_config
+from paddle_ft.data.labels import read_label_descriptions
 from paddle_ft.data.augment import augmented
 from paddle_ft.engine.losses import class_weights
 from paddle_ft.engine.objectives.classification import Classification
+from paddle_ft.engine.objectives.few_shot import ContrastivePairs, repeated
 from paddle_ft.engine.objectives.multi_label import MultiLabelClassification
+from paddle_ft.engine.prototypes import start_prototypes
+from paddle_ft.engine.trainer import keep_untrained
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import elapsed, log
 
@@ -28,8 +33,9 @@ def trained(config_path: str | None, overrides: list[str], on_eval=None) -> Resu
     """Train as the config says; the best model's `Results` (None on the ranks other than 0)."""
     started = time.perf_counter()
     config = load_config(config_path, overrides)
-    if config.data.train is None:
-        raise ConfigError("data.train", "training needs a training file; set data.train")
+    if config.data.train is None and config.data.label_descriptions is None:
+        raise ConfigError("data.train", "training needs a training file; set data.train (or, for a zero-shot model, "
+                          "model.head: prototype and data.label_descriptions)")
     metric = config.train.evaluation.metric
     if metric in TASK_METRICS["pretraining"]:  # the config checked the rest against the task
         raise ConfigError("train.evaluation.metric", f"{metric} is pretraining's; a classifier is picked by "
@@ -39,11 +45,16 @@ def trained(config_path: str | None, overrides: list[str], on_eval=None) -> Resu
 
 
 def _train(config, dist, folder, resume_from, on_eval, started: float) -> Results | None:
+    descriptions = None
+    if config.data.label_descriptions is not None:
+        descriptions = read_label_descriptions(config.data.label_descriptions)
+        if config.data.labels is None:  # zero-shot: the labels are the ones described, in the file's order
+            config = dataclasses.replace(config, data=dataclasses.replace(config.data, labels=tuple(descriptions)))
     dataset = read_dataset(config.data, config.task)
     data = data_record(dataset, config.data.corrections) if dist.is_main else None
     if dist.is_main:
         warn_on_leakage(dataset)
-    if config.data.augment.copies:
+    if config.data.augment.copies and "train" in dataset.examples:
         extra = augmented(dataset.examples["train"], config.data.augment, config.seed)
         dataset.examples["train"] = dataset.examples["train"] + extra
         if dist.is_main:
@@ -56,10 +67,24 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
     if dist.is_main:
         log_coverage(splits, tokenizer.unk_token_id)
     model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
+    if config.model.head == "prototype" and resume_from is None:
+        source = start_prototypes(model, tokenizer, splits.label_names, config.data.max_length, descriptions,
+                                  splits.train, config.data.label_descriptions)
+        if dist.is_main:
+            log(f"prototype head: each class's prototype starts as {source}")
     ready_to_train(model, config, folder, dist, resume_from, dataset.label_map)
     folder = folder.with_classifier(tokenizer, model_meta(config, dataset.label_map))
-    results = run_engine(model, splits, config, folder, dist, resume_from, "train", objective(config, splits, dist),
-                         on_eval)
+    if config.data.train is None:
+        if dist.active:
+            raise ConfigError("data.train", "is not set: a zero-shot model trains nothing, so run it as one process")
+        log("zero-shot: no training file, so no training step; saving the model and scoring it")
+        results = keep_untrained(model, splits, config, folder, objective(config, splits, dist))
+    else:
+        seen = splits  # the few-shot recipe's epoch passes over the rows several times
+        if config.train.recipe == "few_shot":
+            seen = dataclasses.replace(splits, train=repeated(splits.train, config.train.few_shot.iterations))
+        results = run_engine(model, seen, config, folder, dist, resume_from, "train", objective(config, splits, dist),
+                             on_eval)
     if dist.is_main:
         log("writing the model card and the manifest" + (", then report.html (charts, the most confident mistakes "
                                                          "explained)" if config.train.runtime.write_report else ""))
@@ -81,7 +106,7 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
 def log_coverage(splits, unk_id: int | None) -> None:
     """How much of each split the tokenizer reads as [UNK]; a warning with the fix where it is too much."""
     shares = {name: unknown_shares(features.input_ids, unk_id) for name in ("train", "dev", "test")
-              if (features := getattr(splits, name)) is not None}
+              if (features := getattr(splits, name)) is not None and len(features)}
     log("[UNK] tokens: " + ", ".join(f"{name} {tokens:.2%}" for name, (tokens, _) in shares.items()))
     for name, (tokens, texts) in shares.items():
         problem = coverage_problem(name, tokens, texts)
@@ -103,6 +128,13 @@ def objective(config, splits, dist) -> Classification | MultiLabelClassification
     tc = config.train
     if config.task == "multi_label":
         return MultiLabelClassification(splits.label_names, splits.pad_token_id)
+    if tc.recipe == "few_shot":
+        if dist.is_main:
+            log(f"few-shot recipe: contrastive tuning on pairs of the {len(splits.train)} training rows, each "
+                f"class's prototype their mean ({tc.few_shot.iterations} passes per epoch)")
+        return ContrastivePairs(splits.label_names, splits.pad_token_id, calibration=tc.calibration,
+                                target_coverage=tc.decision.target_coverage, abstain_below=tc.decision.abstain_below,
+                                rows=splits.train, batch_size=tc.evaluation.batch_size)
     weights = class_weights(tc.class_weights, splits.train.labels, splits.label_names)
     if weights is not None and dist.is_main:
         how = "auto: inverse class frequency" if tc.class_weights == "auto" else "train.class_weights"

@@ -77,3 +77,32 @@ def _label_map(names, source: str) -> LabelMap:
         return LabelMap(names)
     except UserError as exc:
         raise ConfigError("data.labels", f"{source}: {exc}") from None
+
+
+def read_label_descriptions(path: str | Path, key: str = "data.label_descriptions") -> dict[str, str]:
+    """{label name: description}, in the file's order, from lines of `name<TAB>description` (UTF-8; blank lines
+    and lines starting with # are skipped). Every problem is one line naming the file and line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except FileNotFoundError:
+        raise ConfigError(key, f"{path} does not exist; give a file of a label name, a tab and its description per "
+                          "line") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(key, f"{path} cannot be read as UTF-8 text ({exc.__class__.__name__}); save it as UTF-8")\
+            from None
+    descriptions: dict[str, str] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, tab, description = line.partition("\t")
+        name, description = name.strip(), description.strip()
+        if not tab or not name or not description:
+            raise UserError(f"{path}:{number}: expected a label name, a tab and a short description of the label "
+                            f"(as: 正面<TAB>顾客满意的好评), got {line.strip()[:60]!r}")
+        if name in descriptions:
+            raise UserError(f"{path}:{number}: label {name!r} is described twice (first on an earlier line); keep one")
+        descriptions[name] = description
+    if len(descriptions) < 2:
+        raise UserError(f"{path}: describes {len(descriptions)} label(s); a classifier needs two or more")
+    return descriptions

@@ -26,19 +26,38 @@ def predict_logits(model, features: Features, batch_size: int, pad_token_id: int
                    subset: np.ndarray | None = None, autocast=contextlib.nullcontext, on_batch=None) -> np.ndarray:
     """Logits [n, num_classes] of the rows of `features` (or of the rows in `subset`), in order, computed
     under `autocast()` (training's precision); `on_batch(rows)` after each batch (progress)."""
-    model.eval()
-    subset = np.arange(len(features)) if subset is None else np.asarray(subset)
-    out = np.zeros((len(subset), model.classifier.weight.shape[1]), dtype=np.float32)
-    for positions in eval_batches(features.lengths[subset], batch_size):
-        batch = pad_batch(features, subset[positions].tolist(), pad_token_id)
-        with autocast():
-            logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
-        out[positions] = logits.astype("float32").numpy()  # [batch, num_classes]
-        if on_batch is not None:
-            on_batch(len(positions))
+    out = _rows_through(model, model.classifier.weight.shape[1], features, batch_size, pad_token_id, subset,
+                        autocast, on_batch)
     if not np.isfinite(out).all():  # NaN weights score "accuracy" by chance: never report that as a result
         raise NonFiniteScores("the model's scores are NaN/inf: its weights are not finite (training diverged); "
                                "retrain with a lower train.optimizer.learning_rate, or use an earlier checkpoint")
+    return out
+
+
+@paddle.no_grad()
+def embed_rows(model, features: Features, batch_size: int, pad_token_id: int,
+               autocast=contextlib.nullcontext) -> np.ndarray:
+    """The vector the head reads of every row [n, hidden] float32 (`model.embed`), unit length: what a prototype
+    head compares."""
+    vectors = _rows_through(model.embed, model.encoder.config.hidden_size, features, batch_size, pad_token_id,
+                            None, autocast, None)
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def _rows_through(forward, width: int, features: Features, batch_size: int, pad_token_id: int, subset, autocast,
+                  on_batch) -> np.ndarray:
+    """`forward(input_ids, token_type_ids)` -> [batch, width] over the rows (of `subset`), in order, in eval mode,
+    batched by length."""
+    getattr(forward, "__self__", forward).eval()  # a Layer, or a Layer's method
+    subset = np.arange(len(features)) if subset is None else np.asarray(subset)
+    out = np.zeros((len(subset), width), dtype=np.float32)
+    for positions in eval_batches(features.lengths[subset], batch_size):
+        batch = pad_batch(features, subset[positions].tolist(), pad_token_id)
+        with autocast():
+            rows = forward(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
+        out[positions] = rows.astype("float32").numpy()  # [batch, width]
+        if on_batch is not None:
+            on_batch(len(positions))
     return out
 
 

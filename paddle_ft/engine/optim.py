@@ -14,9 +14,10 @@ from paddle_ft.engine.plan import RunPlan
 
 
 def uses_weight_decay(parameter_name: str) -> bool:
-    """Biases (the MLM head's `decoder_bias` too) and normalisation weights are not decayed (the usual BERT rule)."""
+    """Biases (the MLM head's `decoder_bias` too) and normalisation weights are not decayed (the usual BERT rule), nor
+    a prototype head's scale (decay would pull its temperature towards 1)."""
     parts = parameter_name.lower().split(".")
-    return not parts[-1].endswith("bias") and not any("norm" in part for part in parts)
+    return not parts[-1].endswith("bias") and parts[-1] != "log_scale" and not any("norm" in part for part in parts)
 
 
 def learning_rate_ratio(name: str, num_layers: int, layer_decay: float, head_ratio: float) -> float:

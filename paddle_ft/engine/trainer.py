@@ -188,6 +188,7 @@ def _evaluate_dev(model, objective, dev: Features, batch_size: int, dist: Distri
     """Each rank scores every world_size-th dev example; the gathered parts cover each example exactly once,
     so every rank computes the same metrics. `autocast` is training's: an O2 model run outside it would
     compute in pure float16, without Paddle's list of ops kept in float32."""
+    objective.prepare(model, autocast)
     mine = np.arange(dist.rank, len(dev), dist.world_size)
     parts = dist.gather(objective.score(model, dev, mine, batch_size, autocast))
     model.train()
@@ -213,26 +214,50 @@ def _finish(opt: Optimization, objective, splits: Splits, run: RunFolder, state:
         return None
     if splits.dev is None:
         state.best_step = state.global_step
+        objective.prepare(opt.model, opt.runner.autocast)
         run.save_best(opt.model, None)
         objective = objective.calibrated(None)
     run.load_best_weights(opt.model)
     scored = [f"{name} ({len(f)} texts)" for name in ("dev", "test") if (f := getattr(splits, name)) is not None]
     if scored:
         say(dist, f"training done; scoring the best model (step {state.best_step}) on {' and '.join(scored)}")
+    results = _scored(opt.model, objective, splits, evaluation, opt.runner.autocast, state.best_step,
+                      state.skipped_steps)
+    events.write("results", state.global_step, **results.as_dict())
+    run.write_results(results)
+    dist.barrier()
+    return results
+
+
+def keep_untrained(model, splits: Splits, config: Config, run: RunFolder, objective) -> Results:
+    """A model that needs no training step (zero-shot: its prototypes are its labels' descriptions), saved as best/
+    and scored on dev and test as a trained one is; one process."""
+    with run.event_log(None) as events:
+        dev = None
+        if splits.dev is not None:  # its decisions (temperature, abstain threshold) go into best/ as in training
+            dev = objective.report(splits.dev, [objective.score(model, splits.dev, np.arange(len(splits.dev)),
+                                                                config.train.evaluation.batch_size,
+                                                                contextlib.nullcontext)])
+        run.save_best(model, dev)
+        results = _scored(model, objective, splits, config.train.evaluation, contextlib.nullcontext, 0, 0)
+        events.write("results", 0, **results.as_dict())
+    run.write_results(results)
+    return results
+
+
+def _scored(model, objective, splits: Splits, evaluation: EvaluationConfig, autocast, best_step: int,
+            skipped_steps: int) -> Results:
+    """The `Results` of the model as it stands on dev and test (test with what dev decided)."""
     reports = {}
     for name in ("dev", "test"):
         features = getattr(splits, name)
         if features is not None:
             every = np.arange(len(features))
-            reports[name] = objective.report(features, [objective.score(opt.model, features, every,
-                                                                        evaluation.batch_size, opt.runner.autocast)])
+            reports[name] = objective.report(features, [objective.score(model, features, every, evaluation.batch_size,
+                                                                        autocast)])
         if name == "dev" and features is not None:  # test is scored as the saved model will be (dev's thresholds)
             objective = objective.calibrated(reports["dev"])
-    results = Results(state.best_step, evaluation.metric, state.skipped_steps, **reports)
-    events.write("results", state.global_step, **results.as_dict())
-    run.write_results(results)
-    dist.barrier()
-    return results
+    return Results(best_step, evaluation.metric, skipped_steps, **reports)
 
 
 def _check_replicas_agree(model, dist: Distributed) -> None:

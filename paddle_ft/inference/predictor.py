@@ -56,7 +56,7 @@ class Predictor:
         self.labels = list(self.meta.labels)  # class id -> label name
         self.takes_text_pair = self.meta.takes_text_pair  # trained on (text, second text) pairs
         try:
-            self.tokenizer = load_tokenizer(export_dir)
+            self.tokenizer = load_tokenizer(export_dir, self.meta.text_prefix)
         except UserError as exc:
             raise UserError(f"{export_dir}: the tokenizer files cannot be loaded ({first_line(exc)}); {REEXPORT}") \
                 from None

@@ -18,7 +18,8 @@ from paddle_ft.tokenization.unigram import SentencePieceTokenizer, is_sentencepi
 from paddle_ft.tokenization.wordpiece import FastBertTokenizer, fast_tokenizer_for, fastest
 
 __all__ = ["NO_TOKEN", "FastBertTokenizer", "FastTokenizer", "SentencePieceTokenizer", "check_texts", "fast_tokenizer_for",
-           "fastest", "load_tokenizer", "readable", "readable_pattern", "tokenizer_kind", "without_tokens"]
+           "fastest", "load_tokenizer", "readable", "readable_pattern", "tokenizer_kind", "with_text_prefix",
+           "without_tokens"]
 
 
 def tokenizer_kind(folder: str | Path) -> str:
@@ -26,9 +27,23 @@ def tokenizer_kind(folder: str | Path) -> str:
     return "sentencepiece" if is_sentencepiece_folder(Path(folder)) else "wordpiece"
 
 
-def load_tokenizer(folder: str | Path):
+def load_tokenizer(folder: str | Path, text_prefix: str = ""):
     """The tokenizer saved in a model folder (a backbone, best/ or an export) or named (a PaddleNLP model name), in
-    its fast form where it has one. Raises UserError with the folder and the reason when it cannot be read."""
+    its fast form where it has one, putting `text_prefix` before every text (the model's `text_prefix`). Raises
+    UserError with the folder and the reason when it cannot be read."""
+    return with_text_prefix(_load_tokenizer(folder), text_prefix, str(folder))
+
+
+def with_text_prefix(tokenizer, text_prefix: str, source: str):
+    """`tokenizer`, putting `text_prefix` before every text it encodes."""
+    if text_prefix:
+        if not isinstance(tokenizer, FastTokenizer):
+            raise UserError(f"the tokenizer of '{source}' has no fast form, which model.text_prefix needs; remove it")
+        tokenizer.text_prefix = text_prefix
+    return tokenizer
+
+
+def _load_tokenizer(folder: str | Path):
     path = Path(folder)
     if is_sentencepiece_folder(path):
         return SentencePieceTokenizer.from_folder(path)

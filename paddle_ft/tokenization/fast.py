@@ -14,12 +14,16 @@ class FastTokenizer:
     """One instance is not meant to be shared by threads that encode with different max_lengths (the backend's
     truncation setting is switched per call)."""
 
+    text_prefix = ""
+    """Put before every (first) text: an embedding model's instruction, as e5's "query: " (model.text_prefix)."""
+
     def __init__(self, backend):
         self._backend, self._truncation = backend, None
 
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
                max_length: int | None = None) -> tuple[list[list[int]], list[list[int]], list[bool]]:
         """(input_ids, token_type_ids, truncated) per text, with the specials, cut to `max_length`."""
+        texts = [self.text_prefix + text for text in texts] if self.text_prefix else texts
         if pairs is not None:
             return self._encode_pairs(texts, pairs, max_length)
         self._truncate_at(max_length)
@@ -29,10 +33,12 @@ class FastTokenizer:
 
     def encode_with_offsets(self, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], list[list]]:
         """(input_ids, (start, end) character span of each token in its text) per text, cut to `max_length`;
-        the specials' spans are (0, 0)."""
+        the specials' and the prefix's spans are (0, 0)."""
         self._truncate_at(max_length)
-        encodings = self._backend.encode_batch(list(texts))
-        return [e.ids for e in encodings], [e.offsets for e in encodings]
+        shift = len(self.text_prefix)
+        encodings = self._backend.encode_batch([self.text_prefix + text for text in texts])
+        return [e.ids for e in encodings], [[(max(a - shift, 0), max(b - shift, 0)) for a, b in e.offsets]
+                                            for e in encodings]
 
     def pieces(self, texts: Sequence[str]) -> list[list[int]]:
         """The ids of each text without specials and uncut: what a vocabulary must hold to read it."""

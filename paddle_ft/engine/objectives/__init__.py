@@ -10,6 +10,10 @@ class Objective:
     metrics: tuple[str, ...] = ()
     """The report's metrics that can pick the best model (higher is better)."""
 
+    def prepare(self, model, autocast) -> None:
+        """Called before the model is scored or saved: what the head takes from the training rows rather than from
+        gradients (the few-shot recipe's prototypes). Most objectives take nothing."""
+
     def calibrated(self, dev_report: dict | None) -> Objective:
         """The objective with what the dev evaluation decided fixed, for scoring test and saving the model (dev
         None: there was none). Most objectives decide nothing."""
