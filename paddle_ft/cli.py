@@ -213,6 +213,22 @@ def _add_model_commands(commands) -> None:
     trim.add_argument("--text-column", default="text", help="the text column of the data files (default: text)")
     trim.set_defaults(run=_trim_vocab)
 
+    add = commands.add_parser("add-class", help="a prototype-head model with one class more, without retraining: its "
+                                                "prototype from a few examples and/or a description")
+    add.add_argument("--model", required=True, help="the best/ folder of a model trained with model.head: prototype")
+    add.add_argument("--label", required=True, help="the new class's name")
+    add.add_argument("--examples", metavar="FILE", help="texts of the new class: .txt (one per line) or "
+                                                        ".tsv/.csv/.jsonl (the model's text column)")
+    add.add_argument("--description", help="a short description of the class (as zero-shot's label descriptions)")
+    add.add_argument("--output", required=True, help="the new model folder to create (OUT2/best)")
+    add.set_defaults(run=_add_class)
+
+    remove = commands.add_parser("remove-class", help="a prototype-head model without one of its classes")
+    remove.add_argument("--model", required=True, help="the best/ folder of a model trained with model.head: prototype")
+    remove.add_argument("--label", required=True, help="the class to remove")
+    remove.add_argument("--output", required=True, help="the new model folder to create")
+    remove.set_defaults(run=_remove_class)
+
     export = commands.add_parser("export", help="export a trained model to a static graph for Paddle Inference")
     _model_argument(export)
     export.add_argument("--output", required=True, help="the export folder to create (new or empty)")
@@ -402,6 +418,18 @@ def _convert(args) -> int:
     print(f"converted {report['converted']} tensors of {source} into {output} (left out: "
           f"{', '.join(report['left_out']) or 'nothing'}); use it with -o model.backbone={output}")
     return 0
+
+
+def _add_class(args) -> int:
+    from paddle_ft.commands.classes import add_class
+
+    return add_class(args.model, args.label, args.examples, args.description, args.output)
+
+
+def _remove_class(args) -> int:
+    from paddle_ft.commands.classes import remove_class
+
+    return remove_class(args.model, args.label, args.output)
 
 
 def _trim_vocab(args) -> int:

@@ -59,6 +59,9 @@ def piece_scores(definition: dict) -> np.ndarray:
     return np.array([score for _, score in model["vocab"]], dtype=np.float64)
 
 
+INSTRUCTIONS = ("query: ", "passage: ")  # multilingual-e5's, bge's and gte's
+
+
 def trimmed_definition(tokenizer: dict, kept: list[int]) -> str:
     """A parsed tokenizer.json with only the `kept` pieces, renumbered (rewritten in place), as JSON."""
     new_id = {old: new for new, old in enumerate(kept)}
@@ -90,7 +93,9 @@ def trim_folder(source: Path, texts: list[str], output: Path, keep_top: int) -> 
                         "(tokenizer.json), the large multilingual ones; a WordPiece vocabulary of ~21k needs no trimming")
     tokenizer = load_tokenizer(source)
     definition = json.loads(tokenizer.definition())  # 250k pieces: parsed once, for the scores and the rewrite
-    kept, used = kept_ids(tokenizer, texts, keep_top, piece_scores(definition))
+    # the instructions embedding models are given (model.text_prefix) keep their own pieces, so that the trimmed
+    # model reads "query: " as the full one does, not as pieces of other words
+    kept, used = kept_ids(tokenizer, [*texts, *INSTRUCTIONS], keep_top, piece_scores(definition))
     config = json.loads((source / "config.json").read_text(encoding="utf-8"))
     rows = config["vocab_size"]
     report = TrimReport(str(source), len(tokenizer), len(kept), used, len(texts), kept)

@@ -28,7 +28,7 @@ def model_card(name: str, meta: ModelMeta, provenance: dict, checks: str = "") -
 {_data(provenance.get("data"))}
 
 ## Results
-{_results(provenance.get("metrics"), meta)}
+{_results(provenance.get("metrics"), meta)}{_class_changes(provenance.get("class_changes"))}
 
 ## How it was checked
 {checks}{_verify_line(bool(checks))}
@@ -113,6 +113,24 @@ def _results(metrics: dict | None, meta: ModelMeta) -> str:
             scores.append(f"answered {decision['coverage']:.1%} of texts"
                           + (f" at accuracy {answered:.4f}" if answered is not None else ""))
         lines.append(f"- {split} ({report['examples']} texts): " + "; ".join(scores))
+    return "\n".join(lines)
+
+
+def _class_changes(changes: list | None) -> str:
+    """The classes added or removed after training (add-class, remove-class), oldest first."""
+    if not changes:
+        return ""
+    lines = ["", "", "Classes changed after training, without retraining (not scored since: `python -m paddle_ft eval --model <this folder> --data FILE` scores it):"]
+    for change in changes:
+        if "added" in change:
+            sources = ([f"{change['examples']['rows']} examples in `{change['examples']['path']}` (sha256 "
+                        f"`{change['examples']['sha256'][:16]}`)"] if "examples" in change else []) + \
+                      ([f"the description \"{change['description']}\""] if "description" in change else [])
+            lines.append(f"- added {change['added']}, its prototype from {' and '.join(sources)}, to "
+                         f"`{change['from']['model']}` (python -m paddle_ft add-class)")
+        else:
+            lines.append(f"- removed {change['removed']} from `{change['from']['model']}` (python -m paddle_ft "
+                         "remove-class)")
     return "\n".join(lines)
 
 

@@ -25,7 +25,7 @@ def text_vectors(model, tokenizer, texts: list[str], max_length: int, source: st
     """Unit vectors [n, hidden] of some texts (descriptions, examples), read as the model reads any text."""
     empty = without_tokens(texts)
     if empty:
-        raise UserError(f"{source}: {texts[empty[0]]!r} is {NO_TOKEN}; write words the model reads")
+        raise UserError(f"{source}: {texts[empty[0]]!r} {NO_TOKEN}")
     ids, types, _ = tokenizer.encode(texts, max_length=max_length)
     features = Features([np.asarray(x, dtype=np.int64) for x in ids], [np.asarray(t, dtype=np.int64) for t in types],
                         None)
