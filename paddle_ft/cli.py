@@ -147,7 +147,9 @@ def _renamed(command: argparse.ArgumentParser, old: str, new: str) -> None:
 
 def _add_init(commands) -> None:
     init = commands.add_parser("init", help="write a training config from your own labelled files")
-    init.add_argument("--train", required=True, help="the labelled training file (.tsv, .csv or .jsonl, a header row)")
+    init.add_argument("--train", help="the labelled training file (.tsv, .csv or .jsonl, a header row)")
+    init.add_argument("--labels", metavar="FILE", help="a label name, a tab and a short description per line: "
+                                                       "zero-shot without --train, the prototypes' start with it")
     init.add_argument("--dev", help="a labelled file to pick the best model on (recommended)")
     init.add_argument("--test", help="a labelled file scored once, at the end")
     init.add_argument("--backbone", help="a pretrained model: a PaddleNLP name or a local PaddleNLP / Hugging Face "
@@ -161,6 +163,9 @@ def _add_init(commands) -> None:
                          help="one label per row, or a set of labels per row")
     decided.add_argument("--label-delimiter", help="multi-label: what separates a row's label names (implies "
                                                    "--task multi_label)")
+    decided.add_argument("--recipe", choices=("fine_tune", "few_shot"),
+                         help="how to train (default: few_shot when a class has at most 32 rows and the backbone is "
+                              "pretrained, else fine_tune)")
     decided.add_argument("--no-header", action="store_true", help="TSV/CSV files without a header row: every row "
                                                                   "is data, the columns are named 1, 2, ...")
     init.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
@@ -336,7 +341,8 @@ def _init(args) -> int:
 
     given = Choices(args.text_column, args.text_pair_column, args.label_column, args.task, args.label_delimiter,
                     header=not args.no_header)
-    return command.run(args.train, args.dev, args.test, args.backbone, args.output, given, args.override)
+    return command.run(args.train, args.dev, args.test, args.backbone, args.output, given, args.override, args.labels,
+                       args.recipe)
 
 
 def _pretrain(args) -> int:

@@ -1,6 +1,11 @@
 """`init`: a training config written from a user's own labelled files.
 
     python -m paddle_ft init --train reviews.csv [--dev dev.csv] [--test test.csv] [--backbone DIR] --output my.yaml
+    python -m paddle_ft init --labels labels.tsv --backbone DIR [--dev dev.csv] [--test test.csv] --output my.yaml
+
+The second is zero-shot: no training rows, a label name and a description per line of labels.tsv, and a
+sentence-embedding backbone; the model is the descriptions' embeddings (model.head: prototype). With training rows
+and few of them per class (FEW_SHOT_ROWS) and a pretrained backbone, init picks the few-shot recipe.
 
 It reads the files (format from the extension; the text, second-text and label columns; one label per row or a
 set; the labels and their counts; the length of the texts), writes a vocabulary from the training text when there
@@ -20,6 +25,7 @@ from paddle_ft.backbone import is_paddlenlp_name, looks_like_a_path
 from paddle_ft.build import read_dataset
 from paddle_ft.commands.recipe import encoder_facts, learning_rate_for, recipe_notes
 from paddle_ft.config import load_config, parse_override, set_dotted
+from paddle_ft.data.labels import read_label_descriptions
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.sniff import Choices, Layout, propose_max_length, sniff_layout
 from paddle_ft.data.vocab import character_vocab
@@ -39,10 +45,25 @@ PRETRAINED_OPTIMIZER = {"learning_rate": 3.0e-5, "warmup": 0.1}
 TARGET_STEPS = {"scratch": 300, "pretrained": 100}
 EPOCHS = {"scratch": (3, 50), "pretrained": (3, 10)}
 IMBALANCE = 5  # the most frequent label this many times the rarest: say how to weigh them
+# at most this many rows in the smallest class: the few-shot recipe (contrastive pairs, prototypes) beats fine-tuning
+# there (docs/tasks.md has the measured table), with SetFit's settings: one epoch of 20 passes, batch 16, rate 2e-5
+FEW_SHOT_ROWS = 32
+FEW_SHOT_TRAIN = {"recipe": "few_shot", "epochs": 1, "batch_size": 16, "few_shot": {"iterations": 20},
+                  "optimizer": {"learning_rate": 2.0e-5, "warmup": 0.1}}
 
 
-def run(train: str, dev: str | None, test: str | None, backbone: str | None, output: str,
-        given: Choices = Choices(), overrides: list[str] = ()) -> int:
+def run(train: str | None, dev: str | None, test: str | None, backbone: str | None, output: str,
+        given: Choices = Choices(), overrides: list[str] = (), labels: str | None = None,
+        recipe: str | None = None) -> int:
+    if train is None and labels is None:
+        raise UserError("give --train FILE (your labelled rows), or --labels FILE (a label name and a short "
+                        "description per line: a zero-shot model)")
+    if recipe == "few_shot" and backbone is None:
+        raise UserError("--recipe few_shot needs a pretrained --backbone (a sentence-embedding model such as "
+                        "multilingual-e5): the recipe tunes what the encoder already knows")
+    if labels is not None and backbone is None:
+        raise UserError("--labels needs a pretrained --backbone, a sentence-embedding model such as multilingual-e5 "
+                        "(make e5-small): an encoder trained from nothing cannot compare a text with a description")
     target = Path(output)
     if target.suffix not in (".yaml", ".yml"):
         raise UserError(f"--output {output}: give a .yaml file to write the config to")
@@ -56,15 +77,28 @@ def run(train: str, dev: str | None, test: str | None, backbone: str | None, out
         check_backbone(backbone)
     settings = dict(parse_override(item) for item in overrides)
     on_bad_row, skip_option = settings.get("data.on_bad_row", "error"), "-o data.on_bad_row=skip"
-    layout = sniff_layout(Path(train), given, on_bad_row, skip_option)
+    paths = {name: path for name, path in (("train", train), ("dev", dev), ("test", test)) if path is not None}
+    descriptions = read_label_descriptions(labels, "--labels") if labels is not None else None
+    layout = sniff_layout(Path(next(iter(paths.values()))), given, on_bad_row, skip_option) if paths else \
+        Layout("tsv", "text", "label", reasons=["no data file: files to score are read with text and label columns"])
+    if descriptions is not None and layout.multi_label:
+        raise UserError(f"{next(iter(paths.values()))} holds sets of labels; a zero-shot model gives one label per "
+                        "text (prototype head): give files with one label per row")
     columns = Columns(layout.text_column, layout.text_pair_column, layout.label_column,
                       (layout.label_delimiter or ",") if layout.multi_label else None, header=layout.header)
-    paths = {name: path for name, path in (("train", train), ("dev", dev), ("test", test)) if path is not None}
     splits = {name: read_examples(path, format_of(path), columns, on_bad_row=on_bad_row, skip_option=skip_option)[0]
               for name, path in paths.items()}
-    counts = Counter(name for example in splits["train"] for name in example.label_names)
-    _check_labels(layout, paths, splits, counts)
-    config, notes = _config(layout, paths, splits, counts, backbone, target)
+    counts = Counter(name for example in splits.get("train", []) for name in example.label_names)
+    if descriptions is not None and train is None:
+        _check_zero_shot_labels(paths, splits, descriptions, labels)
+        config, notes = _zero_shot_config(layout, paths, splits, backbone, labels, descriptions, target)
+    else:
+        _check_labels(layout, paths, splits, counts)
+        config, notes = _config(layout, paths, splits, counts, backbone, target, recipe)
+        if descriptions is not None:
+            _check_zero_shot_labels(paths, splits, descriptions, labels)
+            config["data"]["label_descriptions"] = labels
+            notes.append(f"each class's prototype starts from its description in {labels}")
     for key, value in settings.items():
         set_dotted(config, key, value)
     text = _header(layout, notes, target) + yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
@@ -104,8 +138,49 @@ def _check_labels(layout: Layout, paths: dict, splits: dict, counts: Counter) ->
                                 "it, or remove the row")
 
 
+def _check_zero_shot_labels(paths: dict, splits: dict, descriptions: dict, labels: str) -> None:
+    """Every label of the data files is described (else the model could never answer it)."""
+    for split, examples in splits.items():
+        for example in examples:
+            if example.label not in descriptions:
+                raise DataError(paths[split], example.line, f"the label '{example.label}' is not described in "
+                                f"{labels}, so the model could never answer it; add a line for it there")
+
+
+def _zero_shot_config(layout: Layout, paths: dict, splits: dict, backbone: str, labels: str, descriptions: dict,
+                      target: Path) -> tuple[dict, list]:
+    """A zero-shot config: no training file, the prototypes the descriptions' embeddings."""
+    facts = encoder_facts(Path(backbone))
+    notes = [f"zero-shot: {len(descriptions)} labels described in {labels} and no training file; each class is the "
+             "embedding of its description (model.head: prototype), and train scores it on "
+             + (" and ".join(name for name in ("dev", "test") if name in paths) or "nothing (add --dev or --test)")]
+    data = {"train": None, "dev": paths.get("dev"), "test": paths.get("test"), "text_column": layout.text_column,
+            "label_column": layout.label_column, "label_descriptions": labels, "labels": list(descriptions)}
+    if not layout.header:
+        data["header"] = False
+    tokenizer, limit = _backbone_tokenizer(backbone)
+    scored = [e for examples in splits.values() for e in examples]
+    max_length, why = propose_max_length(_lengths(scored, tokenizer), False, limit) if scored and tokenizer else \
+        (128, "max_length 128: no file to measure the texts by")
+    notes.append(why)
+    data["max_length"] = max_length
+    model = {"backbone": backbone, **_prototype_model(facts, backbone, notes)}
+    config = {"output_dir": f"out/{target.stem}", "task": "single_label", "data": data, "model": model}
+    return config, notes
+
+
+def _prototype_model(facts, backbone: str, notes: list[str]) -> dict:
+    """The model keys of a prototype head on this backbone (its pooling, its instruction prefix)."""
+    model = {"head": "prototype", "pooling": "mean"}
+    if facts is not None and facts.text_prefix:
+        model["text_prefix"] = facts.text_prefix
+        notes.append(f"text_prefix {facts.text_prefix!r}: {backbone}'s documentation puts it before texts compared "
+                     "with each other")
+    return model
+
+
 def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone: str | None,
-            target: Path) -> tuple[dict, list]:
+            target: Path, recipe: str | None = None) -> tuple[dict, list]:
     """The config `init` writes, and what to tell the user about it."""
     labels = sorted(counts)
     notes = [f"{len(labels)} labels in {len(splits['train'])} training rows: "
@@ -147,11 +222,23 @@ def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone
         notes += recipe_notes(facts, backbone, paths["train"], optimizer["learning_rate"])
     metric = "micro_f1" if layout.multi_label else "accuracy"
     kind = "pretrained" if backbone is not None else "scratch"
-    epochs, batch_size, why = _schedule(len(splits["train"]), kind)
-    notes.append(why)
-    train = {"epochs": epochs, "batch_size": batch_size,
-             "optimizer": optimizer,
-             "evaluation": {"metric": metric}}
+    fewest = min(counts.values())
+    if recipe == "few_shot" and (layout.multi_label or layout.text_pair_column):
+        raise UserError("--recipe few_shot gives one label per single text: this data has "
+                        + ("sets of labels" if layout.multi_label else "text pairs"))
+    if recipe == "few_shot" or (recipe is None and kind == "pretrained" and fewest <= FEW_SHOT_ROWS
+                                and not layout.multi_label and not layout.text_pair_column):
+        model.update(_prototype_model(facts, backbone, notes))
+        train = {**FEW_SHOT_TRAIN, "evaluation": {"metric": metric}}
+        notes = [note for note in notes if not note.startswith("learning rate")]  # the recipe's own rate
+        why = "--recipe few_shot" if recipe else f"the smallest class has {fewest} rows (<= {FEW_SHOT_ROWS})"
+        notes.append(f"few-shot recipe ({why}): contrastive tuning on pairs of the training rows at learning rate "
+                     f"{FEW_SHOT_TRAIN['optimizer']['learning_rate']:g}, each class's prototype their mean, as SetFit "
+                     "does (--recipe fine_tune for plain fine-tuning)")
+    else:
+        epochs, batch_size, why = _schedule(len(splits["train"]), kind)
+        notes.append(why)
+        train = {"epochs": epochs, "batch_size": batch_size, "optimizer": optimizer, "evaluation": {"metric": metric}}
     config = {"output_dir": f"out/{target.stem}", "task": "multi_label" if layout.multi_label else "single_label",
               "data": data, "model": model, "train": train}
     return config, notes

@@ -24,6 +24,8 @@ class EncoderFacts:
     ffn: int
     vocab: int
     has_pooler: bool
+    text_prefix: str = ""
+    """What the folder's README says to put before a text (e5's "query: "), or nothing."""
 
     @property
     def layer_weights(self) -> int:
@@ -43,10 +45,20 @@ def encoder_facts(folder: Path) -> EncoderFacts | None:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         facts = EncoderFacts(int(config["num_hidden_layers"]), int(config["hidden_size"]),
                              int(config.get("intermediate_size", 4 * config["hidden_size"])), int(config["vocab_size"]),
-                             _has_pooler(folder))
+                             _has_pooler(folder), _documented_prefix(folder))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return facts
+
+
+def _documented_prefix(folder: Path) -> str:
+    """"query: " where the folder's README says its texts start with it (multilingual-e5's, as make e5-small writes
+    it): the instruction e5 was trained with for texts compared with each other."""
+    try:
+        readme = (folder / "README.md").read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    return "query: " if '"query: "' in readme else ""
 
 
 def _has_pooler(folder: Path) -> bool:

@@ -233,13 +233,8 @@ def keep_untrained(model, splits: Splits, config: Config, run: RunFolder, object
     """A model that needs no training step (zero-shot: its prototypes are its labels' descriptions), saved as best/
     and scored on dev and test as a trained one is; one process."""
     with run.event_log(None) as events:
-        dev = None
-        if splits.dev is not None:  # its decisions (temperature, abstain threshold) go into best/ as in training
-            dev = objective.report(splits.dev, [objective.score(model, splits.dev, np.arange(len(splits.dev)),
-                                                                config.train.evaluation.batch_size,
-                                                                contextlib.nullcontext)])
-        run.save_best(model, dev)
         results = _scored(model, objective, splits, config.train.evaluation, contextlib.nullcontext, 0, 0)
+        run.save_best(model, results.dev)  # what dev decided (temperature, abstain threshold) goes into best/
         events.write("results", 0, **results.as_dict())
     run.write_results(results)
     return results
