@@ -1,6 +1,7 @@
 """`init`: a config from a user's own files, with what it decided and why."""
 import csv
 import json
+import re
 
 import pytest
 import yaml
@@ -101,7 +102,8 @@ def test_init_never_overwrites_a_file_where_it_would_write_the_vocabulary(tmp_pa
 
 def test_the_config_init_writes_is_plain_yaml_a_user_can_edit(tmp_path):
     train = write_reviews(tmp_path / "train.csv", 20)
-    main(["init", "--train", str(train), "--backbone", "bert-base-chinese", "--output", str(tmp_path / "b.yaml")])
+    main(["init", "--train", str(train), "--backbone", "bert-base-chinese", "--recipe", "fine_tune", "--output",
+          str(tmp_path / "b.yaml")])
     written = yaml.safe_load((tmp_path / "b.yaml").read_text(encoding="utf-8"))
     assert written["model"] == {"backbone": "bert-base-chinese"}
     assert written["train"]["optimizer"]["learning_rate"] == 3e-5
@@ -125,7 +127,8 @@ def test_init_fits_the_recipe_to_a_local_encoder_and_offers_trimming(tmp_path, c
 
     train = write_reviews(tmp_path / "train.csv", 20)
     folder = tiny_e5_folder(tmp_path)
-    assert main(["init", "--train", str(train), "--backbone", str(folder), "--output", str(tmp_path / "e5.yaml")]) == 0
+    assert main(["init", "--train", str(train), "--backbone", str(folder), "--recipe", "fine_tune", "--output",
+                 str(tmp_path / "e5.yaml")]) == 0
     written = yaml.safe_load((tmp_path / "e5.yaml").read_text(encoding="utf-8"))
     assert written["model"] == {"backbone": str(folder), "pooling": "mean"}  # e5 has no pooler
     assert written["train"]["optimizer"]["learning_rate"] == 2e-3  # 2 layers, 32 wide
@@ -133,6 +136,33 @@ def test_init_fits_the_recipe_to_a_local_encoder_and_offers_trimming(tmp_path, c
     notes = recipe_notes(EncoderFacts(12, 384, 1536, 250_037, False), "e5", "train.csv", 7e-5)
     assert any(note.startswith("its vocabulary has 250,037 rows") and "trim-vocab --backbone e5 --data train.csv"
                in note for note in notes)
+
+
+def test_a_few_rows_per_class_get_the_few_shot_recipe_and_descriptions_alone_a_zero_shot_config(tmp_path, capsys):
+    from e5_file import tiny_e5_folder
+
+    folder = tiny_e5_folder(tmp_path)
+    (folder / "README.md").write_text('A sentence encoder; its texts start with "query: " or "passage: ".\n')
+    train = write_reviews(tmp_path / "train.csv", 20)  # about 10 rows per class
+    assert main(["init", "--train", str(train), "--backbone", str(folder), "--output", str(tmp_path / "few.yaml")]) == 0
+    written = yaml.safe_load((tmp_path / "few.yaml").read_text(encoding="utf-8"))
+    assert written["model"] == {"backbone": str(folder), "pooling": "mean", "head": "prototype",
+                                "text_prefix": "query: "}
+    assert written["train"]["recipe"] == "few_shot"
+    assert re.search(r"few-shot recipe \(the smallest class has \d+ rows \(<= 32\)\)", capsys.readouterr().out)
+    (tmp_path / "labels.tsv").write_text("差评\t不满意\n好评\t满意\n中评\t一般\n", encoding="utf-8")
+    assert main(["init", "--labels", str(tmp_path / "labels.tsv"), "--backbone", str(folder), "--test", str(train),
+                 "--output", str(tmp_path / "zero.yaml")]) == 0
+    zero = yaml.safe_load((tmp_path / "zero.yaml").read_text(encoding="utf-8"))
+    assert zero["data"]["train"] is None and zero["data"]["labels"] == ["差评", "好评", "中评"]
+    assert zero["data"]["label_descriptions"] == str(tmp_path / "labels.tsv") and zero["model"]["head"] == "prototype"
+    capsys.readouterr()
+    (tmp_path / "two.tsv").write_text("差评\t不满意\n", encoding="utf-8")
+    assert main(["init", "--labels", str(tmp_path / "two.tsv"), "--backbone", str(folder), "--test", str(train),
+                 "--output", str(tmp_path / "z2.yaml")]) == 2
+    assert "describes 1 label(s); a classifier needs two or more" in capsys.readouterr().err
+    assert main(["init", "--labels", str(tmp_path / "labels.tsv"), "--output", str(tmp_path / "z3.yaml")]) == 2
+    assert "--labels needs a pretrained --backbone" in capsys.readouterr().err
 
 
 # issue 43, root 1: init checks what it decided against the data and against what train accepts, and every decision
