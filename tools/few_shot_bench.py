@@ -275,7 +275,7 @@ def train(output: Path, name: str, config: Path, overrides: list[str]) -> dict:
 
 
 def run(output: Path, name: str, command: list, fresh=None) -> str:
-    """Run a child command, its stderr to OUTPUT/logs/NAME.log; its stdout back. Stops the bench where it fails."""
+    """Run a child command, its output to OUTPUT/logs/NAME.log; its stdout back. Stops the bench where it fails."""
     import shutil
 
     if isinstance(fresh, Path):
@@ -284,6 +284,7 @@ def run(output: Path, name: str, command: list, fresh=None) -> str:
         shutil.rmtree(Path(command[command.index("--output") + 1]).parent, ignore_errors=True)
     with open(output / "logs" / f"{name}.log", "w", encoding="utf-8") as log:
         done = subprocess.run([str(c) for c in command], cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
+        log.write(done.stdout)
     if done.returncode:
         raise SystemExit(f"error: {name} failed (exit {done.returncode}); see {output / 'logs' / f'{name}.log'}")
     return done.stdout

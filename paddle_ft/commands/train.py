@@ -80,11 +80,13 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
         log("zero-shot: no training file, so no training step; saving the model and scoring it")
         results = keep_untrained(model, splits, config, folder, objective(config, splits, dist))
     else:
-        seen = splits  # the few-shot recipe's epoch passes over the rows several times
-        if config.train.recipe == "few_shot":
+        seen, engine_config = splits, config
+        if config.train.recipe == "few_shot":  # an epoch passes over the rows several times, in batches of any
+            # lengths: grouped by length, a batch would hold copies of the same few texts, and few pairs to learn from
             seen = dataclasses.replace(splits, train=repeated(splits.train, config.train.few_shot.iterations))
-        results = run_engine(model, seen, config, folder, dist, resume_from, "train", objective(config, splits, dist),
-                             on_eval)
+            engine_config = dataclasses.replace(config, data=dataclasses.replace(config.data, group_by_length=False))
+        results = run_engine(model, seen, engine_config, folder, dist, resume_from, "train",
+                             objective(config, splits, dist), on_eval)
     if dist.is_main:
         log("writing the model card and the manifest" + (", then report.html (charts, the most confident mistakes "
                                                          "explained)" if config.train.runtime.write_report else ""))

@@ -1,6 +1,11 @@
 """predict --ray on a local two-node Ray cluster (two raylets on loopback): the same answers as single-process
 predict over 50,000 texts in 8 files; a run killed mid-way, or one whose scoring worker is killed, completes on a
-rerun that scores only the shards not yet written."""
+rerun that scores only the shards not yet written.
+
+Ray 2.60's GCS server and raylets listen on every interface whatever --node-ip-address says (seen here with `ss
+-ltnp`: `*:port`, and its runtime-env agent on the machine's external address), so the cluster and the commands that
+use it run in a network namespace of their own that holds only a loopback interface: nothing of the test can be
+reached from the machine's network."""
 import contextlib
 import json
 import os
@@ -11,16 +16,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from conftest import export_tiny_model, synthetic_rows, write_tsv
+from netns import needs_root
 
 from paddle_ft.cli import main
 
 pytest.importorskip("ray")
-pytestmark = pytest.mark.slow  # a Ray cluster, and 50,000 texts scored three times
+pytestmark = [pytest.mark.slow, needs_root]  # a Ray cluster, and 50,000 texts scored three times
 ROOT = Path(__file__).resolve().parents[2]
 # Ray 2.5x turns token authentication on by default; the two nodes here are one machine's loopback
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
@@ -36,6 +43,22 @@ def free_port() -> int:
 class Cluster:
     address: str
     folders: tuple[Path, ...]
+    namespace: str
+    """The network namespace (loopback only) the nodes and the commands that use them run in."""
+
+    def command(self, *args) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace, *map(str, args)]
+
+
+@contextlib.contextmanager
+def loopback_only_namespace():
+    name = f"pftray{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True, capture_output=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +70,19 @@ def cluster():
     # short paths of our own: Ray's unix sockets live under them, and a socket path has at most 107 bytes
     head, worker = (Path(tempfile.mkdtemp(prefix=f"pft-ray-{role}-")) for role in ("head", "worker"))
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
-    try:
-        subprocess.run([*ray, "start", "--head", f"--port={address.split(':')[1]}", "--include-dashboard=false",
-                        f"--temp-dir={head}", *common], env=ENV, check=True, capture_output=True, timeout=120)
-        subprocess.run([*ray, "start", f"--address={address}", f"--temp-dir={worker}", *common], env=ENV, check=True,
-                       capture_output=True, timeout=120)
-        yield Cluster(address, (head, worker))
-    finally:
-        end_processes_of(head, worker)
-        for folder in (head, worker):
-            shutil.rmtree(folder, ignore_errors=True)
+    with loopback_only_namespace() as namespace:
+        cluster = Cluster(address, (head, worker), namespace)
+        try:
+            subprocess.run(cluster.command(*ray, "start", "--head", f"--port={address.split(':')[1]}",
+                                           "--include-dashboard=false", f"--temp-dir={head}", *common), env=ENV,
+                           check=True, capture_output=True, timeout=120)
+            subprocess.run(cluster.command(*ray, "start", f"--address={address}", f"--temp-dir={worker}", *common),
+                           env=ENV, check=True, capture_output=True, timeout=120)
+            yield cluster
+        finally:
+            end_processes_of(head, worker)
+            for folder in (head, worker):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def processes() -> dict[int, tuple[int, str]]:
@@ -95,9 +121,10 @@ def end_processes_of(*folders: Path) -> None:
             time.sleep(0.2)
 
 
-def predict_on_ray(export, inputs, output, address, *extra) -> subprocess.Popen:
-    command = [sys.executable, "-m", "paddle_ft", "predict", "--export", str(export), "--input", str(inputs),
-               "--output", str(output), "--ray", address, "--shard-rows", "2500", "--threads", "1", *extra]
+def predict_on_ray(export, inputs, output, cluster: Cluster, *extra) -> subprocess.Popen:
+    command = cluster.command(sys.executable, "-m", "paddle_ft", "predict", "--export", export, "--input", inputs,
+                              "--output", output, "--ray", cluster.address, "--shard-rows", "2500", "--threads", "1",
+                              *extra)
     return subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -111,6 +138,14 @@ def settled(folder: Path) -> int:
             count, since = now, time.monotonic()
         time.sleep(0.1)
     return count
+
+
+def test_the_nodes_run_apart_from_the_machines_network(cluster):
+    """Issue 43, root 10: what Ray listens on is reachable from the namespace's loopback alone."""
+    ours = started_under(*cluster.folders)
+    networks = {os.readlink(f"/proc/{pid}/ns/net") for pid in ours}
+    assert len(ours) >= 4 and networks == {f"net:[{os.stat(f'/run/netns/{cluster.namespace}').st_ino}]"}
+    assert os.readlink("/proc/self/ns/net") not in networks
 
 
 def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_path, capsys):
@@ -127,7 +162,7 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     assert len(alone) == 50_000
 
     output = tmp_path / "out"
-    first = predict_on_ray(export, inputs / "*.tsv", output, cluster.address)
+    first = predict_on_ray(export, inputs / "*.tsv", output, cluster)
     deadline = time.monotonic() + 300
     while len(list((output / "shards").glob("*.jsonl"))) < 4 and first.poll() is None:
         assert time.monotonic() < deadline, "no shard written in 5 minutes"
@@ -137,7 +172,7 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     written = settled(output / "shards")  # the dead run's actors may finish the shard in their hands
     assert 4 <= written < 24, written  # 24 shards in all: 2,500 + 2,500 + 1,250 texts of each file
 
-    second = predict_on_ray(export, inputs / "*.tsv", output, cluster.address, "--merge")
+    second = predict_on_ray(export, inputs / "*.tsv", output, cluster, "--merge")
     out, err = second.communicate(timeout=600)
     assert second.returncode == 0, err
     assert f"24 shards of 50000 texts; {written} already written, {24 - written} to score" in out
@@ -155,7 +190,7 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     # one worker killed mid-run (a scoring actor's process): the run finishes or stops, and a rerun completes it
     # with the same answers, scoring only what was missing (two of the files: 6 shards)
     output = tmp_path / "out-worker-killed"
-    run = predict_on_ray(export, inputs / "part-[01].tsv", output, cluster.address)
+    run = predict_on_ray(export, inputs / "part-[01].tsv", output, cluster)
     while len(list((output / "shards").glob("*.jsonl"))) < 3 and run.poll() is None:
         time.sleep(0.05)
     ours = started_under(*cluster.folders)
@@ -164,7 +199,7 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     os.kill(actors[0], signal.SIGKILL)
     run.communicate(timeout=600)
     present = settled(output / "shards")
-    rerun = predict_on_ray(export, inputs / "part-[01].tsv", output, cluster.address, "--merge")
+    rerun = predict_on_ray(export, inputs / "part-[01].tsv", output, cluster, "--merge")
     out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err
     assert f"{present} already written, {6 - present} to score" in out
