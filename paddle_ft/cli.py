@@ -220,7 +220,8 @@ def _add_model_commands(commands) -> None:
 
     add = commands.add_parser("add-class", help="a prototype-head model with one class more, without retraining: its "
                                                 "prototype from a few examples and/or a description")
-    add.add_argument("--model", required=True, help="the OUT/best folder of a model trained with model.head: prototype")
+    add.add_argument("--model", required=True,
+                     help="the OUT/best folder of a model trained with model.head: prototype")
     add.add_argument("--label", required=True, help="the new class's name")
     add.add_argument("--examples", metavar="FILE", help="texts of the new class: .txt (one per line) or "
                                                         ".tsv/.csv/.jsonl (the model's text column)")
@@ -229,7 +230,8 @@ def _add_model_commands(commands) -> None:
     add.set_defaults(run=_add_class)
 
     remove = commands.add_parser("remove-class", help="a prototype-head model without one of its classes")
-    remove.add_argument("--model", required=True, help="the OUT/best folder of a model trained with model.head: prototype")
+    remove.add_argument("--model", required=True,
+                        help="the OUT/best folder of a model trained with model.head: prototype")
     remove.add_argument("--label", required=True, help="the class to remove")
     remove.add_argument("--output", required=True, help="the new model folder to create")
     remove.set_defaults(run=_remove_class)

@@ -13,8 +13,10 @@
   `add-class` of the sixth from 16 examples: the old labels' accuracy before and after, the new label's recall, and
   the time it took against retraining on all six.
 
-Each child command's log goes to OUTPUT/logs/; OUTPUT/few_shot_bench.json and .md are written after each phase (a
-later run into the same folder keeps the phases it does not repeat). The machine is named in the table.
+Each child command's log goes to OUTPUT/logs/; OUTPUT/few_shot_bench.json and .md are written after each phase and
+each few-shot draw (a later run into the same folder keeps the phases it does not repeat, and a training run that
+finished, OUTPUT/runs/NAME/results.json, is not run again: delete OUTPUT to measure everything anew). The machine is
+named in the table.
 """
 from __future__ import annotations
 
@@ -66,7 +68,8 @@ def main() -> int:
     results["machine"] = machine()
     for phase in args.phases.split(","):
         started = time.perf_counter()
-        results[phase] = {"zero_shot": zero_shot, "few_shot": few_shot, "add_class": add_class}[phase](args, output)
+        results[phase] = {"zero_shot": zero_shot, "few_shot": few_shot, "add_class": add_class}[phase](
+            args, output, results)
         results[phase]["minutes"] = round((time.perf_counter() - started) / 60, 1)
         print(_write(output, results))
     return 0
@@ -74,7 +77,7 @@ def main() -> int:
 
 # ---------------------------------------------------------------------------------------------- the phases
 
-def zero_shot(args, output: Path) -> dict:
+def zero_shot(args, output: Path, results: dict) -> dict:
     domain = domain_task(output / "data" / "domain")
     scores = {}
     for task, folder in (("demo", DEMO), ("domain", domain)):
@@ -86,7 +89,7 @@ def zero_shot(args, output: Path) -> dict:
     return {"test_accuracy": scores, "descriptions": DESCRIPTIONS}
 
 
-def few_shot(args, output: Path) -> dict:
+def few_shot(args, output: Path, results: dict) -> dict:
     train_rows = read_rows(DEMO / "train.tsv")
     test_rows = read_rows(DEMO / "test.tsv")
     frozen = FrozenEmbeddings(args.backbone, test_rows)
@@ -107,12 +110,18 @@ def few_shot(args, output: Path) -> dict:
                                                                               f"seed={draw}"])["test"]["accuracy"])
             print(f"{size} per class, draw {draw}: " + ", ".join(f"{k} {v[-1]:.4f}" for k, v in runs.items()),
                   flush=True)
-        table[str(size)] = {method: {"mean": statistics.mean(values), "stdev": statistics.stdev(values)
-                                     if len(values) > 1 else 0.0, "runs": values} for method, values in runs.items()}
+            table[str(size)] = summary(runs)
+            results["few_shot"] = {"test_accuracy": table, "test_rows": len(test_rows), "draws": draw + 1}
+            _write(output, results)  # a draw at a time: an interrupted bench keeps what it measured
     return {"test_accuracy": table, "test_rows": len(test_rows), "draws": args.draws}
 
 
-def add_class(args, output: Path) -> dict:
+def summary(runs: dict) -> dict:
+    return {method: {"mean": statistics.mean(values), "stdev": statistics.stdev(values) if len(values) > 1 else 0.0,
+                     "runs": values} for method, values in runs.items()}
+
+
+def add_class(args, output: Path, results: dict) -> dict:
     domain = domain_task(output / "data" / "domain")
     rng = random.Random(0)
     train_rows = read_rows(domain / "train.tsv")
@@ -268,6 +277,8 @@ def init(output: Path, name: str, args: list, config: Path) -> None:
 
 def train(output: Path, name: str, config: Path, overrides: list[str]) -> dict:
     folder = output / "runs" / name
+    if (folder / "results.json").is_file():  # finished in an earlier run of the bench
+        return json.loads((folder / "results.json").read_text(encoding="utf-8"))
     settings = [f"output_dir={folder}", "train.runtime.write_report=false", *overrides]
     run(output, f"train-{name}", [sys.executable, "-m", "paddle_ft", "train", "-c", config,
                                   *[x for item in settings for x in ("-o", item)]], fresh=folder)

@@ -76,9 +76,13 @@ def _what_it_does(meta: ModelMeta) -> str:
         answer = "each text gets its most probable label" + (
             f"; below a top probability of {meta.abstain_below:.4f} the answer carries \"abstained\": true (a person "
             "should decide)" if meta.abstain_below is not None else "")
+    head = ("\nIts head holds a prototype per label: a text's score for a label is its cosine to the prototype times "
+            "a learned scale (labels can be added or removed without retraining: add-class, remove-class)."
+            if meta.head == "prototype" else "")
+    prefix = f' Every text is read with "{meta.text_prefix}" before it.' if meta.text_prefix else ""
     return (f"A {meta.task.replace('_', '-')} classifier of Chinese {reads} into {meta.num_classes} labels: "
-            f"{', '.join(meta.labels)}.\nIt reads up to {meta.max_length} tokens of a text ({meta.truncation} "
-            f"truncation beyond that); {answer}.\nProbabilities are the softmax of the logits divided by "
+            f"{', '.join(meta.labels)}.{head}{prefix}\nIt reads up to {meta.max_length} tokens of a text "
+            f"({meta.truncation} truncation beyond that); {answer}.\nProbabilities are the softmax of the logits divided by "
             f"{meta.temperature:.4g} (1 = as trained).")
 
 
@@ -120,7 +124,8 @@ def _class_changes(changes: list | None) -> str:
     """The classes added or removed after training (add-class, remove-class), oldest first."""
     if not changes:
         return ""
-    lines = ["", "", "Classes changed after training, without retraining (not scored since: `python -m paddle_ft eval --model <this folder> --data FILE` scores it):"]
+    lines = ["", "", "Classes changed after training, without retraining (not scored since: `python -m paddle_ft eval "
+                     "--model <this folder> --data FILE` scores it):"]
     for change in changes:
         if "added" in change:
             sources = ([f"{change['examples']['rows']} examples in `{change['examples']['path']}` (sha256 "
