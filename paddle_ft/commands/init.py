@@ -162,8 +162,9 @@ def _zero_shot_config(layout: Layout, paths: dict, splits: dict, backbone: str, 
         data["header"] = False
     tokenizer, limit = _backbone_tokenizer(backbone)
     scored = [e for examples in splits.values() for e in examples]
-    max_length, why = propose_max_length(_lengths(scored, tokenizer), False, limit) if scored and tokenizer else \
-        (128, "max_length 128: no file to measure the texts by")
+    max_length, why = (128, "max_length 128: no file to measure the texts by")
+    if scored and tokenizer is not None:
+        max_length, why = propose_max_length(_lengths(scored, tokenizer), False, limit, "the texts to score")
     notes.append(why)
     data["max_length"] = max_length
     model = {"backbone": backbone, **_prototype_model(facts, backbone, notes)}

@@ -148,14 +148,15 @@ def _most_used_delimiter(strings: list[str]) -> str:
     return max(LABEL_DELIMITERS, key=lambda d: (sum(d in cell for cell in strings), d == ","))
 
 
-def propose_max_length(lengths: list[int], pair: bool, limit: int = MAX_LENGTH) -> tuple[int, str]:
+def propose_max_length(lengths: list[int], pair: bool, limit: int = MAX_LENGTH,
+                       texts: str = "the training texts") -> tuple[int, str]:
     """Tokens per text (pair) that keep LENGTH_QUANTILE of them whole ([CLS] and [SEP]s included), a multiple of
-    LENGTH_STEP within [MIN_LENGTH, `limit`]; and why."""
+    LENGTH_STEP within [MIN_LENGTH, `limit`]; and why (naming the `texts` measured)."""
     ordered = sorted(lengths)
     kept = ordered[min(len(ordered) - 1, math.ceil(LENGTH_QUANTILE * len(ordered)) - 1)] + (3 if pair else 2)
     length = max(MIN_LENGTH, min(limit, math.ceil(kept / LENGTH_STEP) * LENGTH_STEP))
     whole = sum(n + (3 if pair else 2) <= length for n in ordered) / len(ordered)
-    return length, (f"max_length {length}: {whole:.0%} of the training texts fit whole (the longest has "
+    return length, (f"max_length {length}: {whole:.0%} of {texts} fit whole (the longest has "
                     f"{ordered[-1]} tokens; longer ones are cut as data.long_text says)")
 
 
