@@ -82,8 +82,8 @@ def _what_it_does(meta: ModelMeta) -> str:
     prefix = f' Every text is read with "{meta.text_prefix}" before it.' if meta.text_prefix else ""
     return (f"A {meta.task.replace('_', '-')} classifier of Chinese {reads} into {meta.num_classes} labels: "
             f"{', '.join(meta.labels)}.{head}{prefix}\nIt reads up to {meta.max_length} tokens of a text "
-            f"({meta.truncation} truncation beyond that); {answer}.\nProbabilities are the softmax of the logits divided by "
-            f"{meta.temperature:.4g} (1 = as trained).")
+            f"({meta.truncation} truncation beyond that); {answer}.\nProbabilities are the softmax of the logits "
+            f"divided by {meta.temperature:.4g} (1 = as trained).")
 
 
 def _data(data: dict | None) -> str:

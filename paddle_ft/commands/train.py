@@ -11,8 +11,8 @@ from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine, seal_best,
                                         shared_backbone)
 from paddle_ft.config import TASK_METRICS, load_config
-from paddle_ft.data.labels import read_label_descriptions
 from paddle_ft.data.augment import augmented
+from paddle_ft.data.labels import read_label_descriptions
 from paddle_ft.engine.losses import class_weights
 from paddle_ft.engine.objectives.classification import Classification
 from paddle_ft.engine.objectives.few_shot import ContrastivePairs, repeated

@@ -9,8 +9,8 @@ import paddle
 
 from paddle_ft.data.features import Features, pad_batch
 from paddle_ft.engine.evaluate import embed_rows
-from paddle_ft.engine.prototypes import class_means
 from paddle_ft.engine.objectives.classification import Classification
+from paddle_ft.engine.prototypes import class_means
 
 
 def repeated(features: Features, times: int) -> Features:
