@@ -152,12 +152,13 @@ def add_class(args, output: Path, results: dict) -> dict:
     retrained = train(output, "add-class-retrained", ROOT / "configs" / "demo-e5.yaml",
                       [f"data.train={data / 'six.tsv'}", *common])
     retrain_minutes = (time.perf_counter() - started) / 60
-    before = answers(output, "five", output / "runs" / "add-class-five" / "best", test_rows)
-    after = answers(output, "six", output / "runs" / "add-class-six" / "best", test_rows)
     old_rows = [i for i, (_, label) in enumerate(test_rows) if label != NEW_LABEL]
     new_rows = [i for i, (_, label) in enumerate(test_rows) if label == NEW_LABEL]
-    return {"old_accuracy_before": _share(before, test_rows, old_rows), "old_accuracy_after": _share(after, test_rows,
-                                                                                                    old_rows),
+    old_test = [test_rows[i] for i in old_rows]  # the five-label model is scored on its own labels' rows
+    before = answers(output, "five", output / "runs" / "add-class-five" / "best", old_test)
+    after = answers(output, "six", output / "runs" / "add-class-six" / "best", test_rows)
+    return {"old_accuracy_before": _share(before, old_test, range(len(old_test))),
+            "old_accuracy_after": _share(after, test_rows, old_rows),
             "new_label_recall": _share(after, test_rows, new_rows), "all_accuracy_after": _share(
                 after, test_rows, range(len(test_rows))), "retrained_test_accuracy": retrained["test"]["accuracy"],
             "add_class_seconds": round(add_seconds, 1), "retrain_minutes": round(retrain_minutes, 1),
