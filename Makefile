@@ -94,7 +94,7 @@ distill-demo: $(VENV)/.installed $(DEMO_DATA)
 
 # the Hugging Face parity tests compare with transformers itself, in the peer environment. pytest-xdist runs the
 # tests in TEST_WORKERS processes, each taking the next test as it finishes one (worksteal): on 2 cores the suite
-# takes ~9 minutes instead of ~14 (the slowest tests wait on launchers, servers and clusters, not on the CPU)
+# takes ~11 minutes, far less than in one worker (the slowest tests wait on launchers, servers and clusters, not on the CPU)
 TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 test: $(VENV)/.installed $(PEERS)/.installed
