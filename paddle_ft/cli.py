@@ -226,6 +226,12 @@ def _add_model_commands(commands) -> None:
     add.add_argument("--examples", metavar="FILE", help="texts of the new class: .txt (one per line) or "
                                                         ".tsv/.csv/.jsonl (the model's text column)")
     add.add_argument("--description", help="a short description of the class (as zero-shot's label descriptions)")
+    add.add_argument("--reference", metavar="FILE",
+                     help="labelled rows of the model's classes that set how sure the new class must be (default: "
+                          "the model's dev file, else its train file, as its manifest names them)")
+    add.add_argument("--max-changed", type=share, default=0.005,
+                     help="the largest share of the reference rows whose answer may become the new class "
+                          "(default 0.005)")
     add.add_argument("--output", required=True, help="the new model folder to create (OUT2/best)")
     add.set_defaults(run=_add_class)
 
@@ -431,7 +437,8 @@ def _convert(args) -> int:
 def _add_class(args) -> int:
     from paddle_ft.commands.classes import add_class
 
-    return add_class(args.model, args.label, args.examples, args.description, args.output)
+    return add_class(args.model, args.label, args.examples, args.description, args.output, args.reference,
+                     args.max_changed)
 
 
 def _remove_class(args) -> int:

@@ -13,9 +13,11 @@ from paddle import nn
 
 
 class PrototypeHead(nn.Layer):
-    """Logits = scale * cosine(text vector, class prototype): column c of `weight` is class c's prototype (any
-    length; only its direction counts), `log_scale` the learned log of the scale (a temperature's inverse).
-    Its weight has a linear head's shape [hidden, classes], so a model folder holds either the same way."""
+    """Logits = scale * cosine(text vector, class prototype) + bias: column c of `weight` is class c's prototype
+    (any length; only its direction counts), `log_scale` the learned log of the scale (a temperature's inverse),
+    `bias` a class's offset (learnt with cross-entropy, zero for prototypes that are means, set by add-class so
+    that a new class answers only where it is sure). Weight and bias have a linear head's shapes, so a model
+    folder holds either the same way."""
 
     INITIAL_SCALE = 20.0  # cosines of a sentence encoder differ by a few hundredths; x20 makes that a logit or so
 
@@ -25,11 +27,14 @@ class PrototypeHead(nn.Layer):
                                             default_initializer=nn.initializer.Normal(mean=0.0, std=0.02))
         self.log_scale = self.create_parameter([1], default_initializer=nn.initializer.Constant(
             math.log(self.INITIAL_SCALE)))
+        self.bias = self.create_parameter([num_classes], is_bias=True,
+                                          default_initializer=nn.initializer.Constant(0.0))
 
     def forward(self, pooled):
         # pooled: [batch, hidden] -> logits [batch, classes]
         prototypes = nn.functional.normalize(self.weight, axis=0)
-        return paddle.matmul(nn.functional.normalize(pooled, axis=-1), prototypes) * paddle.exp(self.log_scale)
+        cosines = paddle.matmul(nn.functional.normalize(pooled, axis=-1), prototypes)
+        return cosines * paddle.exp(self.log_scale) + self.bias
 
     def set_prototypes(self, vectors: np.ndarray) -> None:
         """vectors: [classes, hidden], one per class (normalised here)."""

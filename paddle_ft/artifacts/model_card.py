@@ -131,8 +131,11 @@ def _class_changes(changes: list | None) -> str:
             sources = ([f"{change['examples']['rows']} examples in `{change['examples']['path']}` (sha256 "
                         f"`{change['examples']['sha256'][:16]}`)"] if "examples" in change else []) + \
                       ([f"the description \"{change['description']}\""] if "description" in change else [])
+            reference = change["reference"]
             lines.append(f"- added {change['added']}, its prototype from {' and '.join(sources)}, to "
-                         f"`{change['from']['model']}` (python -m paddle_ft add-class)")
+                         f"`{change['from']['model']}` (python -m paddle_ft add-class); its bias {change['bias']:+.2f} "
+                         f"lets it answer at most {reference['max_changed']:.1%} of {reference['rows']} rows of the "
+                         f"other classes in `{reference['path']}`")
         else:
             lines.append(f"- removed {change['removed']} from `{change['from']['model']}` (python -m paddle_ft "
                          "remove-class)")

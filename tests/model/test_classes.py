@@ -62,6 +62,41 @@ def test_add_class_keeps_the_old_logits_and_answers_the_new_class_near_its_examp
     assert np.allclose(logits(tmp_path / "removed" / "best", rows), before, atol=1e-6)
 
 
+def test_the_new_class_takes_no_more_of_the_reference_rows_than_allowed(zero_shot, tmp_path, capsys):
+    """Examples that mix the new class's words with the negative mood: unchecked, their mean would take many
+    negative texts; the bias keeps the share of the reference rows it takes to --max-changed."""
+    from conftest import write_tsv
+
+    examples = tmp_path / "new.txt"
+    examples.write_text("\n".join(NEW_CHARS + NEGATIVE_CHARS[i:i + 3] for i in range(16)) + "\n", encoding="utf-8")
+    reference = write_tsv(tmp_path / "reference.tsv", keyword_rows(200, 11))
+    taken = {}
+    for max_changed in ("0", "0.1"):
+        best = tmp_path / f"added-{max_changed}" / "best"
+        assert main(["add-class", "--model", str(zero_shot / "out" / "best"), "--label", "物品", "--examples",
+                     str(examples), "--reference", str(reference), "--max-changed", max_changed, "--output",
+                     str(best)]) == 0
+        taken[max_changed] = int((logits(best, keyword_rows(200, 11)).argmax(axis=1) == 2).sum())
+        out = capsys.readouterr().out
+        assert f"set on {reference}: it answers {taken[max_changed]} of its 200 rows of the old classes" in out
+        change = json.loads((best / "manifest.json").read_text(encoding="utf-8"))["class_changes"][0]
+        assert change["reference"]["rows"] == 200 and change["reference"]["max_changed"] == float(max_changed)
+    card = (tmp_path / "added-0.1" / "best" / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert f"lets it answer at most 10.0% of 200 rows of the other classes in `{reference}`" in card
+    assert taken["0"] == 0 and 0 < taken["0.1"] <= 20
+
+
+def test_without_a_reference_the_model_needs_its_manifests_files(zero_shot, tmp_path, capsys):
+    import shutil
+
+    model = tmp_path / "copied"
+    shutil.copytree(zero_shot / "out" / "best", model, ignore=shutil.ignore_patterns("manifest.json"))
+    assert main(["add-class", "--model", str(model), "--label", "新", "--description", "新的", "--output",
+                 str(tmp_path / "new" / "best")]) == 2
+    assert ("the model's classes and its manifest names no dev or train file: give --reference FILE (e.g. the "
+            "model's dev file)") in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, message", [
     (["--label", "正面", "--description", "好"], "--label 正面: the model already has that class"),
     (["--label", "新", "--examples", "{blank}"], "holds no character the model reads"),
