@@ -148,6 +148,8 @@ def add_class(args, output: Path, results: dict) -> dict:
                               output / "runs" / "add-class-five" / "best", "--label", NEW_LABEL, "--examples",
                               data / "examples.txt", "--output", output / "runs" / "add-class-six" / "best"], fresh=True)
     add_seconds = time.perf_counter() - started
+    change = json.loads((output / "runs" / "add-class-six" / "best" / "manifest.json").read_text(
+        encoding="utf-8"))["class_changes"][-1]
     started = time.perf_counter()
     retrained = train(output, "add-class-retrained", ROOT / "configs" / "demo-e5.yaml",
                       [f"data.train={data / 'six.tsv'}", *common])
@@ -161,7 +163,8 @@ def add_class(args, output: Path, results: dict) -> dict:
             "old_accuracy_after": _share(after, test_rows, old_rows),
             "new_label_recall": _share(after, test_rows, new_rows), "all_accuracy_after": _share(
                 after, test_rows, range(len(test_rows))), "retrained_test_accuracy": retrained["test"]["accuracy"],
-            "add_class_seconds": round(add_seconds, 1), "retrain_minutes": round(retrain_minutes, 1),
+            "bias": change["bias"], "reference_rows": change["reference"]["rows"],
+            "max_changed": change["reference"]["max_changed"], "add_class_seconds": round(add_seconds, 1), "retrain_minutes": round(retrain_minutes, 1),
             "five_label_training_minutes": round(five_minutes, 1), "new_label": NEW_LABEL, "examples": ADD_EXAMPLES,
             "train_rows_per_label": ADD_TRAIN_ROWS, "test_rows": len(test_rows)}
 
@@ -346,7 +349,9 @@ def markdown(results: dict) -> str:
                   f"a model trained on the other five, {a['train_rows_per_label']} rows each): old labels' accuracy "
                   f"{a['old_accuracy_before']:.4f} -> {a['old_accuracy_after']:.4f}, the new label's recall "
                   f"{a['new_label_recall']:.4f}, all six {a['all_accuracy_after']:.4f} (retrained on six: "
-                  f"{a['retrained_test_accuracy']:.4f}); add-class {a['add_class_seconds']} s against "
+                  f"{a['retrained_test_accuracy']:.4f}); the new class's bias {a['bias']:+.2f}, set on "
+                  f"{a['reference_rows']} dev rows of the five at --max-changed {a['max_changed']}; add-class "
+                  f"{a['add_class_seconds']} s against "
                   f"{a['retrain_minutes']} min to retrain", ""]
     return "\n".join(lines)
 
