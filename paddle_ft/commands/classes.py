@@ -157,8 +157,8 @@ def _reference_path(model_dir: Path, given: str | None) -> Path:
     """--reference, else the model's dev file, else its train file (the paths its manifest records)."""
     if given is not None:
         return Path(given)
-    data = training_provenance(model_dir).get("config", {}).get("data", {})
-    recorded = [data[key] for key in ("dev", "train") if data.get(key)]
+    data = training_provenance(model_dir).get("data", {})
+    recorded = [data[key]["path"] for key in ("dev", "train") if key in data]
     for path in recorded:
         if Path(path).is_file():
             return Path(path)
