@@ -55,6 +55,48 @@ def _run(args) -> int:
         return 2
 
 
+def _add_labelling(commands) -> None:
+    """export-tasks, select and import: round trips with Label Studio and doccano."""
+    from paddle_ft.analysis.selection import STRATEGIES
+    from paddle_ft.data.annotation import TOOLS
+
+    export_tasks = _model_argument(commands.add_parser(
+        "export-tasks", help="texts with the model's answers as pre-annotations, as Label Studio or doccano tasks"))
+    export_tasks.add_argument("--input", required=True, metavar="FILE",
+                              help="texts to label (.txt, or the model's text column of .tsv/.csv/.jsonl), or a "
+                                   "label-issues review file")
+    export_tasks.add_argument("--to", required=True, choices=TOOLS, help="the annotation tool")
+    export_tasks.add_argument("--output", required=True, metavar="FILE", help="the tasks file to write (Label Studio: "
+                              "a .json, with a .label_config.xml beside it; doccano: a .jsonl)")
+    export_tasks.add_argument("--batch-size", type=positive_int, default=64)
+    export_tasks.set_defaults(run=_export_tasks)
+    select = _model_argument(commands.add_parser(
+        "select", help="the unlabelled texts worth labelling next (active learning), as export-tasks writes them"))
+    select.add_argument("--pool", required=True, metavar="FILE", help="unlabelled texts (as export-tasks' --input)")
+    select.add_argument("--budget", required=True, type=positive_int, help="how many texts to select")
+    select.add_argument("--strategy", choices=STRATEGIES, default="diverse",
+                        help="uncertainty (entropy), margin (top-2 gap), diverse (uncertain and spread over the "
+                             "embedding space; default) or random")
+    select.add_argument("--to", required=True, choices=TOOLS, help="the annotation tool")
+    select.add_argument("--output", required=True, metavar="FILE", help="the tasks file to write, as export-tasks")
+    select.add_argument("--labelled", metavar="FILE", help="texts labelled already, left out of the pool and counted "
+                        "as covered by diverse (default: the training file the model's manifest records)")
+    select.add_argument("--seed", type=non_negative_int, default=0, help="random's seed (default 0)")
+    select.add_argument("--batch-size", type=positive_int, default=64)
+    select.set_defaults(run=_select)
+    imported = commands.add_parser("import", help="a Label Studio or doccano export as rows train reads (or a "
+                                                  "label-issues review answered there as data.corrections)")
+    imported.add_argument("file", metavar="FILE", help="the tool's export: Label Studio JSON or JSON-MIN, doccano "
+                                                      "JSONL")
+    imported.add_argument("--from", dest="tool", required=True, choices=TOOLS, help="the annotation tool")
+    imported.add_argument("--output", required=True, metavar="FILE", help="the .tsv/.csv/.jsonl file to write")
+    imported.add_argument("--from-name", help="Label Studio: the control tag whose answers are the labels (needed "
+                                              "when a project has several)")
+    imported.add_argument("--text-column", default="text", help="the output's text column (default: text)")
+    imported.add_argument("--label-column", default="label", help="the output's label column (default: label)")
+    imported.set_defaults(run=_import)
+
+
 def _parser() -> argparse.ArgumentParser:
     """Every command's flags, declared here with one meaning each: `--model` a trained model folder (OUT/best),
     `--export` an export folder, `-c/--config` and `-o` a recipe and its overrides, and the inference options
@@ -75,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     distill.add_argument("--teacher", help="the teacher's model folder (OUT/best); sets distill.teacher")
     distill.set_defaults(run=_distill)
     _add_analysis(commands)
+    _add_labelling(commands)
     _add_model_commands(commands)
     _add_quantize(commands)
     verify = commands.add_parser("verify", help="check that a saved model or an export is still what was written "
@@ -432,6 +475,25 @@ def _convert(args) -> int:
     print(f"converted {report['converted']} tensors of {source} into {output} (left out: "
           f"{', '.join(report['left_out']) or 'nothing'}); use it with -o model.backbone={output}")
     return 0
+
+
+def _export_tasks(args) -> int:
+    from paddle_ft.commands.annotation import export_tasks
+
+    return export_tasks(args.model, args.input, args.to, args.output, args.batch_size)
+
+
+def _select(args) -> int:
+    from paddle_ft.commands.annotation import select
+
+    return select(args.model, args.pool, args.budget, args.strategy, args.to, args.output, args.labelled, args.seed,
+                  args.batch_size)
+
+
+def _import(args) -> int:
+    from paddle_ft.commands.annotation import import_annotations
+
+    return import_annotations(args.tool, args.file, args.output, args.from_name, args.text_column, args.label_column)
 
 
 def _add_class(args) -> int:

@@ -4,8 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
+from paddle_ft.analysis.scoring import answers
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import Columns, format_of, one_line, read_examples
@@ -32,11 +31,10 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
                              abstain_below=meta.abstain_below)
     if progress:
         progress.close()
-    answers = _label_sets(probs, meta.label_thresholds, label_map.names) if meta.multi_label else \
-        [((label_map.name(i),), row[i]) for i, row in zip(probs.argmax(axis=1), probs)]
     with atomic_file(errors) as out:
         out.write("line\ttext\tgold\tpredicted\tscore\n")
-        for example, (predicted, score) in zip(examples, answers):
+        answered = answers(probs, label_map.names, meta.label_thresholds if meta.multi_label else None)
+        for example, (predicted, score) in zip(examples, answered):
             gold = example.label_names
             if set(predicted) != set(gold):
                 text = example.text if example.text_pair is None else f"{example.text} ||| {example.text_pair}"
@@ -44,12 +42,3 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
                 out.write(f"{example.line}\t{text}\t{meta.label_delimiter.join(gold)}\t"
                           f"{meta.label_delimiter.join(predicted)}\t{score:.4f}\n")
     return {"data": str(data_path), **report, "misclassified_file": str(errors)}
-
-
-def _label_sets(probs: np.ndarray, thresholds: tuple[float, ...], names: tuple[str, ...]):
-    """(the labels at or above their thresholds, the lowest probability among them, or the highest of all when
-    none is) per text: how sure the model was of the set it gave."""
-    chosen = probs >= np.asarray(thresholds)
-    return [(tuple(n for n, c in zip(names, row_chosen) if c),
-             float(row[row_chosen].min()) if row_chosen.any() else float(row.max()))
-            for row, row_chosen in zip(probs, chosen)]

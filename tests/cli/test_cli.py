@@ -141,7 +141,8 @@ def test_every_flag_has_one_meaning_across_the_commands():
         if "--config" in options:
             assert options["-c"] is options["--config"] and options["-o"].dest == "override", name
     assert {n for n, o in flags.items() if "--export" in o} == {"predict", "serve", "quantize"}
-    assert {n for n, o in flags.items() if "--model" in o} == {"eval", "export", "explain", "add-class", "remove-class"}
+    assert {n for n, o in flags.items() if "--model" in o} == {"eval", "export", "explain", "add-class", "remove-class",
+                                                                   "export-tasks", "select"}
     shared = ("--device", "--gpu-id", "--threads", "--precision", "--tensorrt", "--backend", "--truncation")
     for flag in shared:
         a, b = flags["predict"][flag], flags["serve"][flag]

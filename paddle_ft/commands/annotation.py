@@ -1,0 +1,177 @@
+"""Round trips with annotation tools: `export-tasks` writes texts with the model's answers as pre-annotations for
+Label Studio or doccano, `select` the texts worth labelling next in the same form, and `import` reads what people
+labelled back into a file `train` reads (or, for a `label-issues` review, into the corrections file
+`data.corrections` reads)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from paddle_ft.analysis.scoring import Scores, answers, score_texts
+from paddle_ft.analysis.selection import select as rank
+from paddle_ft.artifacts.bundle import Bundle, load_bundle
+from paddle_ft.artifacts.export_folder import EXPORT_INFO
+from paddle_ft.artifacts.manifest import training_provenance
+from paddle_ft.artifacts.meta import is_model_folder
+from paddle_ft.data.annotation import Labelled, Task, read_annotations, write_tasks
+from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
+from paddle_ft.data.readers import (Columns, Example, format_of, one_line, read_examples, read_records, read_texts,
+                                    write_records)
+from paddle_ft.errors import UserError
+from paddle_ft.io import check_output_file
+from paddle_ft.log import LONG_INPUT, Progress, log
+
+REVIEW_FIELDS = (FILE, LINE, "given", SUGGESTED, "confidence")  # a label-issues review row, carried by its task
+
+
+def export_tasks(model_dir: str, input_path: str, tool: str, output: str, batch_size: int) -> int:
+    bundle = _model(model_dir)
+    check_output_file(output, "--output", {"--input": input_path})
+    examples, fields = _texts_to_label(Path(input_path), bundle)
+    scores = _scored(bundle, examples, batch_size, with_vectors=False)
+    tasks = _tasks(bundle, examples, scores, fields)
+    written = write_tasks(Path(output), tool, tasks, bundle.meta.labels, bundle.meta.multi_label)
+    log(f"wrote {len(tasks)} tasks for {tool} with {model_dir}'s answers as pre-annotations: "
+        f"{', '.join(map(str, written))}{_how_to_load(tool, written)}")
+    return 0
+
+
+def select(model_dir: str, pool_path: str, budget: int, strategy: str, tool: str, output: str,
+           labelled_path: str | None, seed: int, batch_size: int) -> int:
+    bundle = _model(model_dir)
+    check_output_file(output, "--output", {"--pool": pool_path})
+    examples, fields = _texts_to_label(Path(pool_path), bundle)
+    labelled = _labelled_texts(Path(model_dir), bundle, labelled_path)
+    keep = [i for i, e in enumerate(examples) if (e.text, e.text_pair) not in labelled]
+    if len(keep) < len(examples):
+        log(f"select: {len(examples) - len(keep)} texts of {pool_path} are labelled already; left out")
+    if not keep:
+        raise UserError(f"--pool {pool_path}: every text is labelled already; nothing is left to select")
+    examples, fields = [examples[i] for i in keep], [fields[i] for i in keep]
+    scores = _scored(bundle, examples, batch_size, with_vectors=strategy == "diverse")
+    covered = None
+    if strategy == "diverse" and labelled:
+        covered = _scored(bundle, [Example(t, p, None, 0) for t, p in sorted(labelled, key=str)], batch_size,
+                          with_vectors=True).vectors
+    thresholds = bundle.meta.label_thresholds if bundle.meta.multi_label else None
+    order, uncertain = rank(strategy, scores.probabilities, budget, thresholds, scores.vectors, covered, seed)
+    chosen = Scores(scores.probabilities[order], None)
+    tasks = _tasks(bundle, [examples[i] for i in order], chosen,
+                   [{**fields[i], "rank": r, "strategy": strategy, "uncertainty": round(float(u), 6)}
+                    for r, (i, u) in enumerate(zip(order, uncertain), start=1)])
+    written = write_tasks(Path(output), tool, tasks, bundle.meta.labels, bundle.meta.multi_label)
+    log(f"selected {len(tasks)} of {len(examples)} texts of {pool_path} by {strategy}: "
+        f"{', '.join(map(str, written))}{_how_to_load(tool, written)}")
+    return 0
+
+
+def import_annotations(tool: str, path: str, output: str, from_name: str | None, text_column: str,
+                       label_column: str) -> int:
+    rows, report = read_annotations(Path(path), tool, from_name)
+    target = check_output_file(output, "--output", {"FILE": path})
+    fmt = format_of(target)
+    multi_label = any(len(row.labels) > 1 for row in rows)
+    if multi_label and fmt != "jsonl" and any("," in label for row in rows for label in row.labels):
+        raise UserError(f"{path}: a label name holds ',' and a text has several labels: write --output as .jsonl, "
+                        "whose label lists need no delimiter")
+    flattened = sum(one_line(row.text) != row.text for row in rows) if fmt == "tsv" else 0
+    review = all(all(key in row.fields for key in (FILE, LINE, "given")) for row in rows)
+    if review:
+        _write_corrections(target, fmt, rows, text_column, label_column)
+    else:
+        names = [text_column, *(["text_pair"] if any(r.text_pair is not None for r in rows) else []), label_column]
+        write_records(target, fmt, names, [_record(row, fmt, text_column, label_column) for row in rows])
+    notes = [f"{report.unlabelled} tasks without an answer left out"] if report.unlabelled else []
+    if report.disagreeing:
+        notes.append(f"{len(report.disagreeing)} tasks whose annotators disagree took the latest answer (ids "
+                     f"{', '.join(map(str, report.disagreeing[:5]))}{', ...' if len(report.disagreeing) > 5 else ''})")
+    if flattened:
+        notes.append(f"{flattened} texts held tabs or line breaks, written as one line (a .jsonl output keeps them)")
+    kind = (f"a corrections file for data.corrections (-o data.corrections={target})" if review else
+            f"{'multi-label ' if multi_label else ''}rows for train (-o data.train={target}"
+            f"{' -o task=multi_label' if multi_label else ''})")
+    log(f"imported {len(rows)} labelled texts of {path} ({tool}) into {target}: {kind}"
+        + "".join(f"; {note}" for note in notes))
+    return 0
+
+
+def _model(model_dir: str) -> Bundle:
+    folder = Path(model_dir)
+    if (folder / EXPORT_INFO).is_file():
+        raise UserError(f"--model {folder} is an export; give the training run's best/ folder, whose vectors and "
+                        "calibrated answers these commands read")
+    if not is_model_folder(folder):
+        raise UserError(f"--model {folder} is not a model folder a training run wrote (OUT/best)")
+    return load_bundle(folder)
+
+
+def _texts_to_label(path: Path, bundle: Bundle) -> tuple[list[Example], list[dict]]:
+    """The texts of `path` and what each task carries back: its line, or a label-issues review row's fields."""
+    meta = bundle.meta
+    fmt = format_of(path, meta.format)
+    if path.suffix != ".txt" and _is_review(path, fmt, meta.header):
+        records = read_records(path, fmt, meta.header)
+        examples = [Example(r[meta.text_column], r.get(meta.text_pair_column) if meta.text_pair_column else None,
+                            None, line) for line, r in records]
+        fields = [{FILE: r[FILE], LINE: int(r[LINE]), "given": r[meta.label_column], SUGGESTED: r[SUGGESTED],
+                   "confidence": float(r["confidence"])} for _, r in records]
+        return examples, fields
+    texts, pairs, lines = read_texts(path, meta.text_column, meta.text_pair_column, header=meta.header)
+    return ([Example(text, pairs[i] if pairs else None, None, line) for i, (text, line) in enumerate(zip(texts, lines))],
+            [{"line": line} for line in lines])
+
+
+def _is_review(path: Path, fmt: str, header: bool) -> bool:
+    first = read_records(path, fmt, header, allow_empty=True)[:1]
+    return bool(first) and all(key in first[0][1] for key in (FILE, LINE, SUGGESTED, DECISION))
+
+
+def _labelled_texts(model_dir: Path, bundle: Bundle, given: str | None) -> set[tuple[str, str | None]]:
+    """(text, pair) of the rows labelled already: `--labelled`, else the training file the manifest records (if
+    still there), else none."""
+    path = given
+    if path is None:
+        recorded = training_provenance(model_dir).get("data", {}).get("train")
+        path = recorded["path"] if recorded and Path(recorded["path"]).is_file() else None
+        if path is None:
+            log("select: no --labelled file, and the model's training file is not here: nothing counts as labelled")
+            return set()
+    meta = bundle.meta
+    rows, _ = read_examples(path, format_of(path, meta.format), Columns.of_model(meta))
+    return {(e.text, e.text_pair) for e in rows}
+
+
+def _scored(bundle: Bundle, examples: list[Example], batch_size: int, with_vectors: bool) -> Scores:
+    progress = Progress(len(examples), "scoring", file=sys.stderr) if len(examples) > LONG_INPUT else None
+    scores = score_texts(bundle, examples, batch_size, with_vectors, progress and progress.update)
+    if progress:
+        progress.close()
+    return scores
+
+
+def _tasks(bundle: Bundle, examples: list[Example], scores: Scores, fields: list[dict]) -> list[Task]:
+    meta = bundle.meta
+    answered = answers(scores.probabilities, meta.labels, meta.label_thresholds if meta.multi_label else None)
+    return [Task(e.text, e.text_pair, labels, score, f) for e, (labels, score), f in zip(examples, answered, fields)]
+
+
+def _how_to_load(tool: str, written: list[Path]) -> str:
+    if tool == "label-studio":
+        return (f" (a project's Settings > Labeling Interface takes {written[1].name}; Import takes "
+                f"{written[0].name}; export it as JSON and `import --from label-studio`)")
+    return " (import it into a document-classification project; export it as JSONL and `import --from doccano`)"
+
+
+def _record(row: Labelled, fmt: str, text_column: str, label_column: str) -> dict:
+    flat = one_line if fmt == "tsv" else str  # a TSV field holds no tab or line break
+    label = list(row.labels) if fmt == "jsonl" and len(row.labels) > 1 else ",".join(row.labels)
+    return {text_column: flat(row.text), "text_pair": flat(row.text_pair or ""), label_column: label}
+
+
+def _write_corrections(target: Path, fmt: str, rows: list[Labelled], text_column: str, label_column: str) -> None:
+    """A label-issues review answered in the tool: its rows with the person's choice as the decision."""
+    names = [FILE, LINE, text_column, label_column, SUGGESTED, "confidence", DECISION]
+    write_records(target, fmt, names, [
+        {FILE: r.fields[FILE], LINE: r.fields[LINE], text_column: r.text if fmt != "tsv" else one_line(r.text),
+         label_column: r.fields["given"], SUGGESTED: r.fields.get(SUGGESTED, ""),
+         "confidence": r.fields.get("confidence", ""), DECISION: ",".join(r.labels)} for r in rows])

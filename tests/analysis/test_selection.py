@@ -1,0 +1,63 @@
+"""Issue 45: what to label next. Each strategy ranks by what it says, repeats exactly for a seed, and diverse does
+not spend a budget on near-copies."""
+import numpy as np
+import pytest
+
+from paddle_ft.analysis.selection import STRATEGIES, k_center, margin, select, uncertainty
+
+
+def pool(n=40, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(n, classes)) * rng.uniform(0.1, 4.0, size=(n, 1))
+    probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    vectors = rng.normal(size=(n, 8))
+    return probabilities, vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_uncertainty_and_margin_rank_the_least_sure_first():
+    probabilities = np.array([[0.98, 0.01, 0.01], [0.34, 0.33, 0.33], [0.6, 0.4, 0.0], [0.5, 0.5, 0.0]])
+    order, scores = select("uncertainty", probabilities, 4)
+    assert order.tolist() == [1, 3, 2, 0] and np.all(np.diff(scores) <= 0)
+    assert select("margin", probabilities, 2)[0].tolist() == [3, 1]  # gaps 0.0 and 0.01
+    assert uncertainty(np.array([[0.5, 0.5]]))[0] == pytest.approx(np.log(2))
+    # multi-label: each label's own probability against its threshold
+    multi = np.array([[0.9, 0.05], [0.45, 0.1], [0.2, 0.99]])
+    assert margin(multi, (0.5, 0.5)).tolist() == pytest.approx([0.4, 0.05, 0.3])
+    assert select("margin", multi, 1, thresholds=(0.5, 0.5))[0].tolist() == [1]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_repeats_exactly_for_a_seed(strategy):
+    probabilities, vectors = pool()
+    first = select(strategy, probabilities, 10, vectors=vectors, labelled_vectors=vectors[:3], seed=7)
+    again = select(strategy, probabilities.copy(), 10, vectors=vectors.copy(), labelled_vectors=vectors[:3], seed=7)
+    assert np.array_equal(first[0], again[0]) and len(set(first[0].tolist())) == 10
+    if strategy == "random":
+        assert not np.array_equal(first[0], select(strategy, probabilities, 10, seed=8)[0])
+
+
+def test_diverse_spends_no_budget_on_near_copies_and_avoids_what_is_labelled():
+    probabilities, vectors = pool(n=30, seed=1)
+    probabilities[:6] = [1 / 3, 1 / 3, 1 / 3]  # six texts equally (and most) uncertain: four near-copies of one ...
+    vectors[1:4] = vectors[0] + 1e-4
+    vectors[1:4] /= np.linalg.norm(vectors[1:4], axis=1, keepdims=True)
+    order, _ = select("uncertainty", probabilities, 3)
+    assert set(order.tolist()) <= {0, 1, 2, 3}  # uncertainty alone takes three copies
+    order, _ = select("diverse", probabilities, 3, vectors=vectors)
+    candidates = set(np.argsort(-uncertainty(probabilities), kind="stable")[:12].tolist())  # the 4 x 3 most uncertain
+    assert len(set(order.tolist()) & {0, 1, 2, 3}) == 1 and set(order.tolist()) <= candidates
+    covered = select("diverse", probabilities, 3, vectors=vectors, labelled_vectors=vectors[[0]])[0]
+    assert not set(covered.tolist()) & {0, 1, 2, 3}  # a text like one labelled already is covered
+
+
+def test_k_center_takes_the_farthest_point_each_time():
+    points = np.array([[1.0, 0.0], [0.99, 0.141], [0.0, 1.0], [-1.0, 0.0]])
+    points /= np.linalg.norm(points, axis=1, keepdims=True)
+    assert k_center(points, 3).tolist() == [0, 3, 2]
+    assert k_center(points, 2, covered=points[[3]]).tolist() == [0, 2]
+
+
+def test_a_budget_larger_than_the_pool_takes_the_pool():
+    probabilities, vectors = pool(n=5)
+    for strategy in STRATEGIES:
+        assert sorted(select(strategy, probabilities, 50, vectors=vectors)[0].tolist()) == [0, 1, 2, 3, 4]

@@ -1,0 +1,117 @@
+"""Issue 45: Label Studio's and doccano's exports, as their documentation shows them, read exactly; what is not a
+text-classification export is one line naming what was found."""
+import json
+
+import pytest
+
+from paddle_ft.data.annotation import Task, label_config, read_annotations, write_tasks
+from paddle_ft.errors import UserError
+
+
+def annotation(choices, updated="2021-03-09T22:16:08.746926Z", cancelled=False, kind="choices", name="sentiment"):
+    """One annotation as Label Studio's JSON export writes it (docs: Label Studio JSON format of annotated tasks)."""
+    return {"id": 1001, "result": [{"value": {kind: choices}, "id": "Dx_aB91ISN", "from_name": name,
+                                    "to_name": "text", "type": kind, "origin": "manual"}],
+            "was_cancelled": cancelled, "ground_truth": False, "created_at": "2021-03-09T21:52:49.513742Z",
+            "updated_at": updated, "lead_time": 4.288, "result_count": 0, "task": 1, "completed_by": 10}
+
+
+def label_studio_task(task_id, text, annotations, **data):
+    return {"id": task_id, "data": {"text": text, **data}, "created_at": "2021-03-09T21:52:49.513742Z",
+            "updated_at": "2021-03-09T22:16:08.746926Z", "project": 83, "annotations": annotations,
+            "predictions": []}
+
+
+def write_json(path, value):
+    path.write_text(json.dumps(value, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def test_label_studio_json_export_reads_choices_taxonomy_and_keeps_the_tasks_data(tmp_path):
+    export = write_json(tmp_path / "export.json", [
+        label_studio_task(1, "服务太差了\t等了一小时", [annotation(["负面"])], line=2),
+        label_studio_task(2, "质量很好", [annotation(["正面", "物流"])], line=3),
+        label_studio_task(3, "没标", []),
+        label_studio_task(4, "跳过了", [annotation(["正面"], cancelled=True)]),
+        label_studio_task(5, "手机屏幕很好", [annotation([["电子", "手机"]], kind="taxonomy")]),
+    ])
+    rows, report = read_annotations(export, "label-studio")
+    assert [(r.text, r.labels, r.fields) for r in rows] == [
+        ("服务太差了\t等了一小时", ("负面",), {"line": 2}), ("质量很好", ("正面", "物流"), {"line": 3}),
+        ("手机屏幕很好", ("电子/手机",), {})]
+    assert report.unlabelled == 2 and report.disagreeing == []
+
+
+def test_label_studio_takes_the_latest_of_disagreeing_annotations_and_says_which(tmp_path):
+    export = write_json(tmp_path / "export.json", [label_studio_task(7, "一般", [
+        annotation(["正面"], updated="2021-03-10T10:00:00Z"), annotation(["负面"], updated="2021-03-11T10:00:00Z")])])
+    rows, report = read_annotations(export, "label-studio")
+    assert rows[0].labels == ("负面",) and report.disagreeing == [7]
+
+
+def test_label_studio_json_min_reads_a_plain_choice_and_a_choices_object(tmp_path):
+    export = write_json(tmp_path / "min.json", [
+        {"id": 1, "text": "很好", "sentiment": "正面", "annotator": 1, "annotation_id": 1,
+         "created_at": "2021-03-09T21:52:49Z", "updated_at": "2021-03-09T21:52:49Z", "lead_time": 2.1},
+        {"id": 2, "text": "很差", "sentiment": {"choices": ["负面", "物流"]}, "annotator": 1, "annotation_id": 2,
+         "created_at": "2021-03-09T21:52:49Z", "updated_at": "2021-03-09T21:52:49Z", "lead_time": 1.0},
+    ])
+    rows, _ = read_annotations(export, "label-studio", from_name="sentiment")
+    assert [(r.text, r.labels, r.fields) for r in rows] == [("很好", ("正面",), {}), ("很差", ("负面", "物流"), {})]
+
+
+def test_doccano_exports_read_as_its_documentation_writes_them(tmp_path):
+    # doccano's own example (data_export/pipeline/examples.py) and an export row with its id and comments
+    export = tmp_path / "export.jsonl"
+    export.write_text('{"text": "Terrible customer service.", "label": ["negative"]}\n'
+                      '{"text": "Really great transaction.", "label": ["positive"]}\n\n'
+                      '{"id": 3, "text": "Great price.", "label": ["positive", "price"], "Comments": [], "line": 9}\n'
+                      '{"id": 4, "text": "Not labelled yet.", "label": []}\n', encoding="utf-8")
+    rows, report = read_annotations(export, "doccano")
+    assert [(r.text, r.labels, r.fields) for r in rows] == [
+        ("Terrible customer service.", ("negative",), {}), ("Really great transaction.", ("positive",), {}),
+        ("Great price.", ("positive", "price"), {"line": 9})]
+    assert report.unlabelled == 1
+    as_list = write_json(tmp_path / "export.json", [{"text": "Terrible customer service.", "label": ["negative"]}])
+    assert read_annotations(as_list, "doccano")[0][0].labels == ("negative",)
+
+
+@pytest.mark.parametrize("tool, content, message", [
+    ("doccano", '{"text": "EU rejects", "label": [[0, 2, "ORG"]]}\n', "not a list of label names (a sequence-"
+                                                                        "labelling export?)"),
+    ("doccano", '{"text": "旧版本", "annotations": [{"label": 3, "user": 1}]}\n',
+     "no 'label' key (an older doccano's (label ids under 'annotations') export"),
+    ("doccano", '{"text": "Find a flight", "entities": [], "cats": ["flight"]}\n', "an intent-detection export"),
+    ("doccano", '{"text": "x", "label": ["a"]}\nnot json\n', "export.jsonl:2: not a JSON object (Expecting value)"),
+    ("label-studio", json.dumps([label_studio_task(1, "EU", [annotation(["ORG"], kind="labels")])]),
+     "its results are of type labels, not choices or taxonomy"),
+    ("label-studio", json.dumps({"text": "x"}), "a dict where Label Studio's JSON export is a list of tasks"),
+    ("label-studio", json.dumps([{"id": 1, "data": {"content": "x"}, "annotations": [annotation(["a"])]}]),
+     "has no text under 'text' (its data's keys: content)"),
+    ("label-studio", json.dumps([label_studio_task(1, "x", [{"result": [
+        {"from_name": "a", "to_name": "text", "type": "choices", "value": {"choices": ["p"]}},
+        {"from_name": "b", "to_name": "text", "type": "choices", "value": {"choices": ["q"]}}]}])]),
+     "answers several control tags (a, b): choose one with --from-name"),
+])
+def test_what_is_not_a_classification_export_is_one_line(tmp_path, tool, content, message):
+    path = tmp_path / "export.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(UserError) as error:
+        read_annotations(path, tool)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_tasks_carry_the_answer_as_a_prediction_and_their_fields_back(tmp_path):
+    tasks = [Task("很好", None, ("正面",), 0.91234567, {"line": 2}), Task("一般", None, ("负面",), 0.5, {"line": 3})]
+    written = write_tasks(tmp_path / "tasks.json", "label-studio", tasks, ("负面", "正面"), multi_label=False)
+    records = json.loads(written[0].read_text(encoding="utf-8"))
+    assert records[0] == {"data": {"line": 2, "text": "很好"}, "predictions": [{
+        "model_version": "paddle_ft", "score": 0.912346, "result": [{"from_name": "label", "to_name": "text",
+                                                                    "type": "choices", "value": {"choices": ["正面"]}}]}]}
+    assert written[1].read_text(encoding="utf-8") == label_config(("负面", "正面"), False, False)
+    assert '<Choices name="label" toName="text" choice="single"' in written[1].read_text(encoding="utf-8")
+    lines = write_tasks(tmp_path / "tasks.jsonl", "doccano", tasks, ("负面", "正面"), False)[0].read_text(
+        encoding="utf-8").splitlines()
+    assert json.loads(lines[1]) == {"line": 3, "text": "一般", "label": ["负面"]}
+    with pytest.raises(UserError, match="a text-pair model's tasks go to Label Studio"):
+        write_tasks(tmp_path / "pairs.jsonl", "doccano", [Task("a", "b", ("x",), 1.0)], ("x",), False)
