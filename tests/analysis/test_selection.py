@@ -3,7 +3,13 @@ not spend a budget on near-copies."""
 import numpy as np
 import pytest
 
-from paddle_ft.analysis.selection import STRATEGIES, k_center, margin, select, uncertainty
+from paddle_ft.analysis.selection import (
+    STRATEGIES,
+    k_center,
+    margin,
+    select,
+    uncertainty,
+)
 
 
 def pool(n=40, classes=3, seed=0):
