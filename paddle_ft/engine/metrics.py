@@ -4,6 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 
+BOOTSTRAP_CHUNK = 50  # resampling rounds counted at once
+
+
 def classification_report(gold: np.ndarray, predicted: np.ndarray, names: tuple[str, ...]) -> dict:
     """Accuracy, macro-F1 and per-class precision / recall / F1 / support.
 
@@ -12,22 +15,29 @@ def classification_report(gold: np.ndarray, predicted: np.ndarray, names: tuple[
     """
     gold = np.asarray(gold)
     predicted = np.asarray(predicted)
-    per_class = {}
-    f1s = []
-    for class_id, name in enumerate(names):
-        true_positive = int(np.sum((predicted == class_id) & (gold == class_id)))
-        predicted_count = int(np.sum(predicted == class_id))
-        support = int(np.sum(gold == class_id))
-        precision = true_positive / predicted_count if predicted_count else 0.0
-        recall = true_positive / support if support else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        per_class[name] = {"precision": precision, "recall": recall, "f1": f1, "support": support}
-        f1s.append(f1)
+    true_positive, predicted_count, support = _class_counts(gold, predicted, len(names))
+    precision = true_positive / np.maximum(predicted_count, 1)
+    recall = true_positive / np.maximum(support, 1)
+    f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
+    per_class = {name: {"precision": float(precision[c]), "recall": float(recall[c]), "f1": float(f1[c]),
+                        "support": int(support[c])} for c, name in enumerate(names)}
     return {"accuracy": float(np.mean(gold == predicted)) if len(gold) else 0.0,
-            "macro_f1": float(np.mean(f1s)),
+            "macro_f1": float(np.mean(f1)),
             "examples": int(len(gold)),
             "intervals": bootstrap_intervals(gold, predicted, len(names)),
             "per_class": per_class}
+
+
+def _class_counts(gold: np.ndarray, predicted: np.ndarray, num_classes: int):
+    """(true positives, predictions, gold texts) per class [classes] (or per round and class [rounds, classes] for
+    [rounds, texts] inputs), by counting: linear in texts + classes, so 20,000 classes cost no more than 2."""
+    rows = 1 if gold.ndim == 1 else gold.shape[0]
+    offset = (np.arange(rows)[:, None] * num_classes) if gold.ndim == 2 else 0
+    size = rows * num_classes
+    shape = (num_classes,) if gold.ndim == 1 else (rows, num_classes)
+    counts = [np.bincount(np.ravel(cells), minlength=size).reshape(shape)
+              for cells in ((gold + offset)[gold == predicted], predicted + offset, gold + offset)]
+    return tuple(counts)
 
 
 def bootstrap_intervals(gold: np.ndarray, predicted: np.ndarray, num_classes: int, rounds: int = 1000,
@@ -37,17 +47,17 @@ def bootstrap_intervals(gold: np.ndarray, predicted: np.ndarray, num_classes: in
     size; an empty split has none."""
     if len(gold) == 0:
         return {}
-    samples = np.random.default_rng(seed).integers(0, len(gold), size=(rounds, len(gold)))
-    g, p = gold[samples], predicted[samples]  # [rounds, texts]
-    accuracy = (g == p).mean(axis=1)
-    cells = np.arange(rounds)[:, None] * num_classes * num_classes + g * num_classes + p
-    confusion = np.bincount(cells.ravel(), minlength=rounds * num_classes ** 2).reshape(rounds, num_classes,
-                                                                                          num_classes)
-    true_positive = np.diagonal(confusion, axis1=1, axis2=2)
-    precision = true_positive / np.maximum(confusion.sum(axis=1), 1)  # columns: predicted
-    recall = true_positive / np.maximum(confusion.sum(axis=2), 1)  # rows: gold
-    f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
-    return {"accuracy": _interval(accuracy, level), "macro_f1": _interval(f1.mean(axis=1), level)}
+    rng, accuracy, macro_f1 = np.random.default_rng(seed), [], []
+    for start in range(0, rounds, BOOTSTRAP_CHUNK):  # memory bounded: rounds x texts at a time, not all of them
+        samples = rng.integers(0, len(gold), size=(min(BOOTSTRAP_CHUNK, rounds - start), len(gold)))
+        g, p = gold[samples], predicted[samples]  # [rounds, texts]
+        accuracy.append((g == p).mean(axis=1))
+        true_positive, guessed, actual = _class_counts(g, p, num_classes)
+        precision, recall = true_positive / np.maximum(guessed, 1), true_positive / np.maximum(actual, 1)
+        f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
+        macro_f1.append(f1.mean(axis=1))
+    return {"accuracy": _interval(np.concatenate(accuracy), level),
+            "macro_f1": _interval(np.concatenate(macro_f1), level)}
 
 
 def _interval(values: np.ndarray, level: float) -> list[float]:
@@ -81,11 +91,14 @@ def _multi_label_intervals(gold: np.ndarray, predicted: np.ndarray, rounds: int 
     """As `bootstrap_intervals`, for micro-F1 and subset accuracy of label sets [texts, labels]."""
     if len(gold) == 0:
         return {}
-    samples = np.random.default_rng(seed).integers(0, len(gold), size=(rounds, len(gold)))
-    true_positive = (gold & predicted).sum(axis=1)[samples].sum(axis=1)
-    guessed, actual = predicted.sum(axis=1)[samples].sum(axis=1), gold.sum(axis=1)[samples].sum(axis=1)
+    hits, guessed, actual = (gold & predicted).sum(axis=1), predicted.sum(axis=1), gold.sum(axis=1)
+    exact, rng, parts = (gold == predicted).all(axis=1), np.random.default_rng(seed), []
+    for start in range(0, rounds, BOOTSTRAP_CHUNK):
+        samples = rng.integers(0, len(gold), size=(min(BOOTSTRAP_CHUNK, rounds - start), len(gold)))
+        parts.append((hits[samples].sum(axis=1), guessed[samples].sum(axis=1), actual[samples].sum(axis=1),
+                      exact[samples].mean(axis=1)))
+    true_positive, guessed, actual, exact = (np.concatenate(part) for part in zip(*parts))
     micro_f1 = np.where(guessed + actual > 0, 2 * true_positive / np.maximum(guessed + actual, 1), 0.0)
-    exact = (gold == predicted).all(axis=1)[samples].mean(axis=1)
     return {"micro_f1": _interval(micro_f1, level), "subset_accuracy": _interval(exact, level)}
 
 
