@@ -10,7 +10,8 @@ the labelled rows; then, for `--rounds` rounds, `python -m paddle_ft select` pic
 the latest model, their labels are "given" (read from the demo file, as an annotator would), and the config is
 trained again on all labelled rows. Test accuracy on the whole demo test file after every round; mean and spread
 over the seeds, a table and a picture (OUTPUT/active_learning.png). No dev file is used (a labelling project
-starting out has none): each model is its last epoch's.
+starting out has none): each model is its last epoch's, after about `STEPS` steps (the demo config's 3 epochs
+of a few hundred rows are too few steps for the model to learn anything).
 
 A finished training (OUTPUT/runs/NAME/results.json) and selection are reused by a later run into the same folder.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from few_shot_bench import DEMO, ROOT, machine, read_rows, run, train, write_rows  # noqa: E402
 
 STRATEGIES = ("random", "uncertainty", "margin", "diverse")
+STEPS, BATCH = 200, 32  # every model trains about this many steps of this batch, whatever its rows
 RESULTS = "active_learning.json"
 
 
@@ -80,8 +83,11 @@ def loop(output: Path, args, seed: int, strategy: str, start, pool, pool_file: P
 
 
 def accuracy(output: Path, name: str, labelled: Path, seed: int) -> float:
+    rows = len(read_rows(labelled))
+    epochs = max(3, math.ceil(STEPS * BATCH / rows))  # the demo's 3 epochs of 200 rows are 21 steps: too few to learn
     results = train(output, name, ROOT / "configs" / "demo.yaml",
-                    [f"data.train={labelled}", "data.dev=null", f"data.test={DEMO / 'test.tsv'}", f"seed={seed}"])
+                    [f"data.train={labelled}", "data.dev=null", f"data.test={DEMO / 'test.tsv'}", f"seed={seed}",
+                     f"train.epochs={epochs}", f"train.batch_size={BATCH}"])
     return results["test"]["accuracy"]
 
 
