@@ -142,6 +142,14 @@ def table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def label_counts(labels: dict) -> str:
-    """A split's label counts on one line: `负面 6920, 正面 6969`."""
-    return ", ".join(f"{name} {count}" for name, count in labels.items())
+def label_counts(labels: dict, shown: int = 5) -> str:
+    """A split's label counts on one line: `负面 6920, 正面 6969`; of many labels, how many and the most and least
+    frequent: `5000 labels; most: L00017 9, ...; fewest: L04410 1, ...`."""
+    if len(labels) <= 2 * shown + 2:
+        return _listed(labels.items())
+    ranked = sorted(labels.items(), key=lambda item: (-item[1], item[0]))
+    return f"{len(labels)} labels; most: {_listed(ranked[:shown])}; fewest: {_listed(ranked[-shown:])}"
+
+
+def _listed(counts) -> str:
+    return ", ".join(f"{name} {count}" for name, count in counts)

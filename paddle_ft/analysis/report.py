@@ -18,11 +18,16 @@ from paddle_ft.analysis.audit import NO_PROBLEMS, label_counts
 from paddle_ft.analysis.explain import Explanation
 from paddle_ft.artifacts.run import Event, Results, RunFiles
 from paddle_ft.config import Config, config_to_dict, flat_config, load_config
-from paddle_ft.engine.metrics import expected_calibration_error
+from paddle_ft.engine.metrics import (
+    MANY_CLASSES,
+    expected_calibration_error,
+    per_class_extremes,
+)
 from paddle_ft.io import atomic_path, write_text_atomically
 
 REPORT_PAGE, REPORT_FOLDER = "report.html", "report"
 WORST = 10  # mistakes listed
+CONFUSED_PAIRS = 20  # of many classes, the most mistaken (gold, predicted) pairs listed
 BINS = 10  # of the reliability diagram
 # fonts that draw Chinese (Noto Sans CJK from Debian's fonts-noto-cjk, WenQuanYi from fonts-wqy-zenhei, ...)
 CJK_FONTS = ("CJK", "WenQuanYi", "Source Han", "Droid Sans Fallback", "AR PL", "Heiti", "SimHei")
@@ -54,14 +59,15 @@ def write_report(run_dir: Path, answers: Answers | None, data_summary: dict | No
     images = {"curves": _curves(run.read_events(), results.metric, folder / "curves.png")}
     sections = [_metrics_section(results), _curves_section(images["curves"])]
     if answers is not None and answers.probabilities.shape[1] == len(answers.labels) and answers.gold.ndim == 1:
-        images["confusion"] = _confusion(answers, folder / "confusion.png")
+        images["confusion"] = _confusion(answers, folder / "confusion.png") \
+            if len(answers.labels) <= MANY_CLASSES else None  # a picture of 20,000 x 20,000 cells says nothing
         images["reliability"], ece = _reliability(answers, folder / "reliability.png")
         sections += [_answers_section(answers, images, ece), _mistakes_section(answers)]
     split = "test" if results.test else "dev"
     decision = (getattr(results, split) or {}).get("decision", {})
     if decision.get("abstain_below") is not None:
         sections.append(_decision_section(decision, split, _risk_coverage(decision, split, folder / "abstain.png")))
-    sections += [_per_class_section(results), _data_section(data_summary, run_dir), _config_section(run)]
+    sections += [_per_class_section(results, folder), _data_section(data_summary, run_dir), _config_section(run)]
     return write_page(run_dir / REPORT_PAGE, run_dir.name, sections)
 
 
@@ -226,12 +232,27 @@ def _curves_section(image: str) -> str:
 
 
 def _answers_section(answers: Answers, images: dict, ece: float) -> str:
-    return (f"<h2>Answers on {answers.split} ({len(answers.gold)} texts)</h2>"
-            f'<img src="{images["confusion"]}" alt="confusion matrix">'
-            f"<p>Classes: {html.escape(', '.join(f'{i} = {name}' for i, name in enumerate(answers.labels)))}.</p>"
+    if images["confusion"] is None:
+        confusion = _confused_pairs(answers)
+    else:
+        confusion = (f'<img src="{images["confusion"]}" alt="confusion matrix"><p>Classes: '
+                     f"{html.escape(', '.join(f'{i} = {name}' for i, name in enumerate(answers.labels)))}.</p>")
+    return (f"<h2>Answers on {answers.split} ({len(answers.gold)} texts)</h2>{confusion}"
             f'<img src="{images["reliability"]}" alt="reliability diagram">'
             f'<p>Expected calibration error: <span data-metric="{answers.split}.ece_page">{ece:.4f}</span> '
             f"(how far the top probability is from how often it is right; 0 is perfect).</p>")
+
+
+def _confused_pairs(answers: Answers) -> str:
+    """Of many classes, the (gold, predicted) pairs mistaken most often, instead of a confusion matrix."""
+    predicted = answers.probabilities.argmax(axis=1)
+    wrong = predicted != answers.gold
+    pairs, counts = np.unique(np.stack([answers.gold[wrong], predicted[wrong]], axis=1), axis=0, return_counts=True)
+    top = np.argsort(-counts, kind="stable")[:CONFUSED_PAIRS]
+    rows = "".join(f"<tr><td>{counts[i]}</td><td>{html.escape(answers.labels[pairs[i, 0]])}</td>"
+                   f"<td>{html.escape(answers.labels[pairs[i, 1]])}</td></tr>" for i in top)
+    return (f"<p>{len(answers.labels)} classes: the pairs mistaken most often ({int(wrong.sum())} mistakes in "
+            f"{len(pairs)} pairs).</p><table><tr><th>texts</th><th>gold</th><th>predicted</th></tr>{rows}</table>")
 
 
 def _decision_section(decision: dict, split: str, image: str) -> str:
@@ -285,17 +306,36 @@ def explanation_html(explanation: Explanation) -> str:
             f"{''.join(spans)}</p>" + (f"<ul>{near}</ul>" if near else "") + "</div>")
 
 
-def _per_class_section(results: Results) -> str:
+def _per_class_section(results: Results, folder: Path) -> str:
     split = "test" if results.test else "dev"
     scores = getattr(results, split) or {}
     table = scores.get("per_class") or scores.get("per_label")
     if not table:
         return ""
-    rows = "".join(f"<tr><td>{html.escape(name)}</td>" + "".join(
-        f'<td data-metric="{split}.per_class.{html.escape(name)}.{k}">{v:.4f}</td>' if isinstance(v, float)
-        else f"<td>{v}</td>" for k, v in row.items()) + "</tr>" for name, row in table.items())
     header = "".join(f"<th>{k}</th>" for k in next(iter(table.values())))
-    return f"<h2>Per class, {split}</h2><table><tr><th>label</th>{header}</tr>{rows}</table>"
+    if len(table) <= MANY_CLASSES:
+        return f"<h2>Per class, {split}</h2><table><tr><th>label</th>{header}</tr>{_class_rows(table, table, split)}</table>"
+    best, worst = per_class_extremes(table)
+    full = write_per_class(folder / "per_class.tsv", table)
+    names = list(next(iter(table.values())))
+    return (f"<h2>Per class, {split}: the {len(best)} best and {len(worst)} worst of {len(table)}</h2>"
+            f"<table><tr><th>label</th>{header}</tr>{_class_rows(table, best, split)}"
+            f"<tr><td colspan=\"{len(names) + 1}\">...</td></tr>{_class_rows(table, worst, split)}</table>"
+            f'<p>Every class: <a href="{REPORT_FOLDER}/{full.name}">{REPORT_FOLDER}/{full.name}</a>.</p>')
+
+
+def write_per_class(path: Path, table: dict) -> Path:
+    """A per-class (per-label) table as TSV: label, then its scores."""
+    names = list(next(iter(table.values())))
+    write_text_atomically(path, "\t".join(["label", *names]) + "\n" + "".join(
+        "\t".join([name, *(str(row[k]) for k in names)]) + "\n" for name, row in table.items()))
+    return path
+
+
+def _class_rows(table: dict, names, split: str) -> str:
+    return "".join(f"<tr><td>{html.escape(name)}</td>" + "".join(
+        f'<td data-metric="{split}.per_class.{html.escape(name)}.{k}">{v:.4f}</td>' if isinstance(v, float)
+        else f"<td>{v}</td>" for k, v in table[name].items()) + "</tr>" for name in names)
 
 
 def _data_section(summary: dict | None, run_dir: Path) -> str:

@@ -4,11 +4,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from paddle_ft.analysis.report import write_per_class
 from paddle_ft.analysis.scoring import answers
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import Columns, format_of, one_line, read_examples
 from paddle_ft.engine.evaluate import evaluate
+from paddle_ft.engine.metrics import MANY_CLASSES, per_class_extremes
 from paddle_ft.io import atomic_file, check_output_file
 from paddle_ft.log import LONG_INPUT, Progress
 from paddle_ft.tokenization import fastest
@@ -41,4 +43,17 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
                 text = one_line(text)  # a tab or newline inside a CSV/JSONL text would break the TSV
                 out.write(f"{example.line}\t{text}\t{meta.label_delimiter.join(gold)}\t"
                           f"{meta.label_delimiter.join(predicted)}\t{score:.4f}\n")
-    return {"data": str(data_path), **report, "misclassified_file": str(errors)}
+    return {"data": str(data_path), **_readable(report, errors), "misclassified_file": str(errors)}
+
+
+def _readable(report: dict, errors: Path) -> dict:
+    """Of many classes the report printed names the best and worst of them; every class goes to a TSV beside the
+    misclassified file."""
+    key = "per_class" if "per_class" in report else "per_label"
+    table = report.get(key, {})
+    if len(table) <= MANY_CLASSES:
+        return report
+    best, worst = per_class_extremes(table)
+    path = write_per_class(errors.with_name(f"{key}-{errors.stem.removeprefix('misclassified-')}.tsv"), table)
+    shown = {f"{key}_best": {n: table[n] for n in best}, f"{key}_worst": {n: table[n] for n in worst}}
+    return {**{k: v for k, v in report.items() if k != key}, **shown, f"{key}_file": str(path)}

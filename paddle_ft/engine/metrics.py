@@ -3,8 +3,18 @@ from __future__ import annotations
 
 import numpy as np
 
-
 BOOTSTRAP_CHUNK = 50  # resampling rounds counted at once
+MANY_CLASSES = 30  # above this many classes a per-class table is shown as its best and worst rows, not whole
+SHOWN_CLASSES = 10  # best and worst rows shown of such a table
+
+
+def per_class_extremes(table: dict, shown: int = SHOWN_CLASSES) -> tuple[list[str], list[str]]:
+    """(the `shown` best classes by F1, best first; the `shown` worst, worst first) among those with texts in the
+    split, ties by name; a table of at most twice `shown` such classes is all best."""
+    present = sorted((name for name, row in table.items() if row["support"]), key=lambda n: (-table[n]["f1"], n))
+    if len(present) <= 2 * shown:
+        return present, []
+    return present[:shown], present[::-1][:shown]
 
 
 def classification_report(gold: np.ndarray, predicted: np.ndarray, names: tuple[str, ...]) -> dict:
