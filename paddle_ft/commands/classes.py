@@ -51,13 +51,14 @@ def add_class(model_dir: str, label: str, examples: str | None, description: str
     prototype = _prototype(example_vectors, description_vector)
     reference_path = _reference_path(Path(model_dir), reference)
     reference_vectors = _reference_vectors(bundle, reference_path)
-    bias = _bias(head, prototype, reference_vectors, max_changed)
+    leads = head.lead(prototype, reference_vectors)
+    bias = _bias(leads, max_changed)
     change["reference"] = {**data_file(reference_path, len(reference_vectors)), "max_changed": max_changed}
     change["bias"] = round(bias, 4)
     _write(bundle, head.with_class(prototype, bias), (*meta.labels, label), target, change, Path(model_dir))
     log(f"added {label} ({_source_of(change)}) to {model_dir}: {target} answers {len(meta.labels) + 1} labels")
     log(f"the new class's bias is {bias:+.2f}, set on {reference_path}: it answers "
-        f"{_taken(head, prototype, bias, reference_vectors)} of its {len(reference_vectors)} rows of the old classes"
+        f"{int((leads + bias > 0).sum())} of its {len(reference_vectors)} rows of the old classes"
         f"{_examples_won(head, example_vectors, description_vector, bias)}; done in "
         f"{elapsed(time.perf_counter() - started)}")
     return 0
@@ -123,19 +124,14 @@ def _prototype(example_vectors: np.ndarray | None, description_vector: np.ndarra
     return mean / np.linalg.norm(mean)
 
 
-def _bias(head: _Head, prototype: np.ndarray, reference_vectors: np.ndarray, max_changed: float) -> float:
-    """The new class's bias: a prototype that is a mean of embeddings sits nearer every text than a learnt one (a
-    sentence encoder's vectors share a direction), so unchecked it takes texts of the old classes. The bias lets it
-    answer a reference row (a text of an old class) for at most `max_changed` of them."""
-    leads = head.lead(prototype, reference_vectors)
+def _bias(leads: np.ndarray, max_changed: float) -> float:
+    """The new class's bias from its `leads` over the reference rows (texts of the old classes): a prototype that is
+    a mean of embeddings sits nearer every text than a learnt one (a sentence encoder's vectors share a direction),
+    so unchecked it takes texts of the old classes. The bias lets it answer at most `max_changed` of them."""
     kept = float(np.quantile(leads, 1.0 - max_changed, method="higher"))  # the largest lead that does not answer
     above = leads[leads > kept]
     # the boundary halfway to the next row, so that float32 inference decides every reference row as here
     return -(kept + float(above.min() if above.size else kept + 2 * BOUNDARY_MARGIN)) / 2
-
-
-def _taken(head: _Head, prototype: np.ndarray, bias: float, reference_vectors: np.ndarray) -> int:
-    return int((head.lead(prototype, reference_vectors) + bias > 0).sum())
 
 
 def _examples_won(head: _Head, example_vectors: np.ndarray | None, description_vector: np.ndarray | None,
