@@ -18,11 +18,7 @@ from paddle_ft.analysis.audit import NO_PROBLEMS, label_counts
 from paddle_ft.analysis.explain import Explanation
 from paddle_ft.artifacts.run import Event, Results, RunFiles
 from paddle_ft.config import Config, config_to_dict, flat_config, load_config
-from paddle_ft.engine.metrics import (
-    MANY_CLASSES,
-    expected_calibration_error,
-    per_class_extremes,
-)
+from paddle_ft.engine.metrics import MANY_CLASSES, expected_calibration_error, per_class_extremes
 from paddle_ft.io import atomic_path, write_text_atomically
 
 REPORT_PAGE, REPORT_FOLDER = "report.html", "report"
@@ -312,15 +308,15 @@ def _per_class_section(results: Results, folder: Path) -> str:
     table = scores.get("per_class") or scores.get("per_label")
     if not table:
         return ""
-    header = "".join(f"<th>{k}</th>" for k in next(iter(table.values())))
+    scores_names = list(next(iter(table.values())))
+    header = "<tr><th>label</th>" + "".join(f"<th>{k}</th>" for k in scores_names) + "</tr>"
     if len(table) <= MANY_CLASSES:
-        return f"<h2>Per class, {split}</h2><table><tr><th>label</th>{header}</tr>{_class_rows(table, table, split)}</table>"
+        return f"<h2>Per class, {split}</h2><table>{header}{_class_rows(table, table, split)}</table>"
     best, worst = per_class_extremes(table)
     full = write_per_class(folder / "per_class.tsv", table)
-    names = list(next(iter(table.values())))
     return (f"<h2>Per class, {split}: the {len(best)} best and {len(worst)} worst of {len(table)}</h2>"
-            f"<table><tr><th>label</th>{header}</tr>{_class_rows(table, best, split)}"
-            f"<tr><td colspan=\"{len(names) + 1}\">...</td></tr>{_class_rows(table, worst, split)}</table>"
+            f"<table>{header}{_class_rows(table, best, split)}"
+            f"<tr><td colspan=\"{len(scores_names) + 1}\">...</td></tr>{_class_rows(table, worst, split)}</table>"
             f'<p>Every class: <a href="{REPORT_FOLDER}/{full.name}">{REPORT_FOLDER}/{full.name}</a>.</p>')
 
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import paddle
 
+from paddle_ft.artifacts.export_folder import EXPORT_INFO
 from paddle_ft.artifacts.manifest import versions, write_manifest
-from paddle_ft.artifacts.meta import MODEL_META, ModelMeta, read_model_meta, write_model_meta
+from paddle_ft.artifacts.meta import MODEL_META, ModelMeta, is_model_folder, read_model_meta, write_model_meta
 from paddle_ft.artifacts.model_card import MODEL_CARD, model_card
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.errors import UserError, first_line
@@ -95,6 +96,15 @@ def _as_paddlenlp_names(state: dict, prefix: str) -> dict:
 def _as_own_names(state: dict, prefix: str) -> dict:
     return {f"encoder.{name[len(prefix) + 1:]}" if name.startswith(prefix + ".") else name: tensor
             for name, tensor in state.items()}
+
+
+def check_trained_model_folder(folder: Path, needs: str) -> None:
+    """`--model` of a command that only a training run's best/ serves (an export holds no gradients or vectors):
+    one line when it is an export (`needs`: what the command reads that an export lacks) or no model folder."""
+    if (folder / EXPORT_INFO).is_file():
+        raise UserError(f"--model {folder} is an export; give the training run's best/ folder, {needs}")
+    if not is_model_folder(folder):
+        raise UserError(f"--model {folder} is not a model folder a training run wrote (OUT/best)")
 
 
 def load_bundle(directory: str | Path, with_tokenizer: bool = True) -> Bundle:

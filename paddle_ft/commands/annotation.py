@@ -9,10 +9,8 @@ from pathlib import Path
 
 from paddle_ft.analysis.scoring import Scores, answers, score_texts
 from paddle_ft.analysis.selection import select as rank
-from paddle_ft.artifacts.bundle import Bundle, load_bundle
-from paddle_ft.artifacts.export_folder import EXPORT_INFO
+from paddle_ft.artifacts.bundle import Bundle, check_trained_model_folder, load_bundle
 from paddle_ft.artifacts.manifest import training_provenance
-from paddle_ft.artifacts.meta import is_model_folder
 from paddle_ft.data.annotation import Labelled, Task, read_annotations, write_tasks
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.readers import (
@@ -104,13 +102,8 @@ def import_annotations(tool: str, path: str, output: str, from_name: str | None,
 
 
 def _model(model_dir: str) -> Bundle:
-    folder = Path(model_dir)
-    if (folder / EXPORT_INFO).is_file():
-        raise UserError(f"--model {folder} is an export; give the training run's best/ folder, whose vectors and "
-                        "calibrated answers these commands read")
-    if not is_model_folder(folder):
-        raise UserError(f"--model {folder} is not a model folder a training run wrote (OUT/best)")
-    return load_bundle(folder)
+    check_trained_model_folder(Path(model_dir), "whose vectors and calibrated answers these commands read")
+    return load_bundle(model_dir)
 
 
 def _texts_to_label(path: Path, bundle: Bundle) -> tuple[list[Example], list[dict]]:

@@ -9,9 +9,8 @@ from pathlib import Path
 
 from paddle_ft.analysis.explain import Explainer
 from paddle_ft.analysis.report import explanation_html, write_page
-from paddle_ft.artifacts.export_folder import EXPORT_INFO
+from paddle_ft.artifacts.bundle import check_trained_model_folder
 from paddle_ft.artifacts.manifest import training_provenance
-from paddle_ft.artifacts.meta import is_model_folder
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.errors import UserError
 from paddle_ft.io import check_output_file
@@ -22,11 +21,7 @@ from paddle_ft.tokenization import check_texts
 def run(model_dir: str, texts: list[str], text_pairs: list[str] | None, label: str | None, steps: int,
         neighbours: int, data: str | None, html_path: str | None) -> int:
     folder = Path(model_dir)
-    if (folder / EXPORT_INFO).is_file():
-        raise UserError(f"--model {folder} is an export: explaining takes gradients, which only the trained model "
-                        "has; give the training run's best/ folder")
-    if not is_model_folder(folder):
-        raise UserError(f"--model {folder} is not a model folder a training run wrote (OUT/best)")
+    check_trained_model_folder(folder, "whose gradients explaining takes")
     if html_path:  # before the work, not after it: a folder, or the file it would replace, is refused
         check_output_file(html_path, "--html", {"--data": data})
     if text_pairs is not None and len(text_pairs) != len(texts):
