@@ -27,7 +27,6 @@ from paddle_ft.errors import UserError
 from paddle_ft.io import check_output_file
 from paddle_ft.log import LONG_INPUT, Progress, log
 
-REVIEW_FIELDS = (FILE, LINE, "given", SUGGESTED, "confidence")  # a label-issues review row, carried by its task
 
 
 def export_tasks(model_dir: str, input_path: str, tool: str, output: str, batch_size: int) -> int:
@@ -110,8 +109,8 @@ def _texts_to_label(path: Path, bundle: Bundle) -> tuple[list[Example], list[dic
     """The texts of `path` and what each task carries back: its line, or a label-issues review row's fields."""
     meta = bundle.meta
     fmt = format_of(path, meta.format)
-    if path.suffix != ".txt" and _is_review(path, fmt, meta.header):
-        records = read_records(path, fmt, meta.header)
+    records = [] if path.suffix == ".txt" else read_records(path, fmt, meta.header, allow_empty=True)
+    if records and all(key in records[0][1] for key in (FILE, LINE, SUGGESTED, DECISION)):  # a label-issues review
         examples = [Example(r[meta.text_column], r.get(meta.text_pair_column) if meta.text_pair_column else None,
                             None, line) for line, r in records]
         fields = [{FILE: r[FILE], LINE: int(r[LINE]), "given": r[meta.label_column], SUGGESTED: r[SUGGESTED],
@@ -120,11 +119,6 @@ def _texts_to_label(path: Path, bundle: Bundle) -> tuple[list[Example], list[dic
     texts, pairs, lines = read_texts(path, meta.text_column, meta.text_pair_column, header=meta.header)
     return ([Example(text, pairs[i] if pairs else None, None, line) for i, (text, line) in enumerate(zip(texts, lines))],
             [{"line": line} for line in lines])
-
-
-def _is_review(path: Path, fmt: str, header: bool) -> bool:
-    first = read_records(path, fmt, header, allow_empty=True)[:1]
-    return bool(first) and all(key in first[0][1] for key in (FILE, LINE, SUGGESTED, DECISION))
 
 
 def _labelled_texts(model_dir: Path, bundle: Bundle, given: str | None) -> set[tuple[str, str | None]]:
