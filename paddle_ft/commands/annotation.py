@@ -28,7 +28,6 @@ from paddle_ft.io import check_output_file
 from paddle_ft.log import LONG_INPUT, Progress, log
 
 
-
 def export_tasks(model_dir: str, input_path: str, tool: str, output: str, batch_size: int) -> int:
     bundle = _model(model_dir)
     check_output_file(output, "--output", {"--input": input_path})
