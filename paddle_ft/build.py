@@ -16,6 +16,7 @@ from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, format_of, read_examples
 from paddle_ft.errors import ConfigError, DataError, UserError
+from paddle_ft.hierarchy import Hierarchy
 from paddle_ft.log import log
 from paddle_ft.model import BERTForTextClassification, scratch_encoder
 from paddle_ft.text import Truncation
@@ -60,9 +61,27 @@ def read_dataset(data: DataConfig, task: str = "single_label") -> Dataset:
                                                     frozenset(label_map.names), data.on_bad_row)
             log(report.summary())
     paths = {split: getattr(data, split) for split in examples}
+    if data.label_hierarchy is not None:
+        _check_hierarchy(label_map, data.label_hierarchy, examples, paths)
     if data.corrections is not None:
         examples = _corrected(examples, paths, data.corrections, columns, label_map)
     return Dataset(label_map, examples, paths)
+
+
+def _check_hierarchy(label_map: LabelMap, separator: str, examples: dict, paths: dict) -> None:
+    """The labels form a tree of more than one level; a label that is also a parent names its first row."""
+    try:
+        hierarchy = Hierarchy(label_map.names, separator)
+    except UserError as exc:
+        parents = [name for name in label_map.names if any(n.startswith(name + separator) for n in label_map.names)]
+        row = next(((split, e) for split, rows in examples.items() for e in rows
+                    if parents and parents[0] in e.label_names), None)
+        if row is None:
+            raise ConfigError("data.label_hierarchy", str(exc)) from None
+        raise DataError(paths[row[0]], row[1].line, str(exc)) from None
+    if hierarchy.depth == 1:
+        raise ConfigError("data.label_hierarchy", f"is {separator!r}, but no label name holds it ({label_map.names[0]!r}"
+                          f", ...): write the labels as paths (电子{separator}手机) or set it to null")
 
 
 def _corrected(examples: dict, paths: dict, corrections: str, columns: Columns, label_map: LabelMap) -> dict:
@@ -207,4 +226,5 @@ def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
                      text_prefix=config.model.text_prefix, truncation=data.long_text,
                      head_tokens=data.head_tokens, stride=data.stride, window_pooling=data.window_pooling,
                      task=config.task, label_delimiter=data.label_delimiter, allow_no_label=data.allow_no_label,
+                     label_hierarchy=data.label_hierarchy,
                      abstain_below=config.train.decision.abstain_below)

@@ -86,6 +86,11 @@ class DataConfig:
                                                               "a non-blank string without a tab"))
     """Task multi_label: what separates a row's label names in its label column ("体育,财经"); a JSONL row may
     give a list instead (["体育", "财经"])."""
+    label_hierarchy: str | None = field(default=None, metadata=_check(
+        lambda v: v is None or (bool(v) and not v.isspace() and "\t" not in v), "null or a non-blank string without a tab"))
+    """What separates the levels of labels written as paths of a tree ("/" for 电子/手机); null = flat labels. The
+    model is one softmax (multi_label: a sigmoid per label) over the leaves, so every answer is a path of the tree;
+    eval scores each level and abstaining answers the parent when the leaf is unsure (docs/tasks.md)."""
     allow_no_label: bool = False
     """Task multi_label: a row with an empty label set is a text that has none of the labels (when false it is
     a bad row, as an empty label usually means a row someone forgot to label)."""
@@ -299,6 +304,9 @@ class TrainConfig:
     examples the model already gets right down (for a rare class among many easy ones)."""
     focal_gamma: float = field(default=2.0, metadata=_check(lambda v: v >= 0, "a number >= 0"))
     """The focusing exponent of the focal loss (0 = cross-entropy; 2 is the usual)."""
+    level_loss: float = field(default=0.0, metadata=_check(lambda v: v >= 0, "a number >= 0"))
+    """With data.label_hierarchy (single_label): each upper level's cross-entropy, of the sum of its leaves'
+    probabilities, added x this weight to the leaves' (0 = the leaves' only; docs/tasks.md measures both)."""
     class_weights: str | tuple[float, ...] | None = field(default=None, metadata=_check(
         lambda v: v == "auto" if isinstance(v, str) else len(v) > 0 and all(w > 0 for w in v),
         "auto or a list of positive numbers, one per label"))
@@ -729,4 +737,15 @@ def _task_problems(config: Config, where) -> list[ConfigError]:
             if value != default:
                 problems.append(ConfigError(key, f"is {value!r}, but a multi_label model learns each label by binary "
                                             f"cross-entropy, which {key} does not change yet: remove it", where(key)))
+        if config.data.label_hierarchy == config.data.label_delimiter:
+            problems.append(ConfigError("data.label_hierarchy", f"is {config.data.label_delimiter!r}, which also "
+                                        "separates a row's labels (data.label_delimiter): give the levels another "
+                                        "separator, as \"/\"", where("data.label_hierarchy")))
+    if train.level_loss and (config.data.label_hierarchy is None or config.task != "single_label"):
+        problems.append(ConfigError("train.level_loss", "weighs the upper levels of a single_label label tree: set "
+                                    "data.label_hierarchy (and task single_label), or remove it",
+                                    where("train.level_loss")))
+    if config.model.head == "prototype" and config.data.label_hierarchy is not None:
+        problems.append(ConfigError("data.label_hierarchy", "with model.head prototype is not supported yet: use the "
+                                    "linear head, or flat labels", where("data.label_hierarchy")))
     return problems

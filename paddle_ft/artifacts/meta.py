@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from paddle_ft.errors import UserError
+from paddle_ft.hierarchy import Hierarchy, hierarchy_of
 from paddle_ft.io import write_text_atomically
 from paddle_ft.text import HEADS, POOLINGS, TASKS, TRUNCATIONS, WINDOW_POOLINGS, Truncation
 
@@ -64,6 +66,8 @@ class ModelMeta:
     """multi_label: what separates the label names in the label column of the files training read."""
     allow_no_label: bool = False
     """multi_label: a labelled row may have no label at all."""
+    label_hierarchy: str | None = None
+    """What separates the levels of labels written as paths of a tree (data.label_hierarchy); None = flat."""
     temperature: float = 1.0
     """single_label: the logits are divided by it before the softmax (train.calibration temperature, fitted on
     dev); 1 = the probabilities as trained."""
@@ -76,6 +80,11 @@ class ModelMeta:
     @property
     def num_classes(self) -> int:
         return len(self.labels)
+
+    @cached_property
+    def hierarchy(self) -> Hierarchy | None:
+        """The tree of the labels, when they are paths (data.label_hierarchy)."""
+        return hierarchy_of(self.labels, self.label_hierarchy)
 
     @property
     def truncation_rule(self) -> Truncation:

@@ -30,7 +30,7 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     report, probs = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, label_map.names,
                              thresholds=meta.label_thresholds if meta.multi_label else None,
                              temperature=meta.temperature, on_batch=progress and progress.update,
-                             abstain_below=meta.abstain_below)
+                             abstain_below=meta.abstain_below, hierarchy=meta.hierarchy)
     if progress:
         progress.close()
     with atomic_file(errors) as out:

@@ -30,6 +30,7 @@ from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.sniff import Choices, Layout, propose_max_length, sniff_layout
 from paddle_ft.data.vocab import character_vocab
 from paddle_ft.errors import DataError, UserError
+from paddle_ft.hierarchy import Hierarchy
 from paddle_ft.io import atomic_path, check_output_file, write_text_atomically
 from paddle_ft.log import log
 from paddle_ft.tokenization import fastest, load_tokenizer
@@ -50,6 +51,7 @@ IMBALANCE = 5  # the most frequent label this many times the rarest: say how to 
 # that scored best on a draw of 8 rows per class scored on the demo's dev split (e5-small: 2e-5 0.680, 5e-5 0.800,
 # 1e-4 0.728; 40 passes at 5e-5 0.762)
 FEW_SHOT_ROWS = 32
+PATH_SEPARATOR = "/"  # labels written as paths of a tree: 电子/手机
 FEW_SHOT_TRAIN = {"recipe": "few_shot", "epochs": 1, "batch_size": 16, "few_shot": {"iterations": 20},
                   "optimizer": {"learning_rate": 5.0e-5, "warmup": 0.1}}
 
@@ -198,6 +200,11 @@ def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone
                 label_column=layout.label_column, labels=labels)
     if layout.label_delimiter is not None:
         data["label_delimiter"] = layout.label_delimiter
+    separator, why = label_tree(labels)
+    if why:
+        notes.append(why)
+    if separator:
+        data["label_hierarchy"] = separator
     if backbone is None:
         vocab = vocab_file(target)
         tokens = character_vocab([t for e in splits["train"] for t in (e.text, e.text_pair) if t], min_count=1)
@@ -232,6 +239,8 @@ def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone
     if recipe == "few_shot" or (recipe is None and kind == "pretrained" and fewest <= FEW_SHOT_ROWS
                                 and not layout.multi_label and not layout.text_pair_column):
         model.update(_prototype_model(facts, backbone, notes))
+        if data.pop("label_hierarchy", None):
+            notes.append("the few-shot recipe's prototype head reads the paths as flat names (no tree yet)")
         train = {**FEW_SHOT_TRAIN, "evaluation": {"metric": metric}}
         notes = [note for note in notes if not note.startswith("learning rate")]  # the recipe's own rate
         why = "--recipe few_shot" if recipe else f"the smallest class has {fewest} rows (<= {FEW_SHOT_ROWS})"
@@ -245,6 +254,23 @@ def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone
     config = {"output_dir": f"out/{target.stem}", "task": "multi_label" if layout.multi_label else "single_label",
               "data": data, "model": model, "train": train}
     return config, notes
+
+
+def label_tree(labels: list[str]) -> tuple[str | None, str | None]:
+    """(the separator of labels written as paths of a tree, or None; what to tell the user). Paths when two labels
+    or more hold "/" and some parent has two children."""
+    paths = [label for label in labels if PATH_SEPARATOR in label]
+    parents = Counter(label.rsplit(PATH_SEPARATOR, 1)[0] for label in paths)
+    if len(paths) < 2 or max(parents.values()) < 2:
+        return None, None
+    try:
+        tree = Hierarchy(tuple(labels), PATH_SEPARATOR)
+    except UserError as exc:
+        return None, f"the labels look like paths of a tree, but {exc}; read as flat names"
+    return PATH_SEPARATOR, (f"the labels are paths of a tree ({paths[0]}: {tree.depth} levels, "
+                            f"{len(tree.names[0])} at the top): data.label_hierarchy {PATH_SEPARATOR!r} scores each "
+                            "level and answers the parent when the leaf is unsure (-o data.label_hierarchy=null "
+                            "reads them as flat names)")
 
 
 def _schedule(rows: int, kind: str) -> tuple[int, int, str]:

@@ -20,6 +20,7 @@ from paddle_ft.engine.objectives.multi_label import MultiLabelClassification
 from paddle_ft.engine.prototypes import start_prototypes
 from paddle_ft.engine.trainer import keep_untrained
 from paddle_ft.errors import ConfigError
+from paddle_ft.hierarchy import hierarchy_of
 from paddle_ft.log import elapsed, log
 
 
@@ -127,9 +128,9 @@ def warn_on_leakage(dataset) -> None:
 
 def objective(config, splits, dist) -> Classification | MultiLabelClassification:
     """The classifier's loss as the config sets it, the class weights made concrete (and logged)."""
-    tc = config.train
+    tc, hierarchy = config.train, hierarchy_of(splits.label_names, config.data.label_hierarchy)
     if config.task == "multi_label":
-        return MultiLabelClassification(splits.label_names, splits.pad_token_id)
+        return MultiLabelClassification(splits.label_names, splits.pad_token_id, hierarchy=hierarchy)
     if tc.recipe == "few_shot":
         if dist.is_main:
             log(f"few-shot recipe: contrastive tuning on pairs of the {len(splits.train)} training rows, each "
@@ -142,4 +143,5 @@ def objective(config, splits, dist) -> Classification | MultiLabelClassification
         how = "auto: inverse class frequency" if tc.class_weights == "auto" else "train.class_weights"
         log(f"class weights ({how}): " + ", ".join(f"{n} {w:.4g}" for n, w in zip(splits.label_names, weights)))
     return Classification(splits.label_names, splits.pad_token_id, tc.loss, weights, tc.focal_gamma, tc.calibration,
-                          target_coverage=tc.decision.target_coverage, abstain_below=tc.decision.abstain_below)
+                          target_coverage=tc.decision.target_coverage, abstain_below=tc.decision.abstain_below,
+                          hierarchy=hierarchy, level_loss=tc.level_loss if hierarchy else 0.0)

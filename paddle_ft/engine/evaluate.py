@@ -12,7 +12,7 @@ import paddle
 
 from paddle_ft.data.features import Features, eval_batches, pad_batch
 from paddle_ft.engine.metrics import (classification_report, decision_report, expected_calibration_error,
-                                      multi_label_report)
+                                      multi_label_report, with_levels)
 from paddle_ft.errors import UserError
 from paddle_ft.text import sigmoid, softmax
 
@@ -74,7 +74,8 @@ def predict_probabilities(model, features: Features, batch_size: int, pad_token_
 
 def evaluate(model, features: Features, batch_size: int, pad_token_id: int, label_names: tuple[str, ...],
              autocast=contextlib.nullcontext, thresholds: tuple[float, ...] | None = None,
-             temperature: float = 1.0, on_batch=None, abstain_below: float | None = None) -> tuple[dict, np.ndarray]:
+             temperature: float = 1.0, on_batch=None, abstain_below: float | None = None,
+             hierarchy=None) -> tuple[dict, np.ndarray]:
     """(classification report, probabilities) of `model` on labelled `features`, one row per text: the softmax
     of the logits / `temperature` (and under `abstain_below` what abstaining does: the decision report); with
     `thresholds`, of a multi-label model (a sigmoid per label, predicted at or above its threshold)."""
@@ -84,7 +85,10 @@ def evaluate(model, features: Features, batch_size: int, pad_token_id: int, labe
         probs, gold = softmax(logits / temperature), features.document_labels
         report = classification_report(gold, probs.argmax(axis=1), label_names)
         decision = decision_report(probs, gold, abstain_below)
-        return {**report, "ece": expected_calibration_error(probs, gold), "decision": decision}, probs
+        report = {**report, "ece": expected_calibration_error(probs, gold), "decision": decision}
+        return with_levels(report, hierarchy, gold, probs, abstain_below), probs
     probs = sigmoid(logits)
-    report = multi_label_report(features.document_labels, probs >= np.asarray(thresholds), label_names)
+    chosen = probs >= np.asarray(thresholds)
+    report = multi_label_report(features.document_labels, chosen, label_names)
+    report = with_levels(report, hierarchy, features.document_labels, chosen)
     return {**report, "thresholds": dict(zip(label_names, thresholds))}, probs

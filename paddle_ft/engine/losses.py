@@ -47,6 +47,20 @@ def classification_loss(logits: paddle.Tensor, labels: paddle.Tensor, kind: str 
     return per_example.sum()
 
 
+def level_loss(logits: paddle.Tensor, labels: paddle.Tensor, hierarchy) -> paddle.Tensor:
+    """The summed cross-entropy of a label tree's upper levels (`paddle_ft.hierarchy.Hierarchy`): at each, a node's
+    probability is its leaves' sum under the softmax over leaves. logits [n, leaves] float32; labels [n] leaf ids."""
+    log_p = F.log_softmax(logits, axis=-1)  # [n, leaves]
+    total = paddle.zeros([], dtype="float32")
+    for level in range(1, hierarchy.depth):
+        ids = paddle.to_tensor(hierarchy.node_ids(level))
+        gold_node = paddle.gather(ids, labels)  # [n]
+        # log of the sum of the gold node's leaves: the other leaves masked to -inf before logsumexp
+        under = ids.unsqueeze(0) == gold_node.unsqueeze(-1)  # [n, leaves]
+        total = total - paddle.logsumexp(paddle.where(under, log_p, paddle.full_like(log_p, -1e30)), axis=-1).sum()
+    return total
+
+
 def multi_label_loss(logits: paddle.Tensor, targets: paddle.Tensor) -> paddle.Tensor:
     """The summed loss of a batch of multi-label texts: each text's binary cross-entropy averaged over the
     labels (a sigmoid per label). logits and targets (0/1) [n, labels], float32."""

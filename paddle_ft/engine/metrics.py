@@ -93,6 +93,61 @@ def multi_label_report(gold: np.ndarray, predicted: np.ndarray, names: tuple[str
             "examples": int(len(gold)), "intervals": _multi_label_intervals(gold, predicted), "per_label": per_label}
 
 
+def with_levels(report: dict, hierarchy, gold: np.ndarray, answers: np.ndarray,
+                abstain_below: float | None = None) -> dict:
+    """`report` with each level of a label tree scored (`level_report`; nothing added without a tree). Single-label
+    `answers` are the softmax probabilities over the leaves [texts, leaves], and under `abstain_below` the decision
+    says what abstaining per level does; multi-label ones the chosen leaves [texts, leaves] bool."""
+    if hierarchy is None:
+        return report
+    multi = answers.dtype == bool
+    report = {**report, "levels": level_report(hierarchy, gold, answers if multi else answers.argmax(axis=1))}
+    if not multi and abstain_below is not None:
+        report["decision"] = {**report["decision"],
+                              "levels": level_decision(hierarchy, answers, gold, abstain_below)}
+    return report
+
+
+def level_report(hierarchy, gold: np.ndarray, predicted: np.ndarray) -> list[dict]:
+    """Per level of a label tree (`paddle_ft.hierarchy.Hierarchy`), top first, the answers read at that level:
+    accuracy and macro-F1 of leaf ids [texts], or micro-F1 and subset accuracy of leaf sets [texts, leaves] (the
+    nodes above any chosen leaf). The last level is the whole path."""
+    levels = []
+    for level in range(1, hierarchy.depth + 1):
+        if np.ndim(gold) == 1:
+            ids = hierarchy.node_ids(level)
+            g, p = ids[np.asarray(gold)], ids[np.asarray(predicted)]
+            scores = {"accuracy": float(np.mean(g == p)) if len(g) else 0.0,
+                      "macro_f1": float(np.mean(_class_scores(g, p, len(hierarchy.names[level - 1]))[2]))}
+        else:
+            report = multi_label_report(hierarchy.sets(np.asarray(gold) > 0.5, level),
+                                        hierarchy.sets(np.asarray(predicted).astype(bool), level),
+                                        hierarchy.names[level - 1])
+            scores = {key: report[key] for key in ("micro_f1", "macro_f1", "subset_accuracy")}
+        levels.append({"level": level, "nodes": len(hierarchy.names[level - 1]), **scores})
+    return levels
+
+
+def level_decision(hierarchy, probabilities: np.ndarray, gold: np.ndarray, abstain_below: float) -> dict:
+    """What abstaining per level does on labelled texts (softmax over leaves [texts, leaves], gold leaf ids): each
+    text answered by its deepest level whose most probable node reaches `abstain_below` (`Hierarchy.answer`). The
+    share answered at each level and at none, and of the answers the share right (the node is on the gold path)."""
+    level_of = np.zeros(len(gold), dtype=np.int64)  # 0: no level sure enough
+    right = np.zeros(len(gold), dtype=bool)
+    for level in range(hierarchy.depth, 0, -1):
+        nodes = hierarchy.marginals(probabilities, level)
+        best = nodes.argmax(axis=1)
+        chosen = (level_of == 0) & (nodes.max(axis=1) >= abstain_below)
+        level_of[chosen] = level
+        right[chosen] = hierarchy.node_ids(level)[np.asarray(gold)[chosen]] == best[chosen]
+    answered = level_of > 0
+    return {"abstain_below": float(abstain_below),
+            "answered_at_level": {str(level): float(np.mean(level_of == level)) if len(gold) else 0.0
+                                  for level in range(1, hierarchy.depth + 1)},
+            "answered_at_no_level": float(np.mean(~answered)) if len(gold) else 0.0,
+            "answers_right": float(right[answered].mean()) if answered.any() else 0.0}
+
+
 def _multi_label_intervals(gold: np.ndarray, predicted: np.ndarray, rounds: int = 1000, level: float = 0.95,
                            seed: int = 0) -> dict:
     """As `bootstrap_intervals`, for micro-F1 and subset accuracy of label sets [texts, labels]."""

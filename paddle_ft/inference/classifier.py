@@ -12,6 +12,9 @@ training), most probable first, maybe none:
     >>> paddle_ft.Classifier("out/topics/export")("央行降息后股市大涨")
     [{'label': '财经', 'score': 0.97}, {'label': '股票', 'score': 0.81}]
 
+Labels written as paths of a tree (data.label_hierarchy) are answered as their leaves; an answer the model
+abstains on carries the deepest level it is sure of, as `"answer": {"label": "电子", "score": 0.93}` (None if none).
+
 A text longer than the model's max_length is cut as training cut it (its `data.long_text`), or as
 `truncation` says (`"head"` keeps its beginning, `"tail"` its end, `"head_tail"` both), and each of its
 labels then carries `"truncated": True` (and, read in sliding windows, `"windows": N`). A model trained on text pairs
@@ -62,6 +65,7 @@ class Classifier:
                                              self.abstain_below)
         results = [[{"label": label, "score": score, **({"truncated": True} if p.truncated else {}),
                      **({"abstained": True} if p.abstained else {}),
+                     **({"answer": p.as_dict()["answer"]} if p.abstained and p.hierarchy else {}),
                      **({"windows": p.windows} if p.windows > 1 else {})}
                     for label, score in self._answer(p, k)] for p in predictions]
         return results[0] if single else results

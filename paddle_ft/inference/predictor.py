@@ -14,6 +14,7 @@ import numpy as np
 from paddle_ft.arguments import require_int
 from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, onnx_file, program_file, read_export_info
 from paddle_ft.errors import UserError, first_line
+from paddle_ft.hierarchy import Hierarchy
 from paddle_ft.inference import routing
 from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
 from paddle_ft.runtime import cpu_supports_bf16, quiet, share_cores_with_other_engines, usable_cores
@@ -177,7 +178,8 @@ class Predictor:
         """One text's `Prediction` from its (pooled) logits [labels]."""
         if not self.meta.multi_label:
             probs = softmax(logits / self.meta.temperature)  # 1 unless calibrated at training
-            return Prediction(dict(zip(self.labels, map(float, probs))), truncated, windows)
+            return Prediction(dict(zip(self.labels, map(float, probs))), truncated, windows,
+                              hierarchy=self.meta.hierarchy)
         probs = dict(zip(self.labels, map(float, sigmoid(logits))))
         chosen = [name for name, threshold in zip(self.labels, self.meta.label_thresholds) if probs[name] >= threshold]
         return Prediction(probs, truncated, windows, tuple(sorted(chosen, key=lambda name: -probs[name])))
@@ -243,12 +245,21 @@ class Prediction:
     abstained: bool | None = None
     """A single-label model under an abstain threshold: its top probability is below it, so a person should decide
     (the top label is still given); None where no threshold applies."""
+    hierarchy: Hierarchy | None = None
+    """A single-label model's tree of labels, when they are paths (data.label_hierarchy)."""
+    answer: tuple[str, float] | None = None
+    """Under an abstain threshold, with a tree: the deepest sure node (the leaf, else a parent); None if none is."""
 
     def deciding(self, abstain_below: float | None) -> Prediction:
         """This prediction under an abstain threshold (None: none)."""
         if abstain_below is None or self.labels is not None:
-            return replace(self, abstained=None)
-        return replace(self, abstained=self.score < abstain_below)
+            return replace(self, abstained=None, answer=None)
+        answer = None if self.hierarchy is None else self.hierarchy.answer(self._vector, abstain_below)
+        return replace(self, abstained=self.score < abstain_below, answer=answer)
+
+    @property
+    def _vector(self) -> np.ndarray:
+        return np.fromiter(self.probabilities.values(), dtype=np.float64, count=len(self.probabilities))
 
     def top(self, k: int) -> list[tuple[str, float]]:
         """The `k` most probable (label, probability), best first; ties keep class-id order."""
@@ -266,6 +277,10 @@ class Prediction:
     def as_dict(self) -> dict:
         answer = {"label": self.label, "score": self.score} if self.labels is None else {"labels": list(self.labels)}
         decided = {} if self.abstained is None else {"abstained": self.abstained}
+        if self.hierarchy is not None:  # the top label's path, and under a threshold the level that is sure
+            answer["path"] = [{"label": node, "score": p} for node, p in self.hierarchy.path(self._vector)]
+            if self.abstained is not None:
+                decided["answer"] = None if self.answer is None else dict(zip(("label", "score"), self.answer))
         return {**answer, **decided, "probabilities": self.probabilities, "truncated": self.truncated,
                 "windows": self.windows}
 

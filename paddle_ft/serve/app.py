@@ -102,6 +102,10 @@ class Classification(BaseModel):
     abstained: bool | None = Field(None, description="under an abstain threshold: the model is not sure enough, "
                                                      "a person should decide (the top label is still given)")
     top_k: list[LabelScore] | None = Field(None, description="the top_k labels, when top_k > 1")
+    path: list[LabelScore] | None = Field(None, description="a model of labels written as paths of a tree: the top "
+                                                            "label's path, top level first, each node's probability")
+    answer: LabelScore | None = Field(None, description="a tree of labels under an abstain threshold: the deepest "
+                                                        "node sure enough (the leaf, else a parent); null if none is")
 
 
 class ClassifyResponse(BaseModel):
@@ -461,6 +465,9 @@ def _openapi(app: FastAPI, limits: Limits, predictor) -> dict:
     if predictor.meta.multi_label:  # it answers with label sets: no abstaining
         component["properties"].pop("abstain_below")
         result["properties"].pop("abstained")
+    if predictor.meta.multi_label or predictor.meta.hierarchy is None:
+        result["properties"].pop("path")
+        result["properties"].pop("answer")
     result["required"] = sorted({*result.get("required", []), *answer})
     if predictor.takes_text_pair:  # a pair model needs them (one per text: checked by the handler)
         component["required"] = sorted({*component.get("required", []), "text_pair"})

@@ -263,3 +263,21 @@ def test_a_bad_row_names_the_fix_init_accepts_and_init_writes_it(tmp_path, capsy
                  "-o", "train.epochs=2"]) == 0
     config = load_config(tmp_path / "a.yaml")
     assert (config.data.on_bad_row, config.train.epochs) == ("skip", 2)
+
+
+def test_labels_written_as_paths_are_read_as_a_tree_unless_overruled(tmp_path, capsys):
+    path = tmp_path / "goods.tsv"
+    names = ("电子/手机", "电子/电脑", "图书/小说", "图书/教材")
+    path.write_text("text\tlabel\n" + "".join(f"商品{i}\t{names[i % 4]}\n" for i in range(80)), encoding="utf-8")
+    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml")]) == 0
+    config = load_config(tmp_path / "a.yaml")
+    assert config.task == "single_label" and config.data.label_hierarchy == "/"
+    assert "the labels are paths of a tree (图书/小说: 2 levels, 2 at the top)" in "".join(capsys.readouterr())
+    assert main(["init", "--train", str(path), "--output", str(tmp_path / "b.yaml"), "-o",
+                 "data.label_hierarchy=null"]) == 0
+    assert load_config(tmp_path / "b.yaml").data.label_hierarchy is None
+    parent_too = tmp_path / "parent.tsv"
+    parent_too.write_text(path.read_text(encoding="utf-8") + "商品\t电子\n", encoding="utf-8")
+    assert main(["init", "--train", str(parent_too), "--output", str(tmp_path / "c.yaml")]) == 0
+    assert load_config(tmp_path / "c.yaml").data.label_hierarchy is None
+    assert "label '电子' is both a label and the parent of '电子/手机'" in "".join(capsys.readouterr())

@@ -9,10 +9,11 @@ import paddle
 from paddle_ft.config import TASK_METRICS
 from paddle_ft.data.features import Features, pad_batch
 from paddle_ft.engine.evaluate import predict_logits
-from paddle_ft.engine.losses import classification_loss
+from paddle_ft.engine.losses import classification_loss, level_loss
 from paddle_ft.engine.metrics import (abstain_threshold, classification_report, decision_report,
-                                      expected_calibration_error, fit_temperature)
+                                      expected_calibration_error, fit_temperature, with_levels)
 from paddle_ft.engine.objectives import Objective
+from paddle_ft.hierarchy import Hierarchy
 from paddle_ft.text import softmax
 
 
@@ -60,12 +61,19 @@ class Classification(ClassifierObjective):
     scores (dev), unless `abstain_below` fixes it."""
     abstain_below: float | None = None
     metrics: tuple[str, ...] = TASK_METRICS["single_label"]
+    hierarchy: Hierarchy | None = None
+    """The labels' tree (data.label_hierarchy): a report scores each level too."""
+    level_loss: float = 0.0
+    """With a tree: the weight of its upper levels' cross-entropy added to the leaves' (train.level_loss)."""
 
     def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
         """The summed (not averaged) loss of the examples `indices`, in float32."""
         logits, batch = self._logits(model, features, indices, autocast)
-        return classification_loss(logits, paddle.to_tensor(batch["labels"]), self.loss_kind, self.class_weights,
-                                   self.focal_gamma)
+        labels = paddle.to_tensor(batch["labels"])
+        loss = classification_loss(logits, labels, self.loss_kind, self.class_weights, self.focal_gamma)
+        if self.level_loss:
+            loss = loss + self.level_loss * level_loss(logits, labels, self.hierarchy)
+        return loss
 
     def report(self, features: Features, parts: list) -> dict:
         """The metrics of the parts together, with the expected calibration error of the probabilities (at the
@@ -83,7 +91,7 @@ class Classification(ClassifierObjective):
         if threshold is None and self.target_coverage is not None:
             threshold = abstain_threshold(probabilities.max(axis=1), self.target_coverage)
         report["decision"] = decision_report(probabilities, gold, threshold)
-        return report
+        return with_levels(report, self.hierarchy, gold, probabilities, threshold)
 
     def calibrated(self, dev_report: dict | None) -> Classification:
         """What dev decided, fixed for test and the saved model: with calibration the temperature (1 without dev),

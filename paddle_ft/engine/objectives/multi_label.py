@@ -9,8 +9,9 @@ import paddle
 from paddle_ft.config import TASK_METRICS
 from paddle_ft.data.features import Features
 from paddle_ft.engine.losses import multi_label_loss
-from paddle_ft.engine.metrics import multi_label_report, tune_thresholds
+from paddle_ft.engine.metrics import multi_label_report, tune_thresholds, with_levels
 from paddle_ft.engine.objectives.classification import ClassifierObjective
+from paddle_ft.hierarchy import Hierarchy
 from paddle_ft.text import sigmoid
 
 
@@ -27,6 +28,8 @@ class MultiLabelClassification(ClassifierObjective):
     pad_token_id: int
     thresholds: tuple[float, ...] | None = None
     metrics: tuple[str, ...] = TASK_METRICS["multi_label"]
+    hierarchy: Hierarchy | None = None
+    """The labels' tree (data.label_hierarchy): a report scores each level too."""
 
     def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
         """The summed (not averaged) loss of the examples `indices`, in float32."""
@@ -38,6 +41,7 @@ class MultiLabelClassification(ClassifierObjective):
         probs, gold = sigmoid(self._text_logits(features, parts)), features.document_labels
         tuned = tune_thresholds(gold, probs) if self.thresholds is None else np.asarray(self.thresholds)
         report = multi_label_report(gold, probs >= tuned, self.label_names)
+        report = with_levels(report, self.hierarchy, gold, probs >= tuned)
         report["thresholds"] = dict(zip(self.label_names, map(float, tuned)))
         if self.thresholds is None:  # what tuning gained over 0.5 on these texts
             at_half = multi_label_report(gold, probs >= 0.5, self.label_names)
