@@ -86,4 +86,4 @@ def _answer(result) -> dict:
         kept = {key: value for key, value in result.as_dict().items() if key in ("abstained", "path", "answer")}
         return {"label": result.label, "score": round(result.score, 6), **kept}
     return {"labels": list(result.labels),
-            "probabilities": {name: round(p, 6) for name, p in result.probabilities.items()}}
+            "probabilities": {name: round(p, 6) for name, p in result.shown_probabilities().items()}}

@@ -74,7 +74,7 @@ class Classifier:
     def _answer(prediction, k: int | None) -> list[tuple[str, float]]:
         if prediction.labels is None:
             return prediction.top(k)
-        return [(label, prediction.probabilities[label]) for label in prediction.labels]
+        return [(label, float(prediction.vector[prediction.names.index(label)])) for label in prediction.labels]
 
     def _check_top_k(self, top_k) -> int | None:
         """The single-label model's top_k (default 1); a multi-label model's answer is its label set."""

@@ -25,6 +25,8 @@ PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
 # backend auto's engines (`routing`): ONNX Runtime, and Paddle Inference with oneDNN and without (each was the faster
 # Paddle Inference at batch 32 on one machine or another of the same kind: docs/performance.md)
 AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN = "onnxruntime", "paddle", "paddle-without-onednn"
+ALL_PROBABILITIES = 100  # an answer of a model of more labels lists only the most probable ones' probabilities
+TOP_PROBABILITIES = 20
 WIDTH_STEP = 16  # padded widths are multiples of this (see Predictor.run)
 
 
@@ -55,6 +57,7 @@ class Predictor:
         self.meta = info.model
         self.max_length = self.meta.max_length
         self.labels = list(self.meta.labels)  # class id -> label name
+        self._thresholds = np.asarray(self.meta.label_thresholds)  # multi-label: each label's
         self.takes_text_pair = self.meta.takes_text_pair  # trained on (text, second text) pairs
         try:
             self.tokenizer = load_tokenizer(export_dir, self.meta.text_prefix)
@@ -178,11 +181,11 @@ class Predictor:
         """One text's `Prediction` from its (pooled) logits [labels]."""
         if not self.meta.multi_label:
             probs = softmax(logits / self.meta.temperature)  # 1 unless calibrated at training
-            return Prediction(dict(zip(self.labels, map(float, probs))), truncated, windows,
-                              hierarchy=self.meta.hierarchy)
-        probs = dict(zip(self.labels, map(float, sigmoid(logits))))
-        chosen = [name for name, threshold in zip(self.labels, self.meta.label_thresholds) if probs[name] >= threshold]
-        return Prediction(probs, truncated, windows, tuple(sorted(chosen, key=lambda name: -probs[name])))
+            return Prediction(self.meta.labels, probs.astype(np.float64), truncated, windows, hierarchy=self.meta.hierarchy)
+        probs = sigmoid(logits).astype(np.float64)
+        chosen = np.flatnonzero(probs >= self._thresholds)
+        chosen = chosen[np.lexsort((chosen, -probs[chosen]))]  # most probable first
+        return Prediction(self.meta.labels, probs, truncated, windows, tuple(self.meta.labels[i] for i in chosen))
 
     def check_text_pair(self, texts: list[str], text_pair: list[str] | None, truncation: str | None = None) -> None:
         """Second texts where, and only where, the model was trained on pairs; one per text."""
@@ -229,12 +232,15 @@ class Predictor:
                 [len(full) > self.max_length for full in whole])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Prediction:
     """What the model says about one text; `predict`, `Classifier` and the HTTP service only format it."""
 
-    probabilities: dict[str, float]
-    """Every label's probability, in class-id order (multi-label: each label's own, not summing to 1)."""
+    names: tuple[str, ...]
+    """The model's label names, in class-id order."""
+    vector: np.ndarray
+    """[labels] every label's probability, in class-id order (multi-label: each label's own, not summing to 1).
+    Kept as an array: a model of 20,000 labels would cost a dict of 20,000 entries per text."""
     truncated: bool
     """The text was longer than the model's max_length and was cut (or cut into windows)."""
     windows: int = 1
@@ -254,40 +260,52 @@ class Prediction:
         """This prediction under an abstain threshold (None: none)."""
         if abstain_below is None or self.labels is not None:
             return replace(self, abstained=None, answer=None)
-        answer = None if self.hierarchy is None else self.hierarchy.answer(self._vector, abstain_below)
+        answer = None if self.hierarchy is None else self.hierarchy.answer(self.vector, abstain_below)
         return replace(self, abstained=self.score < abstain_below, answer=answer)
 
     @property
-    def _vector(self) -> np.ndarray:
-        return np.fromiter(self.probabilities.values(), dtype=np.float64, count=len(self.probabilities))
+    def probabilities(self) -> dict[str, float]:
+        """{label: probability} of every label, in class-id order."""
+        return dict(zip(self.names, self.vector.tolist()))
 
     def top(self, k: int) -> list[tuple[str, float]]:
         """The `k` most probable (label, probability), best first; ties keep class-id order."""
-        require_int("k", k, 1, len(self.probabilities))
-        return sorted(self.probabilities.items(), key=lambda item: -item[1])[:k]
+        require_int("k", k, 1, len(self.names))
+        # those at or above the k-th largest (linear in the labels), then sorted among themselves
+        kth = np.partition(self.vector, len(self.names) - k)[len(self.names) - k]
+        chosen = np.flatnonzero(self.vector >= kth)
+        chosen = chosen[np.lexsort((chosen, -self.vector[chosen]))][:k]
+        return [(self.names[i], float(self.vector[i])) for i in chosen]
 
     @property
     def label(self) -> str:
-        return self.top(1)[0][0]
+        return self.names[int(np.argmax(self.vector))]  # argmax: the first of equal ones, as top()
 
     @property
     def score(self) -> float:
-        return self.top(1)[0][1]
+        return float(np.max(self.vector))
+
+    def shown_probabilities(self) -> dict[str, float]:
+        """What an answer lists: every label's probability, or of a model of more than `ALL_PROBABILITIES` labels
+        the `TOP_PROBABILITIES` most probable ones, best first (an answer of 20,000 numbers per text helps no one)."""
+        if len(self.names) <= ALL_PROBABILITIES:
+            return self.probabilities
+        return dict(self.top(TOP_PROBABILITIES))
 
     def as_dict(self) -> dict:
         answer = {"label": self.label, "score": self.score} if self.labels is None else {"labels": list(self.labels)}
         decided = {} if self.abstained is None else {"abstained": self.abstained}
         if self.hierarchy is not None:  # the top label's path, and under a threshold the level that is sure
-            answer["path"] = [{"label": node, "score": p} for node, p in self.hierarchy.path(self._vector)]
+            answer["path"] = [{"label": node, "score": p} for node, p in self.hierarchy.path(self.vector)]
             if self.abstained is not None:
                 decided["answer"] = None if self.answer is None else dict(zip(("label", "score"), self.answer))
-        return {**answer, **decided, "probabilities": self.probabilities, "truncated": self.truncated,
+        return {**answer, **decided, "probabilities": self.shown_probabilities(), "truncated": self.truncated,
                 "windows": self.windows}
 
 
 def stack_probabilities(predictions: list[Prediction]) -> np.ndarray:
     """[len(predictions), num_classes] probabilities, class ids in order (for comparing models)."""
-    return np.array([list(p.probabilities.values()) for p in predictions], dtype=np.float32)
+    return np.array([p.vector for p in predictions], dtype=np.float32)
 
 
 def check_device(device: str, precision: str) -> None:

@@ -95,7 +95,8 @@ class Classification(BaseModel):
     labels: list[str] | None = Field(None, description="a multi-label model's answer: the labels whose probability "
                                                        "reaches their threshold, most probable first (maybe none)")
     probabilities: dict[str, float] = Field(description="every label's probability (a multi-label model: each "
-                                                        "label's own, not summing to 1)")
+                                                        "label's own, not summing to 1); of a model of more than "
+                                                        "100 labels, the 20 most probable ones, best first")
     truncated: bool = Field(description="the text was longer than the model's max_length and was cut")
     windows: int = Field(1, description="the windows of max_length the text was read in (more than 1 only for a "
                                         "model trained with data.long_text sliding_window)")
