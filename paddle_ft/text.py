@@ -101,13 +101,20 @@ def pool_windows(logits: np.ndarray, documents: np.ndarray, how: str) -> np.ndar
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
+    """Along the last axis; one array the size of `logits` is made (of 20,000 labels a copy is gigabytes)."""
+    out = logits - logits.max(axis=-1, keepdims=True)
+    np.exp(out, out=out)
+    out /= out.sum(axis=-1, keepdims=True)
+    return out
 
 
 def sigmoid(logits: np.ndarray) -> np.ndarray:
     """Each label's own probability (multi-label), without overflow for large negative logits."""
-    return np.exp(-np.logaddexp(0.0, -logits)).astype(logits.dtype)
+    out = np.array(logits, dtype=np.result_type(logits, np.float32))  # the one array made, as in softmax
+    np.negative(out, out=out)
+    np.logaddexp(out.dtype.type(0), out, out=out)
+    np.negative(out, out=out)
+    return np.exp(out, out=out)
 
 
 def pad_ids(ids: Sequence[Sequence[int]], types: Sequence[Sequence[int]],
