@@ -159,6 +159,25 @@ def test_a_tree_trains_scores_each_level_and_every_consumer_answers_a_path(tiny_
                                                             for row in rows]
 
 
+def test_a_multi_path_model_trains_and_scores_each_level(tiny_config_args, tmp_path):
+    from test_multi_label import MULTI, topic_rows
+
+    tree = {"体育": "新闻/体育", "财经": "新闻/财经", "科技": "科学/科技", "健康": "科学/健康"}
+    data = tmp_path / "topics"
+    data.mkdir()
+    for split, n, seed in (("train", 300, 1), ("dev", 80, 2), ("test", 80, 3)):
+        rows = [(text, ",".join(tree[name] for name in labels.split(",") if name)) for text, labels in
+                topic_rows(n, seed)]
+        write_tsv(data / f"{split}.tsv", rows)
+    args = tiny_config_args + [f"data.{split}={data / split}.tsv" for split in ("train", "dev", "test")] + [
+        *MULTI, "data.labels=null", "data.label_hierarchy=/", "data.allow_no_label=true"]
+    assert main(["train", "--config", DEMO, *overrides(args)]) == 0
+    test = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))["test"]
+    top, leaves = test["levels"]
+    assert (top["nodes"], leaves["nodes"]) == (2, 4) and leaves["micro_f1"] == pytest.approx(test["micro_f1"])
+    assert top["micro_f1"] >= leaves["micro_f1"] > 0.5
+
+
 @pytest.mark.slow
 def test_the_server_answers_the_path_and_the_sure_level(tiny_config_args, tmp_path):
     import httpx
