@@ -80,8 +80,9 @@ def _check_hierarchy(label_map: LabelMap, separator: str, examples: dict, paths:
             raise ConfigError("data.label_hierarchy", str(exc)) from None
         raise DataError(paths[row[0]], row[1].line, str(exc)) from None
     if hierarchy.depth == 1:
-        raise ConfigError("data.label_hierarchy", f"is {separator!r}, but no label name holds it ({label_map.names[0]!r}"
-                          f", ...): write the labels as paths (电子{separator}手机) or set it to null")
+        raise ConfigError("data.label_hierarchy", f"is {separator!r}, but no label name holds it "
+                          f"({label_map.names[0]!r}, ...): write the labels as paths (电子{separator}手机) or set it "
+                          "to null")
 
 
 def _corrected(examples: dict, paths: dict, corrections: str, columns: Columns, label_map: LabelMap) -> dict:

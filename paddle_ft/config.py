@@ -87,7 +87,8 @@ class DataConfig:
     """Task multi_label: what separates a row's label names in its label column ("体育,财经"); a JSONL row may
     give a list instead (["体育", "财经"])."""
     label_hierarchy: str | None = field(default=None, metadata=_check(
-        lambda v: v is None or (bool(v) and not v.isspace() and "\t" not in v), "null or a non-blank string without a tab"))
+        lambda v: v is None or (bool(v) and not v.isspace() and "\t" not in v),
+        "null or a non-blank string without a tab"))
     """What separates the levels of labels written as paths of a tree ("/" for 电子/手机); null = flat labels. The
     model is one softmax (multi_label: a sigmoid per label) over the leaves, so every answer is a path of the tree;
     eval scores each level and abstaining answers the parent when the leaf is unsure (docs/tasks.md)."""

