@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from few_shot_bench import DEMO, ROOT, domain_task, machine, read_rows, run, train, write_rows  # noqa: E402
+from few_shot_bench import ROOT, domain_task, machine, read_rows, run, train, write_rows  # noqa: E402
 
 VARIANTS = {"flat": [], "tree": ["data.label_hierarchy=/"],
             "tree + level loss": ["data.label_hierarchy=/", "train.level_loss=1"]}

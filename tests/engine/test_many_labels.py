@@ -39,8 +39,8 @@ def test_a_20000_label_model_trains_evaluates_exports_predicts_and_serves(tmp_pa
     out = tmp_path / "out"
     settings = [f"output_dir={out}", f"data.train={data / 'train.tsv'}", f"data.dev={data / 'dev-part.tsv'}",
                 "data.test=null", "data.labels=null", "data.max_length=16",
-                f"model.scratch.vocab_file={data / 'vocab.txt'}", "model.pooling=mean", "model.scratch.hidden_size=32", "model.scratch.num_layers=1",
-                "model.scratch.num_heads=2", "model.scratch.intermediate_size=64",
+                f"model.scratch.vocab_file={data / 'vocab.txt'}", "model.pooling=mean", "model.scratch.hidden_size=32",
+                "model.scratch.num_layers=1", "model.scratch.num_heads=2", "model.scratch.intermediate_size=64",
                 "model.scratch.max_position_embeddings=16", "train.epochs=1", "train.batch_size=64",
                 "train.optimizer.learning_rate=2e-3"]
     assert main(["train", "--config", DEMO, *overrides(settings)]) == 0
