@@ -284,3 +284,18 @@ def test_the_amp_verdict_compares_with_fp32_without_tf32_and_can_fail():
     rows["fp16 O2"]["samples_per_s"], rows["fp16 O1"]["samples_per_s"] = 125, 125
     assert amp_verdict(rows).status == "fail"  # 1.25x
     assert amp_verdict({"fp32 TF32 off": rows["fp32 TF32 off"]}).status == "fail"  # no AMP row is no pass
+
+
+@pytest.mark.slow
+def test_gpu_checks_two_process_check_launches_paddle_ft_and_matches_one_process_on_cpu(tmp_path):
+    """Issue 46, finding 1: the launcher was handed paddle_ft/bench/__main__.py, which does not exist, so both
+    2-GPU checks could never pass; --device cpu never reached them. Here the same check runs 2 gloo processes."""
+    from paddle_ft.bench.gpu_check import two_process_check, write_corpus
+
+    config = write_corpus(tmp_path / "data", steps=30)
+    small = ["model.scratch.hidden_size=64", "model.scratch.num_layers=1", "model.scratch.num_heads=2",
+             "model.scratch.intermediate_size=128", "train.checkpoints.every=0"]
+    check = two_process_check(tmp_path, ["--config", str(config), *small], device="cpu")
+    assert check.status == "pass", check.detail
+    assert check.name == "2-process gloo on the CPU" and check.numbers["max_abs_weight_diff"] < 1e-3
+    assert "weights identical on all 2 ranks" in (tmp_path / "log" / "workerlog.0").read_text()
