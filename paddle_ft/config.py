@@ -246,8 +246,9 @@ class CheckpointsConfig:
 
     every: int = field(default=0, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
     """Also checkpoint every N optimizer steps; 0 = only at evaluations and epoch ends."""
-    keep: int = field(default=2, metadata=_positive())
-    """Newest step checkpoints kept, besides the best one."""
+    keep: int = field(default=2, metadata=_check(lambda v: v >= 0, "an integer >= 0"))
+    """Newest step checkpoints kept, besides the best one; 0 = no checkpoint at all (a run that cannot be resumed:
+    for measurements, where writing gigabytes of optimizer state would be most of the time)."""
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,11 @@ distillation); export of the fp32 and of the O2-trained model with parity on the
 / TensorRT against the CPU predictor; the server on the GPU answering as the CPU predictor does. Then at
 bert-base's shape (12 x 768, vocabulary 21,128, 128 tokens): the AMP table (fp32 with TF32 off and on, fp16 and
 bf16 at O1 and O2: samples/s and peak GPU memory), asserting that AMP trains >= 1.3x as fast as fp32 with TF32 off
-and peaks at <= 0.75x its memory, and the largest batch by bisection within a time budget. With 2+ GPUs: `--gpus
-0,1` ends at one process's weights and trains bert-base >= 1.8x as fast. Prints a pass/fail/skip table and writes
-`gpu_check.json`; every skip says why. `--device cpu` runs the plumbing on a CPU (fp32 only, tiny shapes).
+and peaks at <= 0.75x its memory, and with `--batch-search` the largest batch by bisection within a time budget.
+With 2+ GPUs: `--gpus 0,1` ends at one process's weights and trains bert-base >= 1.8x as fast. It prints its plan
+and an estimate of its time first (about 10 minutes on one H100-class GPU), then a pass/fail/skip table, and writes
+`gpu_check.json`; every skip says why. `--device cpu` runs the plumbing on a CPU (fp32 only, tiny shapes, and the
+2-process check as 2 gloo processes).
 """
 from __future__ import annotations
 
@@ -41,6 +43,9 @@ AMP_ROWS = {"fp32 TF32 off": ["train.amp.tf32=false"], "fp32 TF32 on": ["train.a
 AMP_SPEED_FLOOR, AMP_MEMORY_CEILING, TWO_GPU_SCALING_FLOOR = 1.3, 0.75, 1.8
 # the bert-base runs: steps per row, per-GPU batch, and the time one largest-batch search may take
 BERT_STEPS, BERT_BATCH, BATCH_SEARCH_SECONDS = 40, 32, 150
+SEARCH_ROWS = 4096  # the batch search's file: no probe asks for more rows than it holds
+# minutes of each part on one H100-class GPU, estimated from its runs' shapes and steps (printed at the start)
+ESTIMATE_SECONDS = {"small": 240, "paths": 120, "bert-base": 240, "two GPUs": 90, "batch search": 300}
 # cuBLAS/cuDNN pick among algorithms per run unless told not to: the exact-resume check needs one
 RECIPE = "recipe.yaml"  # the check's own training config, in its data folder
 DETERMINISTIC = {"FLAGS_cudnn_deterministic": "1", "FLAGS_embedding_deterministic": "1"}
@@ -60,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="work folder: new, empty, or an earlier gpu-check's (which is replaced)")
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help="cpu: the plumbing only, fp32")
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps per training run")
+    parser.add_argument("--batch-search", action="store_true",
+                        help="also find the largest bert-base batch of fp32 and fp16 O1 (about 5 more minutes)")
     args = parser.parse_args(argv)
     import shutil
 
@@ -79,12 +86,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     shutil.rmtree(work, ignore_errors=True)
     config = write_corpus(work / "data", args.steps)
-    checks = run_checks(work, config, args.device, gpus)
+    print(plan(args.device, gpus, args.batch_search), flush=True)
+    checks = run_checks(work, config, args.device, gpus, args.batch_search)
     report(checks, work / "gpu_check.json")
     return 1 if any(c.status == "fail" for c in checks) else 0
 
 
-def run_checks(work: Path, config: Path, device: str, gpus: int) -> list[Check]:
+def plan(device: str, gpus: int, batch_search: bool) -> str:
+    """What the run will do and about how long it takes on one H100-class GPU (`ESTIMATE_SECONDS`: estimates from
+    the shapes and step counts, not measured on such a GPU yet)."""
+    parts = ["small", "paths"] + (["bert-base"] if device == "gpu" else []) + (["two GPUs"] if gpus >= 2 else []) + (
+        ["batch search"] if batch_search and device == "gpu" else [])
+    total = sum(ESTIMATE_SECONDS[part] for part in parts)
+    return (f"gpu-check on {device} ({gpus} GPU(s)): " + ", ".join(f"{part} ~{ESTIMATE_SECONDS[part] // 60:g} min"
+                                                                    for part in parts)
+            + f"; about {total / 60:.0f} minutes in all on an H100-class GPU (an estimate)")
+
+
+def run_checks(work: Path, config: Path, device: str, gpus: int, batch_search: bool = False) -> list[Check]:
     checks = [environment(device, gpus)]
     base = ["--config", str(config)]
     runs = {}
@@ -111,7 +130,7 @@ def run_checks(work: Path, config: Path, device: str, gpus: int) -> list[Check]:
     checks += predictor_checks(export, config.parent, device)
     checks.append(serving_check(export, config.parent, device, work / "serve.log"))
     if device == "gpu":
-        checks += bert_base_checks(work / "bert-base", gpus)
+        checks += bert_base_checks(work / "bert-base", gpus, batch_search)
     else:
         checks.append(Check("bert-base AMP table", "skip", "AMP and GPU memory need a GPU (make bench: the CPU rows)"))
     import paddle
@@ -281,15 +300,16 @@ def amp_verdict(rows: dict) -> Check:
                  {"speedup": speedup, "fastest": fastest, "memory_ratio": memory, "leanest": leanest})
 
 
-def bert_base_checks(folder: Path, gpus: int) -> list[Check]:
-    """At bert-base's shape: the AMP table with its assertion, and the largest batch of fp32 and fp16 O1."""
+def bert_base_checks(folder: Path, gpus: int, batch_search: bool = False) -> list[Check]:
+    """At bert-base's shape: the AMP table with its assertion, and with `batch_search` the largest batch of fp32 and
+    fp16 O1. A row measures: no dev, no checkpoint (train.checkpoints.keep 0), best/ written once at its end."""
     from paddle_ft.bench.full_size import BERT_BASE, MAX_LENGTH, VOCAB_SIZE, write_corpus
 
     data = write_corpus(folder / "data", VOCAB_SIZE, rows=BERT_STEPS * BERT_BATCH * max(gpus, 1))
     layers, hidden, heads, intermediate = BERT_BASE.split(",")
     recipe = folder / "bert-base.yaml"  # everything is an override below: the recipe holds the seed only
     recipe.write_text("seed: 42\n", encoding="utf-8")
-    common = [f"data.train={data / 'train.tsv'}", f"data.dev={data / 'dev.tsv'}", "data.test=null",
+    common = [f"data.train={data / 'train.tsv'}", "data.dev=null", "data.test=null", "train.checkpoints.keep=0",
               f"data.max_length={MAX_LENGTH}", "data.group_by_length=false", "model.backbone=null",
               f"model.scratch.vocab_file={data / 'vocab.txt'}", f"model.scratch.num_layers={layers}",
               f"model.scratch.hidden_size={hidden}", f"model.scratch.num_heads={heads}",
@@ -310,10 +330,12 @@ def bert_base_checks(folder: Path, gpus: int) -> list[Check]:
         if check.status == "pass":
             rows[name] = check.numbers
     checks.append(amp_verdict(rows))
+    search = write_corpus(folder / "search-data", VOCAB_SIZE, rows=SEARCH_ROWS) if batch_search else None
     for name in ("fp32 TF32 off", "fp16 O1"):
-        if name in rows:
+        if name in rows and search is not None:
             checks.append(batch_search_check(folder / f"largest-{name.replace(' ', '-')}",
-                                             ["--config", str(recipe), *common, *AMP_ROWS[name]], name))
+                                             ["--config", str(recipe), *common, *AMP_ROWS[name],
+                                              f"data.train={search / 'train.tsv'}"], name, SEARCH_ROWS))
     (folder / "amp.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
     if gpus >= 2:
         checks.append(two_gpu_scaling_check(folder, ["--config", str(recipe), *common], rows))
@@ -330,25 +352,33 @@ def speed_and_memory(run: Path) -> dict:
             "peak_mib": max(e.values.get("gpu_memory_peak_mib", 0) for e in events)}
 
 
-def batch_search_check(folder: Path, arguments: list[str], name: str) -> Check:
-    """Two optimizer steps at a batch, in a process of its own (an out-of-memory error leaves a process unusable)."""
+def batch_search_check(folder: Path, arguments: list[str], name: str, rows: int, device: str = "gpu",
+                       start: int = BERT_BATCH, budget_seconds: float = BATCH_SEARCH_SECONDS) -> Check:
+    """Two optimizer steps at a batch, in a process of its own (an out-of-memory error leaves a process unusable).
+    `arguments` train on a file of `rows` rows: no probe asks for more (a batch larger than the file would train on
+    the file, and "fit" without ever holding the batch it names), and each probe's plan must show the whole batch."""
     def fits(batch: int) -> bool:
         out = folder / f"batch-{batch}"
         process = paddle_ft(train_command(out, [*arguments, "train.max_steps=2",
-                                                f"train.batch_size={batch}", "data.dev=null"]), "gpu")
+                                                f"train.batch_size={batch}", "data.dev=null"]), device)
         code, stderr = finished(process)
         if code != 0 and not re.search(r"out of memory|ResourceExhausted|cudaErrorMemoryAllocation", stderr, re.I):
             raise RuntimeError(stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {code}")
+        if code == 0:
+            plan = RunFiles(out).read_events("plan")[0].values
+            if min(plan["train_examples"], plan["effective_batch_size"]) < batch:
+                raise RuntimeError(f"the probe of batch {batch} trained on batches of "
+                                   f"{min(plan['train_examples'], plan['effective_batch_size'])}")
         return code == 0
 
     started = time.monotonic()
     try:
-        fit, unfit = largest_batch(fits, BERT_BATCH, BATCH_SEARCH_SECONDS)
+        fit, unfit = largest_batch(fits, start, budget_seconds, cap=rows)
     except RuntimeError as exc:
         return Check(f"bert-base largest batch {name}", "fail", f"a probe failed for another reason than memory: {exc}")
-    bracket = f"{unfit} did not" if unfit else f"nothing failed up to {fit}"
-    return Check(f"bert-base largest batch {name}", "pass" if fit >= BERT_BATCH else "fail",
-                 f"{fit} fits, {bracket} ({time.monotonic() - started:.0f} s of a {BATCH_SEARCH_SECONDS} s budget)",
+    bracket = f"{unfit} did not" if unfit else f"nothing failed up to {fit} (the {rows} rows probed with)"
+    return Check(f"bert-base largest batch {name}", "pass" if fit >= start else "fail",
+                 f"{fit} fits, {bracket} ({time.monotonic() - started:.0f} s of a {budget_seconds:g} s budget)",
                  {"largest_batch": fit, "first_unfit": unfit})
 
 

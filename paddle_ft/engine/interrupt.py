@@ -12,11 +12,15 @@ from paddle_ft.errors import UserError
 class TrainingInterrupted(UserError):
     """Training stopped on a signal after saving a checkpoint; the message says how to resume."""
 
-    def __init__(self, signal_number: int, step: int, checkpoint: Path,
+    def __init__(self, signal_number: int, step: int, checkpoint: Path | None,
                  resume_command: str = "the same command with -o train.resume=auto"):
         self.signal_number, self.step, self.checkpoint = signal_number, step, checkpoint
-        super().__init__(f"stopped by signal {signal_number} after step {step}; saved {checkpoint}. Resume with: "
-                         f"{resume_command}")
+        if checkpoint is None:  # train.checkpoints.keep 0
+            super().__init__(f"stopped by signal {signal_number} after step {step}; nothing was saved "
+                             "(train.checkpoints.keep is 0), so the run starts over when run again")
+        else:
+            super().__init__(f"stopped by signal {signal_number} after step {step}; saved {checkpoint}. Resume with: "
+                             f"{resume_command}")
         self.exit_code = 128 + signal_number
 
     def with_resume_command(self, command: str) -> TrainingInterrupted:

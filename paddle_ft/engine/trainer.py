@@ -67,7 +67,7 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
         progress = closing.enter_context(tqdm(total=plan.total_steps, initial=state.global_step, desc="train",
                                               unit="step", disable=None if dist.is_main else True, dynamic_ncols=True))
         signals = closing.enter_context(StopRequests())
-        clock = Clock(state.global_step)
+        clock, saved = Clock(state.global_step), None
         stepped.train()
         for step_batch, end_of_epoch in _steps_left(sampler, state, plan):
             lr = opt.learning_rate
@@ -89,7 +89,7 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
             if due_eval and splits.dev is not None:
                 stop = _evaluate_and_keep_best(opt, objective, splits.dev, tc.evaluation, run, state, events, dist,
                                                on_eval) or stop
-            if due_eval or _due(state, tc.checkpoints.every) or stop_asked:
+            if tc.checkpoints.keep and (due_eval or _due(state, tc.checkpoints.every) or stop_asked):
                 saved = _checkpoint(opt, run, state, tc.checkpoints.keep, dist)
                 speed.restart()  # evaluation and saving are not training throughput
             if stop_asked:  # a rank that did not get the signal stops with the others

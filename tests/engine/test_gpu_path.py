@@ -299,3 +299,48 @@ def test_gpu_checks_two_process_check_launches_paddle_ft_and_matches_one_process
     assert check.status == "pass", check.detail
     assert check.name == "2-process gloo on the CPU" and check.numbers["max_abs_weight_diff"] < 1e-3
     assert "weights identical on all 2 ranks" in (tmp_path / "log" / "workerlog.0").read_text()
+
+
+@pytest.mark.slow
+def test_the_batch_search_never_probes_a_batch_larger_than_its_file(tmp_path):
+    """Issue 46, finding 4: the search probed up to 8,192 on a 1,280-row file, so every probe above 1,280 "fit"
+    while training on 1,280. Here on a CPU: a 100-row file stops the doubling at 64, and each probe's plan held the
+    batch it claims."""
+    from paddle_ft.bench.gpu_check import batch_search_check, write_corpus
+    from paddle_ft.data.readers import Columns, read_examples
+
+    config = write_corpus(tmp_path / "data", steps=10)
+    rows = read_examples(tmp_path / "data" / "train.tsv", "tsv", Columns("text", None, "label"))[0][:100]
+    (tmp_path / "data" / "small.tsv").write_text("text\tlabel\n" + "".join(f"{e.text}\t{e.label}\n" for e in rows),
+                                                 encoding="utf-8")
+    small = [f"data.train={tmp_path / 'data' / 'small.tsv'}", "model.scratch.hidden_size=32",
+             "model.scratch.num_layers=1", "model.scratch.num_heads=2", "model.scratch.intermediate_size=64",
+             "train.checkpoints.keep=0", "train.evaluation.every=0"]
+    check = batch_search_check(tmp_path / "search", ["--config", str(config), *small], "fp32", rows=100,
+                               device="cpu", start=32, budget_seconds=300)
+    assert check.status == "pass", check.detail
+    assert check.numbers == {"largest_batch": 64, "first_unfit": None}
+    assert sorted(p.name for p in (tmp_path / "search").iterdir()) == ["batch-32", "batch-64"]
+    assert not list((tmp_path / "search").glob("*/checkpoints/step-*"))  # keep 0: a probe writes no checkpoint
+
+
+def test_keep_0_checkpoints_nothing_and_a_stop_says_so(tiny_config_args, tmp_path):
+    from paddle_ft.engine.interrupt import TrainingInterrupted
+
+    args = tiny_config_args + ["train.checkpoints.keep=0", "train.checkpoints.every=5", "train.epochs=1"]
+    assert main(["train", "--config", DEMO, *overrides(args)]) == 0
+    out = tmp_path / "out"
+    assert (out / "best").is_dir() and not list(out.glob("checkpoints/step-*"))
+    message = str(TrainingInterrupted(15, 7, None))
+    assert message == ("stopped by signal 15 after step 7; nothing was saved (train.checkpoints.keep is 0), so the "
+                       "run starts over when run again")
+
+
+def test_gpu_check_plans_ten_minutes_and_searches_batches_only_when_asked():
+    """Issue 46: 32 child processes and two 150 s searches made gpu-check ~16-20 minutes on one H100."""
+    from paddle_ft.bench.gpu_check import ESTIMATE_SECONDS, plan
+
+    one_gpu = plan("gpu", 1, batch_search=False)
+    assert "batch search" not in one_gpu and "about 10 minutes in all" in one_gpu
+    assert sum(ESTIMATE_SECONDS[p] for p in ("small", "paths", "bert-base")) <= 600
+    assert "batch search ~5 min" in plan("gpu", 1, batch_search=True)
