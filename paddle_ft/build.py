@@ -192,6 +192,16 @@ def build_model(model: ModelConfig, num_classes: int, tokenizer, max_length: int
     return classifier
 
 
+def start_at_label_priors(model: BERTForTextClassification, labels: np.ndarray) -> None:
+    """A multi-label head's biases start at each label's log-odds in train ([texts, labels] 0/1), so each sigmoid
+    starts at its label's frequency, not at 0.5 (Lin et al., 2017, for rare classes). Of thousands of labels, 0.5
+    makes the first steps push every label down, and the few positives of each never pull it back up."""
+    import paddle
+
+    share = np.clip(labels.mean(axis=0), 0.5 / len(labels), 1 - 0.5 / len(labels))
+    model.classifier.bias.set_value(paddle.to_tensor(np.log(share / (1 - share)), dtype=model.classifier.bias.dtype))
+
+
 def _check_fits(model: ModelConfig, encoder, tokenizer, max_length: int) -> None:
     source = model.backbone or "the scratch encoder"
     usable = backbone.usable_positions(encoder)

@@ -6,7 +6,8 @@ import time
 
 from paddle_ft.analysis.audit import coverage_problem, leakage, unknown_shares
 from paddle_ft.artifacts.run import Results
-from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
+from paddle_ft.build import (build_model, build_splits, build_tokenizer, model_meta, read_dataset,
+                             start_at_label_priors, truncation_of)
 from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine, seal_best,
                                         shared_backbone)
@@ -68,6 +69,8 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
     if dist.is_main:
         log_coverage(splits, tokenizer.unk_token_id)
     model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
+    if config.task == "multi_label" and resume_from is None and len(splits.train):
+        start_at_label_priors(model, splits.train.document_labels)
     if config.model.head == "prototype" and resume_from is None:
         source = start_prototypes(model, tokenizer, splits.label_names, config.data.max_length, descriptions,
                                   splits.train, config.data.label_descriptions)

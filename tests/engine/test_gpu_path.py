@@ -6,6 +6,7 @@ import paddle
 import pytest
 from conftest import DEMO, overrides, tiny_meta
 
+from paddle_ft.cli import main
 from paddle_ft.config import AmpConfig
 from paddle_ft.engine.amp import check_amp_supported, clip_grad_norm
 from paddle_ft.engine.checkpoint import capture_rng, restore_rng

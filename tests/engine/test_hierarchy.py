@@ -170,7 +170,7 @@ def test_a_multi_path_model_trains_and_scores_each_level(tiny_config_args, tmp_p
                 topic_rows(n, seed)]
         write_tsv(data / f"{split}.tsv", rows)
     args = tiny_config_args + [f"data.{split}={data / split}.tsv" for split in ("train", "dev", "test")] + [
-        *MULTI, "data.labels=null", "data.label_hierarchy=/", "data.allow_no_label=true"]
+        *MULTI, "data.labels=null", "data.label_hierarchy=/", "data.allow_no_label=true", "train.epochs=10"]
     assert main(["train", "--config", DEMO, *overrides(args)]) == 0
     test = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))["test"]
     top, leaves = test["levels"]

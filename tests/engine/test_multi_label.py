@@ -202,3 +202,16 @@ def test_the_http_service_answers_label_sets_and_its_schema_says_so(trained):
     answer = schema["components"]["schemas"]["Classification"]
     assert "labels" in answer["required"] and not {"label", "score", "abstained"} & set(answer["properties"])
     assert "abstain_below" not in schema["components"]["schemas"]["ClassifyRequest"]["properties"]
+
+
+def test_a_multi_label_head_starts_at_each_labels_share_of_train(make_model):
+    """Of thousands of labels, sigmoids starting at 0.5 are pushed down by every text and never learn their few
+    positives: tools/many_labels_bench.py's 5,000 labels scored micro-F1 0.001 so, 0.71 starting at the priors."""
+    from paddle_ft.build import start_at_label_priors
+
+    model = make_model()
+    labels = np.zeros((10, 2), dtype=np.float32)
+    labels[:3, 0] = 1  # label 0 on 3 texts of 10, label 1 on none
+    start_at_label_priors(model, labels)
+    shares = 1 / (1 + np.exp(-model.classifier.bias.numpy()))
+    assert shares == pytest.approx([0.3, 0.05])  # a label train never has starts at half a text's share
