@@ -136,7 +136,8 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int =
     _check_fits(path, model_state, model)
     model.set_state_dict(in_dtypes_of(model, model_state))
     structured_to_internal = {v: k for k, v in _internal_to_structured(model).items()}
-    optimizer.set_state_dict(_rename_keys(paddle.load(str(path / "optimizer.pdopt")), structured_to_internal))
+    optimizer.set_state_dict(_with_master_names(_rename_keys(paddle.load(str(path / "optimizer.pdopt")),
+                                                             structured_to_internal)))
     scheduler.set_state_dict(paddle.load(str(path / "scheduler.pdparams")))
     scaler_state = pickle.loads((path / "scaler.pdparams").read_bytes())
     if scaler_state:
@@ -178,6 +179,17 @@ def _rename_keys(state: dict, names: dict[str, str]) -> dict:
 
     return {rename(k): ({rename(n): t for n, t in v.items()} if k == "master_weights" else v)
             for k, v in state.items()}
+
+
+def _with_master_names(state: dict) -> dict:
+    """AMP O2's float32 master weights keep the name they had in the process that saved them
+    (`linear_3.w_0_fp32_master_0`), and AdamW finds their moments by that name: where this process numbered its
+    layers otherwise (a sweep's next trial, the Python API after other models), the first step asserts. Each is
+    renamed after its parameter's name here (the dict's key, already renamed)."""
+    for parameter_name, master in state.get("master_weights", {}).items():
+        if "_fp32_master" in master.name:
+            master.name = parameter_name + master.name[master.name.rindex("_fp32_master"):]
+    return state
 
 
 def is_complete(folder: Path) -> bool:

@@ -53,6 +53,15 @@ class Distributed:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor.numpy().tolist()
 
+    def average_gradients(self, parameters) -> None:
+        """Every parameter's gradient averaged over the ranks, in buckets (Paddle's fused all-reduce, as
+        PaddleNLP's Trainer calls it after accumulating under no_sync)."""
+        if not self.active:
+            return
+        from paddle.distributed.fleet.utils.hybrid_parallel_util import fused_allreduce_gradients
+
+        fused_allreduce_gradients(list(parameters), None)
+
     def gather(self, obj) -> list:
         """`obj` from every rank, in rank order (picklable objects)."""
         if not self.active:

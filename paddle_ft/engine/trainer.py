@@ -72,7 +72,7 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
         for step_batch, end_of_epoch in _steps_left(sampler, state, plan):
             lr = opt.learning_rate
             local_loss = _forward_backward(stepped, opt.runner, objective, splits.train, step_batch, state.global_step,
-                                           tc.batch_size, dist, speed)
+                                           tc.batch_size, dist, speed, reducer=tc.accumulate_steps == 1)
             # the step's one collective: every rank sees the same loss and takes the same decisions
             loss_sum, nonfinite, stop_asked = dist.sum(local_loss, not math.isfinite(local_loss),
                                                        signals.signal is not None)
@@ -128,14 +128,18 @@ def _due(state: TrainState, every: int) -> bool:
 
 
 def _forward_backward(model, runner: StepRunner, objective, features: Features, step_batch: list[int], step: int,
-                      batch_size: int, dist: Distributed, speed: Throughput) -> float:
+                      batch_size: int, dist: Distributed, speed: Throughput, reducer: bool = True) -> float:
     """Backward over this rank's share of one optimizer step's examples. Returns this rank's part of the
-    step's mean loss (a host sync: the loop needs it to stop every rank on a NaN)."""
+    step's mean loss (a host sync: the loop needs it to stop every rank on a NaN).
+
+    Gradients are averaged over the ranks once per optimizer step: by DataParallel's reducer in the backward of
+    the one micro-batch (`reducer`), or, when micro-batches accumulate, by one fused all-reduce after the last (every
+    backward under no_sync), as PaddleNLP's Trainer does. The reducer cannot take accumulated AMP O2 gradients: after
+    the first micro-batch they are float32 master gradients, while its buckets keep the 16-bit parameters' dtype."""
     group, group_examples = micro_batches(step_batch, batch_size, dist.rank, dist.world_size)
     step_loss = None
     for i, indices in enumerate(group):
-        # gradients are all-reduced once per optimizer step, on its last micro-batch
-        sync = contextlib.nullcontext() if i == len(group) - 1 or not dist.active else model.no_sync()
+        sync = model.no_sync() if dist.active and (not reducer or i < len(group) - 1) else contextlib.nullcontext()
         with sync:
             # A sum over the examples divided by the group's size: k micro-batches of b are exactly one
             # batch of k*b, and a last, smaller group is averaged over its own size. DataParallel
@@ -144,6 +148,8 @@ def _forward_backward(model, runner: StepRunner, objective, features: Features, 
             runner.backward(loss)
         step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
         speed.add_batch(np.array([len(features.input_ids[i]) for i in indices]))  # not .lengths: O(all) per call
+    if dist.active and not reducer:
+        dist.average_gradients(model.parameters())
     speed.examples += group_examples
     return float(step_loss)
 

@@ -345,3 +345,78 @@ def test_gpu_check_plans_ten_minutes_and_searches_batches_only_when_asked():
     assert "batch search" not in one_gpu and "about 10 minutes in all" in one_gpu
     assert sum(ESTIMATE_SECONDS[p] for p in ("small", "paths", "bert-base")) <= 600
     assert "batch search ~5 min" in plan("gpu", 1, batch_search=True)
+
+
+@pytest.mark.parametrize("reducer, expected", [(True, ["no_sync", "backward", "backward"]),
+                                               (False, ["no_sync", "backward", "no_sync", "backward", "average"])])
+def test_accumulated_micro_batches_are_all_reduced_once_by_hand_never_by_the_reducer(reducer, expected):
+    """Issue 46, finding 2: DataParallel + AMP O2 + accumulation crashed on the synced micro-batch (the reducer's
+    16-bit buckets met float32 master gradients). With accumulation every backward runs under no_sync and the
+    gradients are averaged once after the last (the same path, in fp32, is what the 2-gloo-rank accumulation test of
+    test_distributed.py runs end to end)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from paddle_ft.engine.amp import StepRunner
+    from paddle_ft.engine.distributed import Distributed
+    from paddle_ft.engine.trainer import Throughput, _forward_backward
+
+    calls = []
+
+    class Ranks(Distributed):
+        def average_gradients(self, parameters):
+            calls.append("average")
+
+    class Model(paddle.nn.Linear):
+        @contextlib.contextmanager
+        def no_sync(self):
+            calls.append("no_sync")
+            yield
+
+    class Objective:
+        def loss(self, model, features, indices, step, autocast):
+            calls.append("backward")
+            return model(paddle.ones([len(indices), 2])).sum()
+
+    features = SimpleNamespace(input_ids=[[1, 2, 3]] * 8)
+    _forward_backward(Model(2, 1), StepRunner(AmpConfig(), 1.0), Objective(), features, list(range(8)), 0,
+                      batch_size=2, dist=Ranks(rank=0, world_size=2), speed=Throughput(), reducer=reducer)
+    assert calls == expected
+
+
+def test_an_o2_checkpoint_resumes_in_a_process_that_built_other_layers_first(tmp_path):
+    """Issue 46, finding 3: master weights kept the name they had where they were saved, AdamW finds their moments
+    by it, and a process that numbered its layers otherwise asserted on the first step ("... moment1_0 should in
+    state dict"). The CPU has no bfloat16 AdamW kernel, so the accumulators are made as the first step makes them."""
+    from paddle_ft.engine.checkpoint import _internal_to_structured, _rename_keys, _with_master_names
+
+    class Scale(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.weight = self.create_parameter([4], dtype="bfloat16",
+                                                default_initializer=paddle.nn.initializer.Constant(0.5))
+
+    def built():
+        model = Scale()
+        optimizer = paddle.optimizer.AdamW(parameters=model.parameters(), multi_precision=True)
+        return model, optimizer
+
+    def first_step_accumulators(model, optimizer):
+        optimizer._create_accumulators(paddle.static.default_main_program().global_block(),
+                                       list(model.parameters()))
+
+    model, optimizer = built()
+    first_step_accumulators(model, optimizer)
+    saved = optimizer.state_dict()
+    moment = next(key for key in saved if "moment1" in key)
+    saved[moment].set_value(paddle.full_like(saved[moment], 3.0))  # a moment the resume must bring back
+    paddle.save(_rename_keys(saved, _internal_to_structured(model)), str(tmp_path / "optimizer.pdopt"))
+
+    [Scale() for _ in range(3)]  # this process numbers its layers otherwise
+    model, optimizer = built()
+    loaded = _rename_keys(paddle.load(str(tmp_path / "optimizer.pdopt")),
+                          {v: k for k, v in _internal_to_structured(model).items()})
+    optimizer.set_state_dict(_with_master_names(loaded))
+    first_step_accumulators(model, optimizer)  # asserted before
+    restored = [v for k, v in optimizer.state_dict().items() if "moment1" in k]
+    assert len(restored) == 1 and float(restored[0].numpy().max()) == 3.0
