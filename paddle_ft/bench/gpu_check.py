@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         build = "a CUDA build" if paddle.is_compiled_with_cuda() else "the CPU build, without CUDA"
         print(f"error: no CUDA GPU found (paddle {paddle.__version__}, {build}): gpu-check checked nothing; run it "
               "where nvidia-smi lists a GPU with paddle's GPU build (the official Paddle GPU image, or "
-              "pip install '.[gpu]'), or pass --device cpu for the plumbing only", file=sys.stderr)
+              "pip install '.[gpu]' --extra-index-url https://www.paddlepaddle.org.cn/packages/stable/cu126/), or pass "
+              "--device cpu for the plumbing only", file=sys.stderr)
         return 1
     work = Path(args.output)
     if work.exists() and any(work.iterdir()) and not (work / "data" / RECIPE).is_file():

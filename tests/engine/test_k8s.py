@@ -47,6 +47,21 @@ def test_the_manifests_parse_and_name_what_exists():
     assert "COPY tools /opt/paddle_ft/tools" in dockerfile and "COPY configs /opt/paddle_ft/configs" in dockerfile
 
 
+def test_the_paddlejobs_pods_can_write_their_volume_and_their_own_logs_and_name_their_interface():
+    """Issue 46: no fsGroup for the image's uid (a fresh volume is root's), both workers writing workerlog.0 on the
+    shared volume, and no NCCL_SOCKET_IFNAME."""
+    pod = documents("paddlejob.yaml")["PaddleJob"]["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]
+    uid = int(re.search(r"useradd .*--uid (\d+)", (ROOT / "docker" / "Dockerfile").read_text()).group(1))
+    assert pod["securityContext"] == {"runAsUser": uid, "runAsGroup": uid, "fsGroup": uid}
+    container = worker_container()
+    log_dir = container["command"][container["command"].index("--log_dir") + 1]
+    env = {variable["name"]: variable for variable in container["env"]}
+    variables = re.findall(r"\$\((\w+)\)", log_dir)
+    assert log_dir.startswith("/output/") and variables == ["POD_NAME"]  # a folder per pod on the shared volume
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["NCCL_SOCKET_IFNAME"]["value"] == env["GLOO_SOCKET_IFNAME"]["value"] == "eth0"
+
+
 @pytest.mark.slow
 @pytest.mark.root
 @needs_root
@@ -67,7 +82,8 @@ def test_the_paddlejob_command_trains_on_two_hosts_under_the_operators_variables
             config.parent.mkdir()
             config.write_text(documents("paddlejob.yaml")["ConfigMap"]["data"]["train.yaml"]
                               .replace("/output/", f"{output}/").replace("/data/", f"{data}/"), encoding="utf-8")
-            command = [_in_checkout(word, config, output) for word in container["command"]]
+            command = [_in_checkout(word, config, output).replace("$(POD_NAME)", f"worker-{rank}")
+                       for word in container["command"]]
             command[0] = sys.executable
             env = {**os.environ, "PYTHONUNBUFFERED": "0", "PADDLE_JOB_ID": "paddle-ft-train", "PADDLE_NNODES": "2",
                    # worker 0 is the rendezvous: its own pod IP for itself, its replica name for the others
@@ -80,7 +96,7 @@ def test_the_paddlejob_command_trains_on_two_hosts_under_the_operators_variables
     assert [job.returncode for job in jobs] == [0, 0], outputs
     written = [rank for rank in (0, 1) if (tmp_path / f"output-{rank}" / "run" / "results.json").is_file()]
     assert len(written) == 1  # one rank wrote the run
-    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / f"output-{written[0]}" / "logs").glob("*"))
+    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / f"output-{written[0]}" / "logs").glob("*/*"))
     assert "weights identical on all 2 ranks" in logs and re.search(r"plan: .* x 2 device\(s\)", logs)
 
 
