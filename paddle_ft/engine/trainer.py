@@ -67,7 +67,7 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
         progress = closing.enter_context(tqdm(total=plan.total_steps, initial=state.global_step, desc="train",
                                               unit="step", disable=None if dist.is_main else True, dynamic_ncols=True))
         signals = closing.enter_context(StopRequests())
-        clock, saved = Clock(state.global_step), None
+        clock, saved, memory = Clock(state.global_step), None, GpuMemory()
         stepped.train()
         for step_batch, end_of_epoch in _steps_left(sampler, state, plan):
             lr = opt.learning_rate
@@ -77,10 +77,11 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
             loss_sum, nonfinite, stop_asked = dist.sum(local_loss, not math.isfinite(local_loss),
                                                        signals.signal is not None)
             grad_norm, skipped = opt.update(finite=not nonfinite)
+            memory.stepped()
             state.record_step(None if nonfinite else loss_sum / dist.world_size, skipped, end_of_epoch)
             progress.update(1)
             if state.global_step % tc.runtime.log_every == 0 or state.global_step == plan.total_steps:
-                _log_train(events, state, plan, lr, speed, opt.runner.loss_scale, grad_norm, clock)
+                _log_train(events, state, plan, lr, speed, opt.runner.loss_scale, grad_norm, clock, memory)
             if state.nonfinite_streak >= tc.max_nonfinite_steps:
                 dist.barrier()
                 raise TrainingDiverged(_diverged_message(state, tc.max_nonfinite_steps, run.checkpoints_dir))
@@ -155,16 +156,14 @@ def _forward_backward(model, runner: StepRunner, objective, features: Features, 
 
 
 def _log_train(events, state: TrainState, plan: RunPlan, lr: float, speed: Throughput, loss_scale: float,
-               grad_norm, clock: Clock) -> None:
+               grad_norm, clock: Clock, memory: GpuMemory) -> None:
     """Every rank calls it (the window loss is part of the checkpointed state); only rank 0 writes."""
     values = {"loss": state.take_window_loss(), **speed.take(), "epoch": state.epoch, "lr": lr,
               "loss_scale": loss_scale, "skipped_steps": state.skipped_steps}
     if events is None:
         return
     values["grad_norm"] = float(grad_norm) if grad_norm is not None else None
-    if paddle.device.get_device().startswith("gpu"):  # the allocator's own count: no device sync
-        values["gpu_memory_peak_mib"] = round(paddle.device.cuda.max_memory_allocated() / 2**20)
-    events.write("train", state.global_step, **values)
+    events.write("train", state.global_step, **values, **memory.values())
     loss = "n/a" if values["loss"] is None else f"{values['loss']:.4f}"
     log(f"step {state.global_step}/{plan.total_steps} loss {loss} lr {lr:.3g} {values['samples_per_s']:.1f} "
         f"samples/s, {clock.describe(state.global_step, plan.total_steps)}")
@@ -280,6 +279,25 @@ def _diverged_message(state: TrainState, limit: int, checkpoints_dir: Path) -> s
     return (f"the loss was NaN/inf for {limit} steps in a row (steps {state.global_step - limit + 1}-"
             f"{state.global_step}); {last}. Lower train.optimizer.learning_rate or check the data, then resume "
             "with -o train.resume=PATH")
+
+
+class GpuMemory:
+    """The peak GPU memory, and what the first optimizer step left allocated (weights, gradients, optimizer state:
+    the peak less it is the activations'); the allocator's own counts, no device sync. Nothing on a CPU."""
+
+    def __init__(self):
+        self.on_gpu = paddle.device.get_device().startswith("gpu")
+        self.after_first_step = None
+
+    def stepped(self) -> None:
+        if self.on_gpu and self.after_first_step is None:
+            self.after_first_step = round(paddle.device.cuda.memory_allocated() / 2**20)
+
+    def values(self) -> dict:
+        if not self.on_gpu:
+            return {}
+        return {"gpu_memory_peak_mib": round(paddle.device.cuda.max_memory_allocated() / 2**20),
+                "gpu_memory_after_first_step_mib": self.after_first_step}
 
 
 class Throughput:

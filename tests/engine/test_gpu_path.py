@@ -271,20 +271,50 @@ def test_the_largest_batch_search_doubles_then_bisects_and_stops_at_its_budget()
     assert largest_batch(lambda batch: True, 32, budget_seconds=60, cap=100) == (64, None)  # nothing failed
 
 
-def test_the_amp_verdict_compares_with_fp32_without_tf32_and_can_fail():
+def row(samples_per_s, activation_mib, finite=True, skipped_share=0.0):
+    return {"samples_per_s": samples_per_s, "activation_mib": activation_mib, "finite": finite,
+            "skipped_share": skipped_share}
+
+
+def test_the_amp_verdict_needs_both_fp32_rows_healthy_rows_and_judges_activations():
+    """Issue 46: the verdict compared with TF32-off fp32 only, ignored NaN losses and skipped steps, and judged the
+    whole peak, which O2's float32 master weights raise on a healthy GPU."""
     from paddle_ft.bench.gpu_check import amp_verdict
 
-    rows = {"fp32 TF32 off": {"samples_per_s": 100, "peak_mib": 8000},
-            "fp32 TF32 on": {"samples_per_s": 180, "peak_mib": 8000},
-            "fp16 O1": {"samples_per_s": 150, "peak_mib": 6500}, "fp16 O2": {"samples_per_s": 140, "peak_mib": 5000}}
+    rows = {"fp32 TF32 off": row(100, 6000), "fp32 TF32 on": row(130, 6000), "fp16 O1": row(150, 4000),
+            "fp16 O2": row(140, 3000)}
     check = amp_verdict(rows)
-    assert check.status == "pass" and check.numbers == {"speedup": 1.5, "fastest": "fp16 O1", "memory_ratio": 0.625,
-                                                        "leanest": "fp16 O2"}
-    rows["fp16 O1"]["samples_per_s"] = 120  # 1.4x from O2 still passes; only the best AMP row has to reach 1.3x
-    assert amp_verdict(rows).status == "pass"
-    rows["fp16 O2"]["samples_per_s"], rows["fp16 O1"]["samples_per_s"] = 125, 125
-    assert amp_verdict(rows).status == "fail"  # 1.25x
+    assert check.status == "pass" and check.numbers == {
+        "fastest": "fp16 O1", "speedup_tf32_off": 1.5, "speedup_tf32_on": 150 / 130, "leanest": "fp16 O2",
+        "activation_ratio": 0.5}
+    assert "1.50x the samples/s of fp32 with TF32 off, 1.15x with TF32 on; fp16 O2 0.50x" in check.detail
+    rows["fp32 TF32 on"]["samples_per_s"] = 140  # 1.07x TF32 on: fp32 on tensor cores is nearly as fast
+    assert amp_verdict(rows).status == "fail" and "1.07x with TF32 on" in amp_verdict(rows).detail
+    rows["fp32 TF32 on"]["samples_per_s"] = 130
+    rows["fp16 O2"]["finite"] = False  # a row that diverged fails the check, however fast
+    assert amp_verdict(rows).status == "fail" and "unhealthy rows: fp16 O2" in amp_verdict(rows).detail
+    rows["fp16 O2"] = row(140, 3000, skipped_share=0.05)
+    assert amp_verdict(rows).status == "fail"
+    rows["fp16 O2"] = row(140, 5000)  # 0.67x is the leanest now; 0.8x would fail
+    assert amp_verdict(rows).numbers["activation_ratio"] == pytest.approx(4000 / 6000)
+    rows["fp16 O1"], rows["fp16 O2"] = row(150, 4800), row(140, 4900)
+    assert amp_verdict(rows).status == "fail"
     assert amp_verdict({"fp32 TF32 off": rows["fp32 TF32 off"]}).status == "fail"  # no AMP row is no pass
+
+
+def test_a_rows_activation_memory_is_its_peak_less_what_the_first_step_left(tmp_path):
+    from paddle_ft.artifacts.run import RunFiles
+    from paddle_ft.bench.gpu_check import speed_and_memory
+
+    lines = [{"event": "train", "step": 10, "loss": 0.7, "samples_per_s": 50.0, "skipped_steps": 0,
+              "gpu_memory_peak_mib": 5000, "gpu_memory_after_first_step_mib": 1800},
+             {"event": "train", "step": 20, "loss": 0.6, "samples_per_s": 60.0, "skipped_steps": 1,
+              "gpu_memory_peak_mib": 5200, "gpu_memory_after_first_step_mib": 1800}]
+    import json
+
+    RunFiles(tmp_path).metrics_file.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    assert speed_and_memory(tmp_path) == {"samples_per_s": 60.0, "peak_mib": 5200, "activation_mib": 3400,
+                                          "finite": True, "skipped_share": 0.05}
 
 
 @pytest.mark.slow
