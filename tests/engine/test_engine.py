@@ -178,11 +178,11 @@ def test_a_run_stopped_by_a_signal_resumes_in_process_to_the_same_weights(tuned,
     _, whole = run_training(model(3), tokenizer, tmp_path / "whole", args, dev=False)
     real, calls = trainer._forward_backward, []
 
-    def signalled_at_step_6(*args):
+    def signalled_at_step_6(*args, **kwargs):
         calls.append(1)
         if len(calls) == 6:
             signal.raise_signal(signal.SIGTERM)  # handled by the loop: finish the step, save, stop
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(trainer, "_forward_backward", signalled_at_step_6)
     with pytest.raises(TrainingInterrupted) as stopped:

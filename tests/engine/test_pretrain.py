@@ -120,11 +120,11 @@ def test_a_stopped_pretraining_run_resumes_bit_identical_and_its_folder_is_a_bac
     assert "held-out masked_accuracy" in capsys.readouterr().out
     real, calls = trainer._forward_backward, []
 
-    def signalled_at_step_6(*args):
+    def signalled_at_step_6(*args, **kwargs):
         calls.append(1)
         if len(calls) == 6:
             signal.raise_signal(signal.SIGTERM)
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(trainer, "_forward_backward", signalled_at_step_6)
     broken = pretrain_args(tiny_config_args, corpus, tmp_path / "broken", *OBJECTIVES[objective])

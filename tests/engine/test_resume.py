@@ -112,8 +112,8 @@ def test_nan_loss_stops_with_the_step_and_last_good_checkpoint(tiny_config_args,
     real = trainer._forward_backward
     calls = {"n": 0}
 
-    def poisoned(*args):
-        loss = real(*args)
+    def poisoned(*args, **kwargs):
+        loss = real(*args, **kwargs)
         calls["n"] += 1
         return loss * float("nan") if calls["n"] > 6 else loss
 
