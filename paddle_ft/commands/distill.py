@@ -18,7 +18,8 @@ from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import read_corpus
 from paddle_ft.data.features import Features, tokenize
 from paddle_ft.data.readers import Example
-from paddle_ft.engine.objectives.distill import Distillation, teacher_logits_of
+from paddle_ft.engine.amp import StepRunner
+from paddle_ft.engine.objectives.distill import Distillation, release_device_memory, teacher_logits_of
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 
@@ -26,12 +27,15 @@ from paddle_ft.log import log
 def run(config_path: str, overrides: list[str], teacher: str | None) -> int:
     config = load_config(config_path, [*overrides, *([f"distill.teacher={teacher}"] if teacher else [])])
     _check(config)
-    teacher_bundle = load_bundle(config.distill.teacher)
+    # loaded before the run folder opens, so a teacher that cannot be read stops nothing half-made; handed over in a
+    # list that _distill empties, so nothing holds the teacher once its answers are known
+    handed = [load_bundle(config.distill.teacher)]
     with opened_run(config, "distill") as (dist, folder, resume_from):
-        return _distill(config, teacher_bundle, dist, folder, resume_from)
+        return _distill(config, handed, dist, folder, resume_from)
 
 
-def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
+def _distill(config: Config, handed: list, dist, folder, resume_from) -> int:
+    teacher_bundle = handed.pop()
     dataset = read_dataset(config.data, config.task)
     data = data_record(dataset, config.data.corrections) if dist.is_main else None
     if dataset.label_map.names != teacher_bundle.meta.labels:
@@ -50,8 +54,13 @@ def _distill(config: Config, teacher_bundle, dist, folder, resume_from) -> int:
         if dist.is_main:
             for number, path in enumerate(config.distill.unlabeled, 1):
                 data[f"unlabeled-{number}"] = data_file(path, sum(origin == str(path) for origin, _ in origins))
+    # the teacher's one pass, in the run's AMP precision (O1: its weights stay float32, its matmuls do not); then
+    # it is let go, so that the student trains without a frozen teacher's weights on the device
+    autocast = StepRunner(dataclasses.replace(config.train.amp, level="O1"), None).autocast
     teacher_logits = teacher_logits_of(teacher_bundle.model, splits.train, config.train.evaluation.batch_size,
-                                       tokenizer.pad_token_id, dist)
+                                       tokenizer.pad_token_id, dist, autocast)
+    del teacher_bundle
+    release_device_memory()
     model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
     ready_to_train(model, config, folder, dist, resume_from, dataset.label_map)
     folder = folder.with_classifier(tokenizer, model_meta(config, dataset.label_map))

@@ -142,3 +142,42 @@ def test_each_rank_scores_its_share_of_the_teacher_pass_and_every_rank_gets_all_
         logits = distill.teacher_logits_of(teacher, features, 3, tokenizer.pad_token_id, TwoRanks(rank, 2))
         np.testing.assert_allclose(logits, alone, atol=1e-6)
     assert scored == [[0, 2, 4, 6], [1, 3, 5]]
+
+
+def test_the_teacher_is_let_go_before_the_student_trains(corpus, tmp_path, monkeypatch):
+    """Issue 46: the teacher stayed on the GPU, in float32, for the whole run, though its answers are computed once
+    before training. Here: nothing holds the teacher's model when the engine starts, and the pass ran under the
+    run's autocast."""
+    import gc
+    import weakref
+
+    from paddle_ft.artifacts import bundle as bundles
+    from paddle_ft.commands import distill, session
+    from paddle_ft.engine.objectives import distill as objective
+
+    loaded, autocasts, alive = [], [], []
+    real_load, real_logits, real_engine = bundles.load_bundle, objective.teacher_logits_of, session.run_engine
+
+    def load(path):
+        bundle = real_load(path)
+        loaded.append(weakref.ref(bundle.model))
+        return bundle
+
+    def logits(*args, **kwargs):
+        autocasts.append(args[5] if len(args) > 5 else kwargs.get("autocast"))
+        return real_logits(*args, **kwargs)
+
+    def engine(*args, **kwargs):
+        gc.collect()
+        alive.append(loaded[0]() is not None)
+        return real_engine(*args, **kwargs)
+
+    monkeypatch.setattr(distill, "load_bundle", load)
+    monkeypatch.setattr(distill, "teacher_logits_of", logits)
+    monkeypatch.setattr(distill, "run_engine", engine)
+    root, teacher = corpus
+    args = [f"output_dir={tmp_path / 'student'}", *_data(root), f"model.scratch.vocab_file={teacher / 'vocab.txt'}",
+            "model.scratch.hidden_size=16", "model.scratch.num_layers=1", "model.scratch.intermediate_size=32",
+            "train.max_steps=2", *SHAPE]
+    assert distill.run(DEMO, args, str(teacher)) == 0
+    assert alive == [False] and len(autocasts) == 1 and callable(autocasts[0])

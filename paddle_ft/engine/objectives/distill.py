@@ -3,6 +3,7 @@ one). The teacher's logits of every training row are computed once, before train
 never change, and a step then costs no teacher forward pass. Under several processes each scores its share."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,12 +32,23 @@ class Distillation(Classification):
 
 
 def teacher_logits_of(teacher, features: Features, batch_size: int, pad_token_id: int,
-                      dist: Distributed) -> np.ndarray:
-    """[rows, classes]: the teacher's logits of every row of `features`, in order. Each rank scores every
-    world_size-th row and the parts are gathered, so N processes share the pass instead of each making all of it."""
+                      dist: Distributed, autocast=contextlib.nullcontext) -> np.ndarray:
+    """[rows, classes]: the teacher's logits of every row of `features`, in order (float32, whatever `autocast`
+    computes in). Each rank scores every world_size-th row and the parts are gathered, so N processes share the pass
+    instead of each making all of it."""
     mine = np.arange(dist.rank, len(features), dist.world_size)
-    parts = dist.gather(predict_logits(teacher, features, batch_size, pad_token_id, subset=mine))
+    parts = dist.gather(predict_logits(teacher, features, batch_size, pad_token_id, subset=mine, autocast=autocast))
     logits = np.empty((len(features), parts[0].shape[1]), dtype=np.float32)
     for rank, part in enumerate(parts):
         logits[rank::dist.world_size] = part
     return logits
+
+
+def release_device_memory() -> None:
+    """Give what Python no longer holds (the teacher) back to the device: Paddle's GPU allocator keeps freed
+    blocks for reuse by this process otherwise. Nothing to do on a CPU."""
+    import gc
+
+    gc.collect()
+    if paddle.device.get_device().startswith("gpu"):
+        paddle.device.cuda.empty_cache()
