@@ -131,7 +131,8 @@ def test_each_rank_scores_its_share_of_the_teacher_pass_and_every_rank_gets_all_
     alone = evaluate.predict_logits(teacher, features, 3, tokenizer.pad_token_id)
     scored = []
     real = evaluate.predict_logits
-    monkeypatch.setattr(distill, "predict_logits", lambda *a, subset, **k: scored.append(list(subset)) or real(*a, subset=subset, **k))
+    monkeypatch.setattr(distill, "predict_logits",
+                        lambda *a, subset, **k: scored.append(list(subset)) or real(*a, subset=subset, **k))
 
     class TwoRanks(Distributed):
         def gather(self, part):  # the other rank's part, as it would have computed it
