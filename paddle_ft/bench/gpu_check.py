@@ -5,7 +5,7 @@ On one GPU, a 4 x 256 model on a learnable corpus: training in fp32, fp16 O1/O2 
 them) reaching dev accuracy 0.9; an exact resume of the O2 run after SIGTERM; every other GPU path for a few steps,
 its loss finite and falling (accumulation under O1 and O2, recompute, masked-LM and ELECTRA pretraining,
 distillation); export of the fp32 and of the O2-trained model with parity on the GPU; `Predictor` on GPU fp32 / fp16
-/ TensorRT against the CPU predictor; the server on the GPU answering as the CPU predictor does. Then at
+against the CPU predictor (TensorRT: a skip saying why, as Paddle 3 exports cannot use it yet); the server on the GPU answering as the CPU predictor does. Then at
 bert-base's shape (12 x 768, vocabulary 21,128, 128 tokens): the AMP table (fp32 with TF32 off and on, fp16 and
 bf16 at O1 and O2: samples/s and peak GPU memory), asserting that AMP trains >= 1.3x as fast as fp32 with TF32 off
 and peaks at <= 0.75x its memory, and with `--batch-search` the largest batch by bisection within a time budget.
