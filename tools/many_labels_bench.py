@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 from many_labels import write_corpus  # noqa: E402
 
-ROWS_PER_LABEL = {5000: 4, 20000: 2}
+ROWS_PER_LABEL = {5000: 4, 20000: 4}
 TRAIN = ["data.labels=null", "data.max_length=16", "model.pooling=mean", "model.scratch.hidden_size=64",
          "model.scratch.num_layers=1", "model.scratch.num_heads=2", "model.scratch.intermediate_size=128",
          "model.scratch.max_position_embeddings=16", "train.epochs=8", "train.batch_size=64",

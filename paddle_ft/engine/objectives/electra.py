@@ -28,8 +28,8 @@ class ReplacedTokenDetecting(Objective):
     metrics: tuple[str, ...] = ("replaced_f1",)
 
     def _forward(self, model, features: Features, indices, step: int, autocast):
-        """(generator token losses [n], weights [n], discriminator logits [b, s], replaced [b, s], real [b, s],
-        generator predictions [n], targets [n])."""
+        """(generator token losses [n], weights [n], discriminator logits [b, s], replaced [b, s] (a tensor: read on
+        the device, so a training step does not wait for it), real [b, s], generator predictions [n], targets [n])."""
         ids, types, flat, targets, weights = self.masking.batch(features, indices, step)
         masked_per_example = np.bincount(flat // ids.shape[1], minlength=len(indices))
         noise = gumbel_noise(self.masking.seed, step, indices, masked_per_example, self.masking.vocabulary.size)
@@ -40,7 +40,8 @@ class ReplacedTokenDetecting(Objective):
         token_losses = F.cross_entropy(generator_logits, paddle.to_tensor(targets), reduction="none").reshape([-1])
         original = ids.copy()
         original.flat[flat] = targets
-        replaced = (shown.numpy() != original).astype(np.float32)  # a sample equal to the original is not replaced
+        # a sample equal to the original is not replaced
+        replaced = (shown != paddle.to_tensor(original, dtype=shown.dtype)).astype("float32")
         real = (original != self.masking.pad_token_id).astype(np.float32)
         return (token_losses, weights, logits.astype("float32"), replaced, real, generator_logits.argmax(axis=-1),
                 targets)
@@ -49,7 +50,7 @@ class ReplacedTokenDetecting(Objective):
         token_losses, weights, logits, replaced, real, _, _ = self._forward(model, features, indices, step, autocast)
         generator = (token_losses * paddle.to_tensor(weights)).sum()
         real_t = paddle.to_tensor(real)
-        per_token = F.binary_cross_entropy_with_logits(logits, paddle.to_tensor(replaced), reduction="none") * real_t
+        per_token = F.binary_cross_entropy_with_logits(logits, replaced, reduction="none") * real_t
         return generator + self.weight * (per_token.sum(axis=1) / real_t.sum(axis=1)).sum()
 
     @paddle.no_grad()
@@ -61,7 +62,7 @@ class ReplacedTokenDetecting(Objective):
         for positions in eval_batches(features.lengths[subset], batch_size):
             _, _, logits, replaced, real, guesses, targets = self._forward(model, features, subset[positions],
                                                                            EVALUATION_STEP, autocast)
-            said = (logits.numpy() > 0) & (real > 0)
+            said, replaced = (logits.numpy() > 0) & (real > 0), replaced.numpy()
             counts += [(said & (replaced > 0)).sum(), said.sum(), replaced.sum(),
                        int((guesses.numpy() == targets).sum()), len(targets)]
         return counts
