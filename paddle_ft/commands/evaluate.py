@@ -56,12 +56,16 @@ def _per_class_file(errors: Path, multi_label: bool) -> Path:
 
 
 def _readable(report: dict, per_class_file: Path) -> dict:
-    """Of many classes the report printed names the best and worst of them; every class goes to `per_class_file`."""
+    """Of many classes the report printed names the best and worst of them; every class goes to `per_class_file`
+    (a multi-label model's thresholds too, as a column: 5,000 of them printed were most of the report)."""
     key = "per_class" if "per_class" in report else "per_label"
     table = report.get(key, {})
     if len(table) <= MANY_CLASSES:
         return report
+    thresholds = report.get("thresholds", {})
+    table = {name: {**row, **({"threshold": thresholds[name]} if name in thresholds else {})}
+             for name, row in table.items()}
     best, worst = per_class_extremes(table)
     path = write_per_class(per_class_file, table)
     shown = {f"{key}_best": {n: table[n] for n in best}, f"{key}_worst": {n: table[n] for n in worst}}
-    return {**{k: v for k, v in report.items() if k != key}, **shown, f"{key}_file": str(path)}
+    return {**{k: v for k, v in report.items() if k not in (key, "thresholds")}, **shown, f"{key}_file": str(path)}

@@ -73,3 +73,17 @@ def test_a_20000_label_model_trains_evaluates_exports_predicts_and_serves(tmp_pa
     assert [r["label"] for r in results] == [a["label"] for a in answers]
     assert all(len(r["probabilities"]) == TOP_PROBABILITIES for r in results)
     assert len(response.content) < 32 * 2_000  # bounded per text, not 20,000 numbers
+
+
+def test_eval_of_many_labels_prints_the_extremes_and_files_every_label_with_its_threshold(tmp_path):
+    from paddle_ft.commands.evaluate import _readable
+
+    names = [f"L{i}" for i in range(40)]
+    report = {"micro_f1": 0.5, "per_label": {n: {"precision": 0.5, "recall": 0.5, "f1": i / 40, "support": 1}
+                                              for i, n in enumerate(names)},
+              "thresholds": {n: 0.25 for n in names}}
+    shown = _readable(report, tmp_path / "per_label-test.tsv")
+    assert "thresholds" not in shown and "per_label" not in shown and list(shown["per_label_best"])[0] == "L39"
+    lines = (tmp_path / "per_label-test.tsv").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "label\tprecision\trecall\tf1\tsupport\tthreshold" and lines[1].endswith("\t0.25")
+    assert len(lines) == 41
