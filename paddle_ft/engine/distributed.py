@@ -42,16 +42,18 @@ class Distributed:
             dist.barrier()
             dist.destroy_process_group()
 
-    def sum(self, *values: float) -> list[float]:
-        """Each value summed over all ranks (in float64), so that every rank takes the same decision."""
+    def step_totals(self, loss, stop: bool) -> tuple[float, bool]:
+        """(a training step's loss, a scalar tensor, summed over the ranks; whether any rank was asked to stop), in
+        one collective and one host read: the loss is not read on its own first."""
         if not self.active:
-            return [float(v) for v in values]
+            return float(loss), stop
         import paddle
         import paddle.distributed as dist
 
-        tensor = paddle.to_tensor([float(v) for v in values], dtype="float64")
+        tensor = paddle.concat([loss.astype("float64").reshape([1]), paddle.to_tensor([float(stop)], dtype="float64")])
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-        return tensor.numpy().tolist()
+        total, stops = tensor.numpy().tolist()
+        return total, stops > 0
 
     def average_gradients(self, parameters) -> None:
         """Every parameter's gradient averaged over the ranks, in buckets (Paddle's fused all-reduce, as

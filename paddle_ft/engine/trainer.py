@@ -41,8 +41,8 @@ def say(dist: Distributed, message: str) -> None:
 def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distributed = Distributed(),
           resume_from: Path | None = None, objective=None, on_eval=None) -> Results | None:
     """Train `model` on `objective` (default: a classifier's); writes the run's events, checkpoints, best
-    model and results into `run` (the `Results`, on rank 0; None on the others). With `resume_from`, every piece of state is restored from that checkpoint and
-    training goes on exactly as if it had not stopped. Under `dist`, `batch_size` is per process, only rank 0
+    model and results into `run` (the `Results`, on rank 0; None on the others). With `resume_from`, every piece
+    of state is restored from that checkpoint and training goes on exactly as if it had not stopped. Under `dist`, `batch_size` is per process, only rank 0
     writes, and every collective is called by every rank (here, or in a helper called unconditionally).
     `on_eval(step, dev metric)` is called after each dev evaluation (a sweep prunes a trial by raising there)."""
     tc = config.train
@@ -73,9 +73,10 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
             lr = opt.learning_rate
             local_loss = _forward_backward(stepped, opt.runner, objective, splits.train, step_batch, state.global_step,
                                            tc.batch_size, dist, speed, reducer=tc.accumulate_steps == 1)
-            # the step's one collective: every rank sees the same loss and takes the same decisions
-            loss_sum, nonfinite, stop_asked = dist.sum(local_loss, not math.isfinite(local_loss),
-                                                       signals.signal is not None)
+            # the step's one collective and one host read: every rank sees the same loss and takes the same
+            # decisions (a rank's non-finite loss makes the sum non-finite)
+            loss_sum, stop_asked = dist.step_totals(local_loss, signals.signal is not None)
+            nonfinite = not math.isfinite(loss_sum)
             grad_norm, skipped = opt.update(finite=not nonfinite)
             memory.stepped()
             state.record_step(None if nonfinite else loss_sum / dist.world_size, skipped, end_of_epoch)
@@ -131,7 +132,7 @@ def _due(state: TrainState, every: int) -> bool:
 def _forward_backward(model, runner: StepRunner, objective, features: Features, step_batch: list[int], step: int,
                       batch_size: int, dist: Distributed, speed: Throughput, reducer: bool = True) -> float:
     """Backward over this rank's share of one optimizer step's examples. Returns this rank's part of the
-    step's mean loss (a host sync: the loop needs it to stop every rank on a NaN).
+    step's mean loss, on the device (the loop reads it once, after the ranks' sum: it stops every rank on a NaN).
 
     Gradients are averaged over the ranks once per optimizer step: by DataParallel's reducer in the backward of
     the one micro-batch (`reducer`), or, when micro-batches accumulate, by one fused all-reduce after the last (every
@@ -152,7 +153,7 @@ def _forward_backward(model, runner: StepRunner, objective, features: Features, 
     if dist.active and not reducer:
         dist.average_gradients(model.parameters())
     speed.examples += group_examples
-    return float(step_loss)
+    return step_loss
 
 
 def _log_train(events, state: TrainState, plan: RunPlan, lr: float, speed: Throughput, loss_scale: float,
