@@ -4,12 +4,13 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from paddle_ft.artifacts.export_folder import program_file, read_export_info
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
-from paddle_ft.inference.predictor import Predictor
+from paddle_ft.inference.predictor import Prediction, Predictor
 from paddle_ft.tokenization import check_texts
 from paddle_ft.io import atomic_file, check_output_file
 from paddle_ft.log import LONG_INPUT, Progress, log
@@ -66,18 +67,19 @@ def record(text: str, text_pair: str | None, line: int | None, result) -> dict:
 
 
 def _predicted(predictor: Predictor, texts: list[str], text_pair: list[str] | None, batch_size: int,
-               truncation: str | None, abstain_below: float | None, progress_to=None) -> list:
-    """Every text's prediction; a long input in chunks, with progress (the answers are the texts' own: a text's
-    prediction does not depend on the others in its batch)."""
+               truncation: str | None, abstain_below: float | None, progress_to=None) -> Iterator[Prediction]:
+    """Every text's prediction, in order; a long input in chunks, with progress, each chunk's answers written before
+    the next is scored (a model of 20,000 labels holds 20,000 probabilities per text). The answers are the texts'
+    own: a text's prediction does not depend on the others in its batch."""
     if len(texts) <= LONG_INPUT:
-        return predictor.predict(texts, batch_size, truncation, text_pair, abstain_below)
-    progress, results = Progress(len(texts), "predict", file=progress_to), []
+        yield from predictor.predict(texts, batch_size, truncation, text_pair, abstain_below)
+        return
+    progress = Progress(len(texts), "predict", file=progress_to)
     for start in range(0, len(texts), CHUNK):
         pairs = text_pair[start:start + CHUNK] if text_pair else None
-        results += predictor.predict(texts[start:start + CHUNK], batch_size, truncation, pairs, abstain_below)
+        yield from predictor.predict(texts[start:start + CHUNK], batch_size, truncation, pairs, abstain_below)
         progress.update(min(CHUNK, len(texts) - start))
     progress.close()
-    return results
 
 
 def _answer(result) -> dict:
