@@ -17,7 +17,7 @@ class Features:
 
     input_ids: list[np.ndarray]       # each [seq] int64
     token_type_ids: list[np.ndarray]  # each [seq] int64
-    labels: np.ndarray | None         # [n] int64 (multi-label: [n, labels] float32 0/1), None for unlabelled input
+    labels: np.ndarray | None         # [n] int64 (multi-label: [n, labels] bool), None for unlabelled input
     word_ids: list[np.ndarray] | None = None  # each [seq]: the word of each token, for whole-word masking
     documents: np.ndarray | None = None  # [n]: the text each row is a window of (sliding_window); None = row i
     window_pooling: str = "mean"  # how the windows' logits become their text's
@@ -76,14 +76,14 @@ def tokenize(examples: Sequence[Example], tokenizer, max_length: int,
 
 
 def label_ids(examples: Sequence[Example], label_map: LabelMap | None) -> np.ndarray | None:
-    """Class id of each example [n] int64, or for multi-label rows a 0/1 row per example [n, labels] float32;
-    None for unlabelled input."""
+    """Class id of each example [n] int64, or for multi-label rows a row of flags per example [n, labels] bool
+    (a byte each: 80,000 rows of 20,000 labels in float32 were 6.4 GB); None for unlabelled input."""
     if label_map is None:
         return None
     if examples and isinstance(examples[0].label, tuple):
-        multi_hot = np.zeros((len(examples), len(label_map)), dtype=np.float32)
+        multi_hot = np.zeros((len(examples), len(label_map)), dtype=bool)
         for row, example in enumerate(examples):
-            multi_hot[row, [label_map.id(name) for name in example.label]] = 1.0
+            multi_hot[row, [label_map.id(name) for name in example.label]] = True
         return multi_hot
     return np.array([label_map.id(e.label) for e in examples], dtype=np.int64)
 
@@ -94,7 +94,8 @@ def pad_batch(features: Features, indices: Sequence[int], pad_token_id: int) -> 
                                         [features.token_type_ids[i] for i in indices], pad_token_id)
     batch = {"input_ids": input_ids, "token_type_ids": token_type_ids}
     if features.labels is not None:
-        batch["labels"] = features.labels[list(indices)]  # [batch]
+        labels = features.labels[list(indices)]  # [batch] (multi-label: [batch, labels], the loss's float32)
+        batch["labels"] = labels.astype(np.float32) if labels.dtype == bool else labels
     return batch
 
 

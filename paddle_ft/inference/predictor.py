@@ -264,6 +264,17 @@ class Prediction:
         answer = None if self.hierarchy is None else self.hierarchy.answer(self.vector, abstain_below)
         return replace(self, abstained=self.score < abstain_below, answer=answer)
 
+    def __eq__(self, other) -> bool:
+        """The same answer about the same text: every field equal, the probabilities exactly."""
+        def fields(p: Prediction) -> tuple:
+            tree = None if p.hierarchy is None else (p.hierarchy.leaves, p.hierarchy.separator)
+            return p.names, p.truncated, p.windows, p.labels, p.abstained, tree, p.answer
+
+        return isinstance(other, Prediction) and fields(self) == fields(other) and \
+            np.array_equal(self.vector, other.vector)
+
+    __hash__ = None
+
     @property
     def probabilities(self) -> dict[str, float]:
         """{label: probability} of every label, in class-id order."""
