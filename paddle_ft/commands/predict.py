@@ -44,8 +44,8 @@ def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, i
     results = _predicted(predictor, texts, text_pair or None, batch_size, truncation, threshold,
                          None if output_path else sys.stderr)
     with atomic_file(output_path) if output_path else contextlib.nullcontext(sys.stdout) as out:
-        for i, (text, result) in enumerate(zip(texts, results)):
-            answer = record(text, text_pair[i] if text_pair else None, lines[i] if lines else None, result)
+        for i, result in enumerate(results):  # to its end: the last chunk's progress line comes after its answers
+            answer = record(texts[i], text_pair[i] if text_pair else None, lines[i] if lines else None, result)
             out.write(json.dumps(answer, ensure_ascii=False) + "\n")
     return 0
 
