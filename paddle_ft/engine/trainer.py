@@ -42,9 +42,10 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
           resume_from: Path | None = None, objective=None, on_eval=None) -> Results | None:
     """Train `model` on `objective` (default: a classifier's); writes the run's events, checkpoints, best
     model and results into `run` (the `Results`, on rank 0; None on the others). With `resume_from`, every piece
-    of state is restored from that checkpoint and training goes on exactly as if it had not stopped. Under `dist`, `batch_size` is per process, only rank 0
-    writes, and every collective is called by every rank (here, or in a helper called unconditionally).
-    `on_eval(step, dev metric)` is called after each dev evaluation (a sweep prunes a trial by raising there)."""
+    of state is restored from that checkpoint and training goes on exactly as if it had not stopped. Under `dist`,
+    `batch_size` is per process, only rank 0 writes, and every collective is called by every rank (here, or in a
+    helper called unconditionally). `on_eval(step, dev metric)` is called after each dev evaluation (a sweep prunes a
+    trial by raising there)."""
     tc = config.train
     objective = objective or Classification(splits.label_names, splits.pad_token_id)
     plan = plan_run(len(splits.train), tc.batch_size, tc.accumulate_steps, tc.epochs, tc.max_steps,

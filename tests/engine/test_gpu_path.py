@@ -488,8 +488,8 @@ def count_host_reads(monkeypatch) -> dict:
 def test_a_training_step_reads_the_host_once(tiny_config_args, monkeypatch):
     """Issue 46 (host syncs): a step read its loss, then the ranks' sum of it (a second read under data parallel).
     Now one read per step (the loss, summed over the ranks first; with clipping, the gradient norm at log steps).
-    What is left of the issue's budget (one read per log step) needs the non-finite skip and fp16 loss scaling done on the
-    device (docs/status.md). Clipping is off here: on a CPU it reads its scale to skip a no-op multiply."""
+    What is left of the issue's budget (one read per log step) needs the non-finite skip and fp16 loss scaling done on
+    the device (docs/status.md). Clipping is off here: on a CPU it reads its scale to skip a no-op multiply."""
     counts = count_host_reads(monkeypatch)
     args = tiny_config_args + ["data.dev=null", "data.test=null", "train.max_steps=20", "train.runtime.log_every=10",
                                "train.checkpoints.keep=0", "train.optimizer.max_grad_norm=null",
