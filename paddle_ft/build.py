@@ -16,7 +16,7 @@ from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, format_of, read_examples
 from paddle_ft.errors import ConfigError, DataError, UserError
-from paddle_ft.hierarchy import Hierarchy
+from paddle_ft.hierarchy import Hierarchy, labelled_parents
 from paddle_ft.log import log
 from paddle_ft.model import BERTForTextClassification, scratch_encoder
 from paddle_ft.text import Truncation
@@ -73,7 +73,7 @@ def _check_hierarchy(label_map: LabelMap, separator: str, examples: dict, paths:
     try:
         hierarchy = Hierarchy(label_map.names, separator)
     except UserError as exc:
-        parents = [name for name in label_map.names if any(n.startswith(name + separator) for n in label_map.names)]
+        parents = labelled_parents(label_map.names, separator)
         row = next(((split, e) for split, rows in examples.items() for e in rows
                     if parents and parents[0] in e.label_names), None)
         if row is None:

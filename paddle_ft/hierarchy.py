@@ -23,13 +23,12 @@ class Hierarchy:
             if not all(part.strip() for part in parts):
                 raise UserError(f"label {leaf!r} has an empty level between {separator!r}s; write it as a path of "
                                 f"names, as 电子{separator}手机")
-        inner = {separator.join(parts[:depth]) for parts in paths for depth in range(1, len(parts))}
-        labelled_inner = sorted(inner & set(self.leaves))
-        if labelled_inner:
-            child = next(leaf for leaf in self.leaves if leaf.startswith(labelled_inner[0] + separator))
-            raise UserError(f"label {labelled_inner[0]!r} is both a label and the parent of {child!r}: a text's label "
+        parents = labelled_parents(self.leaves, separator)
+        if parents:
+            child = next(leaf for leaf in self.leaves if leaf.startswith(parents[0] + separator))
+            raise UserError(f"label {parents[0]!r} is both a label and the parent of {child!r}: a text's label "
                             f"must be a leaf of the tree; label those texts down to a leaf (as "
-                            f"{labelled_inner[0]}{separator}其他)")
+                            f"{parents[0]}{separator}其他)")
         self.depth = max(len(parts) for parts in paths)
         # node ids of each leaf per level, and each level's node names in first-seen order
         self._node_of, self.names = [], []
@@ -60,9 +59,9 @@ class Hierarchy:
     def path(self, probabilities: np.ndarray) -> list[tuple[str, float]]:
         """The most probable leaf's path, top first: (node, its probability) per level ([leaves] of one text)."""
         leaf = int(np.argmax(probabilities))
-        return [(self.names[level - 1][self._node_of[level - 1][leaf]],
-                 float(probabilities[self._node_of[level - 1] == self._node_of[level - 1][leaf]].sum()))
-                for level in range(1, self.depth + 1)]
+        nodes = [(level, self.node_ids(level)[leaf]) for level in range(1, self.depth + 1)]
+        return [(self.names[level - 1][node], float(self.marginals(probabilities[None, :], level)[0, node]))
+                for level, node in nodes]
 
     def answer(self, probabilities: np.ndarray, abstain_below: float) -> tuple[str, float] | None:
         """The deepest level's most probable node whose probability reaches `abstain_below` ([leaves] of one text):
@@ -75,9 +74,11 @@ class Hierarchy:
                 return self.names[level - 1][best], float(nodes[best])
         return None
 
-    def is_path(self, node: str) -> bool:
-        """`node` is a node of this tree (a leaf or a parent of leaves)."""
-        return any(node in names for names in self.names)
+def labelled_parents(labels, separator: str) -> list[str]:
+    """The labels that are also the parent of another label (sorted): not a tree of leaves."""
+    inner = {separator.join(parts[:depth]) for parts in (label.split(separator) for label in labels)
+             for depth in range(1, len(parts))}
+    return sorted(inner & set(labels))
 
 
 def hierarchy_of(labels: tuple[str, ...], separator: str | None) -> Hierarchy | None:

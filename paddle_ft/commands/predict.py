@@ -85,7 +85,7 @@ def _predicted(predictor: Predictor, texts: list[str], text_pair: list[str] | No
 def _answer(result) -> dict:
     """The top label and its probability; a multi-label model's label set and every label's probability."""
     if result.labels is None:
-        kept = {key: value for key, value in result.as_dict().items() if key in ("abstained", "path", "answer")}
-        return {"label": result.label, "score": round(result.score, 6), **kept}
+        decided = {} if result.abstained is None else {"abstained": result.abstained}
+        return {"label": result.label, "score": round(result.score, 6), **decided, **result.tree_fields()}
     return {"labels": list(result.labels),
             "probabilities": {name: round(p, 6) for name, p in result.shown_probabilities().items()}}

@@ -182,13 +182,12 @@ def tune_thresholds(gold: np.ndarray, probabilities: np.ndarray, default: float 
     elif rare.any() and positives[rare].any():
         thresholds[rare] = _shared_threshold(gold[:, rare], probabilities[:, rare], default)
     for label in np.flatnonzero(~rare):
-        positives = int(gold[:, label].sum())
         order = np.argsort(-probabilities[:, label], kind="stable")
         scores, hits = probabilities[order, label].astype(np.float64), gold[order, label]
         cut = np.flatnonzero(np.diff(scores) < 0)  # predicting the first cut+1 texts: only between distinct scores
         cut = np.append(cut, len(scores) - 1)
         true_positive = np.cumsum(hits)[cut]
-        f1 = 2 * true_positive / (cut + 1 + positives)
+        f1 = 2 * true_positive / (cut + 1 + positives[label])
         edges = np.append((scores[cut[:-1]] + scores[cut[:-1] + 1]) / 2, scores[-1] / 2)
         best = np.flatnonzero(np.isclose(f1, f1.max(), rtol=0, atol=1e-12))
         thresholds[label] = edges[best[np.argmin(np.abs(edges[best] - default))]]

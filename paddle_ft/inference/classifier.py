@@ -65,7 +65,7 @@ class Classifier:
                                              self.abstain_below)
         results = [[{"label": label, "score": score, **({"truncated": True} if p.truncated else {}),
                      **({"abstained": True} if p.abstained else {}),
-                     **({"answer": p.as_dict()["answer"]} if p.abstained and p.hierarchy else {}),
+                     **({"answer": p.tree_fields()["answer"]} if p.abstained and p.hierarchy else {}),
                      **({"windows": p.windows} if p.windows > 1 else {})}
                     for label, score in self._answer(p, k)] for p in predictions]
         return results[0] if single else results

@@ -304,15 +304,21 @@ class Prediction:
             return self.probabilities
         return dict(self.top(TOP_PROBABILITIES))
 
+    def tree_fields(self) -> dict:
+        """With a tree of labels: the top label's `path` (each level's node and probability) and, under a threshold,
+        the `answer` of the deepest level that is sure (None if none is); {} without a tree."""
+        if self.hierarchy is None:
+            return {}
+        fields = {"path": [{"label": node, "score": p} for node, p in self.hierarchy.path(self.vector)]}
+        if self.abstained is not None:
+            fields["answer"] = None if self.answer is None else dict(zip(("label", "score"), self.answer))
+        return fields
+
     def as_dict(self) -> dict:
         answer = {"label": self.label, "score": self.score} if self.labels is None else {"labels": list(self.labels)}
         decided = {} if self.abstained is None else {"abstained": self.abstained}
-        if self.hierarchy is not None:  # the top label's path, and under a threshold the level that is sure
-            answer["path"] = [{"label": node, "score": p} for node, p in self.hierarchy.path(self.vector)]
-            if self.abstained is not None:
-                decided["answer"] = None if self.answer is None else dict(zip(("label", "score"), self.answer))
-        return {**answer, **decided, "probabilities": self.shown_probabilities(), "truncated": self.truncated,
-                "windows": self.windows}
+        return {**answer, **decided, **self.tree_fields(), "probabilities": self.shown_probabilities(),
+                "truncated": self.truncated, "windows": self.windows}
 
 
 def stack_probabilities(predictions: list[Prediction]) -> np.ndarray:
