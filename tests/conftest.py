@@ -29,6 +29,23 @@ def overrides(args: list[str]) -> list[str]:
     return [item for arg in args for item in ("-o", arg)]
 
 
+def count_tensor_reads(monkeypatch) -> dict:
+    """Counts reads of a tensor's value on the host (numpy, item, float, bool, int, tolist; a read inside another
+    counts once) while counts["on"] is true: each is a sync with the device on a GPU."""
+    counts = {"on": False, "inside": False, "reads": 0}
+    for name in ("numpy", "item", "__float__", "__bool__", "__int__", "tolist"):
+        def read(self, *args, _real=getattr(paddle.Tensor, name), **kwargs):
+            outer = not counts["inside"]
+            counts["reads"] += counts["on"] and outer
+            counts["inside"] = True
+            try:
+                return _real(self, *args, **kwargs)
+            finally:
+                counts["inside"] = not outer
+        monkeypatch.setattr(paddle.Tensor, name, read)
+    return counts
+
+
 def features_of(rows, tokenizer, max_length: int = 64):
     """Token ids of synthetic (text, label) rows, labelled with LABELS."""
     from paddle_ft.data.features import tokenize

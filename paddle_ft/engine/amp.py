@@ -44,9 +44,10 @@ class StepRunner:
         """Unscale, clip, update, clear grads. Returns (the pre-clip global norm, None without clipping;
         whether the scaler skipped the update for inf/NaN gradients)."""
         grad_norm = self.unscale_and_clip(optimizer, parameters)
-        # read before update() resets it; a host sync, but only with float16 scaling on
-        overflow = self.scaler.is_enable() and bool(self.scaler._found_inf)
         self.scaler.step(optimizer)  # skips the update when the unscaled gradients hold inf/NaN
+        # Paddle's eager optimizer has read the overflow flag on the host to decide (Optimizer._apply_optimize) and
+        # left its answer as a Python bool: taking it costs no second sync with the device
+        overflow = self.scaler.is_enable() and bool(self.scaler._cache_found_inf)
         self.scaler.update()
         optimizer.clear_grad()
         return grad_norm, overflow

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import paddle
 import pytest
-from conftest import LABELS, features_of, synthetic_rows, tiny_meta
+from conftest import LABELS, count_tensor_reads, features_of, synthetic_rows, tiny_meta
 
 from paddle_ft.artifacts.bundle import MODEL_STATE
 from paddle_ft.config import AmpConfig, load_config
@@ -128,6 +128,22 @@ def test_float16_scaler_skips_and_counts_overflowing_steps(make_model, tokenizer
     loss_and_backward(model, tokenizer, runner)
     assert runner.step(optimizer, model.parameters())[1] is False
     assert not all(np.array_equal(before[k], v.numpy()) for k, v in model.state_dict().items())
+
+
+def test_a_float16_step_reads_the_overflow_flag_on_the_host_once(make_model, tokenizer, scaler_on_cpu, monkeypatch):
+    """Issue 46: the runner read the flag itself, then Paddle's optimizer read it again to decide the skip. Now the
+    one read of a healthy step is Paddle's (its eager optimizer cannot skip without it); an overflowing step adds the
+    two of Paddle's own message about the smaller scale."""
+    model = make_model()
+    optimizer = paddle.optimizer.AdamW(parameters=model.parameters(), learning_rate=1e-2)
+    runner = StepRunner(AmpConfig(enabled=True, dtype="float16", init_loss_scaling=1024), max_grad_norm=None)
+    counts = count_tensor_reads(monkeypatch)
+    for scale, overflowed, reads in ((float("inf"), True, 3), (1.0, False, 1)):
+        loss_and_backward(model, tokenizer, runner, scale=scale)
+        counts["on"], counts["reads"] = True, 0
+        assert runner.step(optimizer, model.parameters())[1] is overflowed
+        counts["on"] = False
+        assert counts["reads"] == reads
 
 
 def test_training_writes_best_results_and_rotates_checkpoints(make_model, tokenizer, tmp_path):

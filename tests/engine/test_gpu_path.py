@@ -4,7 +4,7 @@ state that depends on how many GPUs are visible."""
 import numpy as np
 import paddle
 import pytest
-from conftest import DEMO, overrides, tiny_meta
+from conftest import DEMO, count_tensor_reads, overrides, synthetic_rows, tiny_meta
 
 from paddle_ft.cli import main
 from paddle_ft.config import AmpConfig
@@ -453,22 +453,12 @@ def test_an_o2_checkpoint_resumes_in_a_process_that_built_other_layers_first(tmp
 
 
 def count_host_reads(monkeypatch) -> dict:
-    """Counts the reads of a tensor's value on the host (numpy, item, float, bool, int, tolist; a read inside
-    another counts once) while the training loop runs its steps, _finish excluded."""
+    """Counts the host reads (conftest.count_tensor_reads) while the training loop runs its steps, evaluations and
+    _finish excluded."""
     from paddle_ft.engine import trainer
 
-    counts = {"on": False, "inside": False, "reads": 0}
-    for name in ("numpy", "item", "__float__", "__bool__", "__int__", "tolist"):
-        def read(self, *args, _real=getattr(paddle.Tensor, name), **kwargs):
-            outer = not counts["inside"]
-            counts["reads"] += counts["on"] and outer
-            counts["inside"] = True
-            try:
-                return _real(self, *args, **kwargs)
-            finally:
-                counts["inside"] = not outer
-        monkeypatch.setattr(paddle.Tensor, name, read)
-    real_steps, real_finish = trainer._steps_left, trainer._finish
+    counts = count_tensor_reads(monkeypatch)
+    real_steps, real_finish, real_evaluate = trainer._steps_left, trainer._finish, trainer._evaluate_and_keep_best
 
     def steps(*args):
         for item in real_steps(*args):
@@ -480,19 +470,42 @@ def count_host_reads(monkeypatch) -> dict:
         counts["on"] = False
         return real_finish(*args)
 
+    def evaluate(*args):
+        counts["on"] = False
+        try:
+            return real_evaluate(*args)
+        finally:
+            counts["on"] = True
+
     monkeypatch.setattr(trainer, "_steps_left", steps)
     monkeypatch.setattr(trainer, "_finish", finish)
+    monkeypatch.setattr(trainer, "_evaluate_and_keep_best", evaluate)
     return counts
 
 
 def test_a_training_step_reads_the_host_once(tiny_config_args, monkeypatch):
     """Issue 46 (host syncs): a step read its loss, then the ranks' sum of it (a second read under data parallel).
-    Now one read per step (the loss, summed over the ranks first; with clipping, the gradient norm at log steps).
-    What is left of the issue's budget (one read per log step) needs the non-finite skip and fp16 loss scaling done on
-    the device (docs/status.md). Clipping is off here: on a CPU it reads its scale to skip a no-op multiply."""
+    Now one read per step (the loss, summed over the ranks first; with clipping, the gradient norm at log steps): the
+    floor while a non-finite step is skipped, which Paddle's eager optimizer decides on the host (docs/status.md).
+    Clipping is off here: on a CPU it reads its scale to skip a no-op multiply."""
     counts = count_host_reads(monkeypatch)
     args = tiny_config_args + ["data.dev=null", "data.test=null", "train.max_steps=20", "train.runtime.log_every=10",
                                "train.checkpoints.keep=0", "train.optimizer.max_grad_norm=null",
                                "train.runtime.write_report=false"]
     assert main(["train", "--config", DEMO, *overrides(args)]) == 0
+    assert counts["reads"] == 20
+
+
+def test_an_electra_step_of_two_micro_batches_reads_the_host_once(tiny_config_args, tmp_path, monkeypatch):
+    """Issue 46 (host syncs, ELECTRA included): its objective read a count of replaced tokens per micro-batch."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(text for text, _ in synthetic_rows(400, seed=5)) + "\n", encoding="utf-8")
+    counts = count_host_reads(monkeypatch)
+    keep = [a for a in tiny_config_args if a.startswith(("model.scratch.", "data.max_length", "data.cache_dir"))]
+    args = keep + [f"output_dir={tmp_path / 'run'}", f"pretrain.corpus=[{corpus}]", "pretrain.objective=electra",
+                   "train.evaluation.metric=replaced_f1", "data.train=null", "data.dev=null", "data.test=null",
+                   "train.batch_size=8", "train.accumulate_steps=2", "train.max_steps=20", "train.runtime.log_every=10",
+                   "train.checkpoints.keep=0", "train.optimizer.max_grad_norm=null",
+                   "train.runtime.write_report=false"]
+    assert main(["pretrain", "--config", DEMO, *overrides(args)]) == 0
     assert counts["reads"] == 20
