@@ -1,5 +1,6 @@
 """The package's shape in numbers, from its syntax trees: modules at the root, import edges between paddle_ft
-modules, which modules name each artifact's files, the longest functions.
+modules, which modules name each artifact's files, the longest functions, the widest signatures, the largest modules
+and the lines kept outside the library (tools/).
 
     python tools/code_map.py            # a summary
     python tools/code_map.py --edges    # and every import edge
@@ -17,7 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "paddle_ft"
 # the file names of the artifacts: a module that spells one as a whole string literal reads or writes it
 ARTIFACT_FILES = ("results.json", "metrics.jsonl", "config.yaml", "export.json", "model.json", "model.pdmodel",
-                  "model.pdiparams", "model.onnx", "label_map.json", "paddle_ft.json", "MODEL_CARD.md")
+                  "model.pdiparams", "model.onnx", "label_map.json", "paddle_ft.json", "MODEL_CARD.md",
+                  "model_state.pdparams", "manifest.json")
+WIDE = 8  # parameters (self and cls aside) from which a signature counts as wide
+LARGE = 400  # lines from which a module counts as large
 
 
 def module_name(path: Path) -> str:
@@ -63,6 +67,20 @@ def functions(tree: ast.Module, name: str) -> list[tuple[int, str]]:
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
+def parameter_counts(tree: ast.Module, name: str) -> list[tuple[int, str]]:
+    counts = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+            counts.append((len([n for n in names if n not in ("self", "cls")]), f"{name}.{node.name}"))
+    return counts
+
+
+def line_count(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--edges", action="store_true", help="print every import edge")
@@ -76,7 +94,7 @@ def main() -> None:
         for file in file_names_in(tree):
             names[file].append(name)
     sizes = sorted((size for name, tree in trees.items() for size in functions(tree, name)), reverse=True)
-    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in PACKAGE.rglob("*.py"))
+    lines = sum(line_count(p) for p in PACKAGE.rglob("*.py"))
     print(f"{len(known)} modules, {lines} lines; {len(root)} at the package root: {' '.join(root)}")
     print(f"{sum(map(len, edges.values()))} import edges between paddle_ft modules")
     for file in ARTIFACT_FILES:
@@ -84,6 +102,14 @@ def main() -> None:
     median = sorted(size for size, _ in sizes)[len(sizes) // 2]
     print(f"{len(sizes)} functions, median {median} lines; longest: "
           + ", ".join(f"{name} {size}" for size, name in sizes[:6]))
+    wide = sorted((c for name, tree in trees.items() for c in parameter_counts(tree, name) if c[0] >= WIDE),
+                  reverse=True)
+    print(f"{len(wide)} functions with {WIDE} or more parameters: " + ", ".join(f"{n} {c}" for c, n in wide))
+    large = sorted(((line_count(p), module_name(p)) for p in PACKAGE.rglob("*.py") if line_count(p) > LARGE),
+                   reverse=True)
+    print(f"{len(large)} modules over {LARGE} lines: " + ", ".join(f"{n} {c}" for c, n in large))
+    print(f"paddle_ft/cli.py: {line_count(PACKAGE / 'cli.py')} lines; outside the library, tools/: "
+          f"{sum(line_count(p) for p in (ROOT / 'tools').rglob('*.py'))} lines")
     if args.edges:
         for name in sorted(edges):
             for target in sorted(edges[name]):
