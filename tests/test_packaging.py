@@ -149,3 +149,27 @@ def test_docker_check_builds_the_image_and_runs_readmes_commands():
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "docker_check.py")], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "docker-check passed" in done.stdout
+
+
+@pytest.mark.slow  # builds a wheel in a child process
+def test_the_wheel_holds_the_library_and_no_measuring_tool(tmp_path):
+    """Issue 47: the bench, gpu-check and the full-size smoke were inside the installed package; they live in
+    tools/ now, and the wheel is the toolkit alone (its C++ kernel source included)."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "paddle_ft", source / "paddle_ft", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.py", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(tmp_path / "wheels"), str(source)], check=True, capture_output=True)
+    [wheel] = (tmp_path / "wheels").glob("paddle_ft-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    modules = {name for name in names if name.endswith(".py")}
+    assert "paddle_ft/cli.py" in modules and "paddle_ft/engine/trainer.py" in modules
+    assert any(name.endswith("fused_kernels.cc") for name in names)
+    assert all(name.startswith("paddle_ft/") for name in modules), modules
+    assert not [name for name in modules if re.search(r"bench|gpu_check|docker_check|full_size", name)]

@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+from bench.run import children_path  # noqa: E402
 from paddle_ft.errors import UserError  # noqa: E402
 
 PEER_SCRIPT = ROOT / "tools" / "e5_bench_peer.py"
@@ -200,12 +201,12 @@ class Runs:
         return run
 
     def inference(self, model_dir: str, data: Path) -> dict:
-        from paddle_ft.bench.shape import RESULT_MARK
+        from bench.shape import RESULT_MARK
 
         job = {"model_dir": model_dir, "demo": str(data), "workdir": str(self.output / "inference"),
                "threads": self.threads, "batch_sizes": [1, 32], "rounds": 5, "samples_per_round": 96,
                "latency_calls": 200}
-        return self._run("inference", [sys.executable, "-m", "paddle_ft.bench.jobs", "inference", json.dumps(job)],
+        return self._run("inference", [sys.executable, "-m", "bench.jobs", "inference", json.dumps(job)],
                          mark=RESULT_MARK)
 
     def _run(self, name: str, command: list[str], mark: str | None = None) -> dict:
@@ -214,7 +215,7 @@ class Runs:
         started = time.perf_counter()
         with log.open("w", encoding="utf-8") as err:
             child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                     env={**os.environ, "PYTHONPATH": children_path()})
             out = child.stdout.read()
             _, status, usage = os.wait4(child.pid, 0)
             err.write(out)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from paddle_ft.bench.full_size import main  # noqa: E402  (the commands it runs set the process up)
+from bench.full_size import main  # noqa: E402  (the commands it runs set the process up)
 from paddle_ft.errors import UserError  # noqa: E402
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from paddle_ft.bench.gpu_check import main  # noqa: E402
+from bench.gpu_check import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,7 @@ with dynamic batching adaptive (the default), with a 5 ms wait and off, side by 
 
 It starts the server itself on 127.0.0.1 for each mode, sends single-text requests from the demo test split,
 and stops each level after --requests requests or --seconds seconds, whichever comes first (see
-paddle_ft/bench/serving.py; `python tools/bench.py --serve` runs it too). Nothing leaves the machine.
+tools/bench/serving.py; `python tools/bench.py --serve` runs it too). Nothing leaves the machine.
 """
 import argparse
 import sys
@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from paddle_ft.bench.serving import fairness_markdown, fairness_test, load_test, markdown  # noqa: E402
+from bench.serving import fairness_markdown, fairness_test, load_test, markdown  # noqa: E402
 
 FALLBACK_TEXTS = ["这个服务太差了，再也不来了", "质量很好，物流也快，非常满意", "一般般吧", "房间很干净，早餐丰富",
                   "客服态度恶劣，退款拖了一个月", "性价比高，推荐购买"]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from paddle_ft.bench import report
-from paddle_ft.bench.inference import ENGINES, _wait_for_quiet_threads
-from paddle_ft.bench.shape import step_windows, summarise_windows
+from bench import report
+from bench.inference import ENGINES, _wait_for_quiet_threads
+from bench.shape import step_windows, summarise_windows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -180,7 +180,7 @@ class FakeJobs:
         self.fits, self.failure, self.names = fits, failure, []
 
     def paddle(self, name, args):
-        from paddle_ft.bench.run import is_out_of_memory
+        from bench.search import is_out_of_memory
 
         self.names.append((name, args["name"]))
         if args["overrides"]["train.batch_size"] <= self.fits:
@@ -189,7 +189,7 @@ class FakeJobs:
 
 
 def test_largest_batch_names_runs_by_precision_and_tells_oom_from_other_failures():
-    from paddle_ft.bench.run import largest_batch
+    from bench.run import largest_batch
 
     oom = FakeJobs(128, "ResourceExhaustedError: Out of memory error on GPU 0. Cannot allocate 1.2GB")
     assert largest_batch(oom, {}, "fp16", {"train.amp.enabled": True}) == (128, None)
@@ -202,7 +202,7 @@ def test_largest_batch_names_runs_by_precision_and_tells_oom_from_other_failures
 @pytest.mark.slow  # trains, exports and starts a server
 def test_the_full_size_smoke_trains_exports_predicts_and_serves(tmp_path, capsys):
     """tools/full_size_smoke.py's plumbing, at a tiny shape here (README has its figures at bert-base's)."""
-    from paddle_ft.bench.full_size import main
+    from bench.full_size import main
 
     assert main(["--output", str(tmp_path / "smoke"), "--shape", "2,32,2,64", "--vocab-size", "300",
                  "--steps", "6"]) == 0

@@ -161,7 +161,7 @@ def test_export_on_a_gpu_machine_checks_the_gpu_predictor_too(tmp_path):
 
 
 def test_gpu_check_never_deletes_a_folder_it_did_not_write(tmp_path, capsys):
-    from paddle_ft.bench.gpu_check import main
+    from bench.gpu_check import main
 
     (tmp_path / "notes.txt").write_text("mine")
     assert main(["--output", str(tmp_path), "--device", "cpu"]) == 2
@@ -172,7 +172,7 @@ def test_gpu_check_never_deletes_a_folder_it_did_not_write(tmp_path, capsys):
 @pytest.mark.skipif(paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0, reason="a GPU is here")
 def test_gpu_check_without_a_gpu_fails_in_one_line_and_writes_nothing(tmp_path, capsys):
     """Issue 28: it printed one SKIP and exited 0, a check that could not fail."""
-    from paddle_ft.bench.gpu_check import main
+    from bench.gpu_check import main
 
     assert main(["--output", str(tmp_path / "check")]) == 1
     err = capsys.readouterr().err
@@ -256,7 +256,7 @@ def test_tf32_is_set_from_the_config_whatever_the_process_had(tf32, tiny_config_
 
 
 def test_the_largest_batch_search_doubles_then_bisects_and_stops_at_its_budget():
-    from paddle_ft.bench.gpu_check import largest_batch
+    from bench.search import ProbeFailed, largest_batch
 
     tried = []
 
@@ -264,11 +264,18 @@ def test_the_largest_batch_search_doubles_then_bisects_and_stops_at_its_budget()
         tried.append(batch)
         return batch <= 300
 
-    assert largest_batch(fits, 32, budget_seconds=60) == (300, 301)
+    assert largest_batch(fits, 32, budget_seconds=60) == (300, 301, None)
     assert tried[:6] == [32, 64, 128, 256, 512, 384] and len(tried) == 13  # 5 doublings, then 8 halvings of 256
     clock = iter(range(100)).__next__  # one second per reading: the budget ends the search with a bracket
-    assert largest_batch(lambda batch: batch <= 300, 32, budget_seconds=7, clock=clock) == (256, 384)  # 6 trials
-    assert largest_batch(lambda batch: True, 32, budget_seconds=60, cap=100) == (64, None)  # nothing failed
+    assert largest_batch(lambda batch: batch <= 300, 32, budget_seconds=7, clock=clock) == (256, 384, None)  # 6 trials
+    assert largest_batch(lambda batch: True, 32, budget_seconds=60, cap=100) == (64, None, None)  # nothing failed
+
+    def broken(batch):
+        if batch > 64:
+            raise ProbeFailed("no such file")
+        return True
+
+    assert largest_batch(broken, 32) == (64, None, "no such file")  # another failure ends the search, said
 
 
 def row(samples_per_s, activation_mib, finite=True, skipped_share=0.0):
@@ -279,7 +286,7 @@ def row(samples_per_s, activation_mib, finite=True, skipped_share=0.0):
 def test_the_amp_verdict_needs_both_fp32_rows_healthy_rows_and_judges_activations():
     """Issue 46: the verdict compared with TF32-off fp32 only, ignored NaN losses and skipped steps, and judged the
     whole peak, which O2's float32 master weights raise on a healthy GPU."""
-    from paddle_ft.bench.gpu_check import amp_verdict
+    from bench.gpu_check import amp_verdict
 
     rows = {"fp32 TF32 off": row(100, 6000), "fp32 TF32 on": row(130, 6000), "fp16 O1": row(150, 4000),
             "fp16 O2": row(140, 3000)}
@@ -304,7 +311,7 @@ def test_the_amp_verdict_needs_both_fp32_rows_healthy_rows_and_judges_activation
 
 def test_a_rows_activation_memory_is_its_peak_less_what_the_first_step_left(tmp_path):
     from paddle_ft.artifacts.run import RunFiles
-    from paddle_ft.bench.gpu_check import speed_and_memory
+    from bench.gpu_check import speed_and_memory
 
     lines = [{"event": "train", "step": 10, "loss": 0.7, "samples_per_s": 50.0, "skipped_steps": 0,
               "gpu_memory_peak_mib": 5000, "gpu_memory_after_first_step_mib": 1800},
@@ -319,11 +326,11 @@ def test_a_rows_activation_memory_is_its_peak_less_what_the_first_step_left(tmp_
 
 @pytest.mark.slow
 def test_gpu_checks_two_process_check_launches_paddle_ft_and_matches_one_process_on_cpu(tmp_path):
-    """Issue 46, finding 1: the launcher was handed paddle_ft/bench/__main__.py, which does not exist, so both
+    """Issue 46, finding 1: the launcher was handed tools/bench/__main__.py, which does not exist, so both
     2-GPU checks could never pass; --device cpu never reached them. Here the same check runs 2 gloo processes."""
-    from paddle_ft.bench.gpu_check import two_process_check, write_corpus
+    from bench.gpu_check import two_process_check, write_recipe
 
-    config = write_corpus(tmp_path / "data", steps=30)
+    config = write_recipe(tmp_path / "data", steps=30)
     small = ["model.scratch.hidden_size=64", "model.scratch.num_layers=1", "model.scratch.num_heads=2",
              "model.scratch.intermediate_size=128", "train.checkpoints.every=0"]
     check = two_process_check(tmp_path, ["--config", str(config), *small], device="cpu")
@@ -337,10 +344,10 @@ def test_the_batch_search_never_probes_a_batch_larger_than_its_file(tmp_path):
     """Issue 46, finding 4: the search probed up to 8,192 on a 1,280-row file, so every probe above 1,280 "fit"
     while training on 1,280. Here on a CPU: a 100-row file stops the doubling at 64, and each probe's plan held the
     batch it claims."""
-    from paddle_ft.bench.gpu_check import batch_search_check, write_corpus
+    from bench.gpu_check import batch_search_check, write_recipe
     from paddle_ft.data.readers import Columns, read_examples
 
-    config = write_corpus(tmp_path / "data", steps=10)
+    config = write_recipe(tmp_path / "data", steps=10)
     rows = read_examples(tmp_path / "data" / "train.tsv", "tsv", Columns("text", None, "label"))[0][:100]
     (tmp_path / "data" / "small.tsv").write_text("text\tlabel\n" + "".join(f"{e.text}\t{e.label}\n" for e in rows),
                                                  encoding="utf-8")
@@ -369,7 +376,7 @@ def test_keep_0_checkpoints_nothing_and_a_stop_says_so(tiny_config_args, tmp_pat
 
 def test_gpu_check_plans_ten_minutes_and_searches_batches_only_when_asked():
     """Issue 46: 32 child processes and two 150 s searches made gpu-check ~16-20 minutes on one H100."""
-    from paddle_ft.bench.gpu_check import ESTIMATE_SECONDS, plan
+    from bench.gpu_check import ESTIMATE_SECONDS, plan
 
     one_gpu = plan("gpu", 1, batch_search=False)
     assert "batch search" not in one_gpu and "about 10 minutes in all" in one_gpu

@@ -1,6 +1,6 @@
 """The benchmark's Paddle-side measurements, one per child process:
 
-    python -m paddle_ft.bench.jobs JOB ARGS_JSON
+    python -m bench.jobs JOB ARGS_JSON
 
 Jobs: `paddle_ft` (our engine, through the real `train` command), `paddlenlp_trainer` (PaddleNLP's
 `Trainer` with its defaults, in an environment without paddle_ft's settings), `inference` and
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from paddle_ft.bench.shape import (BATCH_SIZE, LEARNING_RATE, MAX_LENGTH, StepRecorder, emit, model_shape,
+from bench.shape import (BATCH_SIZE, LEARNING_RATE, MAX_LENGTH, StepRecorder, emit, model_shape,
                                    summarise_windows)
 
 
@@ -35,7 +35,7 @@ def paddle_ft(args: dict) -> dict:
     """Our engine exactly as `tools/train.py` runs it; throughput from its own metrics.jsonl windows."""
     from paddle_ft import runtime
     from paddle_ft.artifacts.run import RunFiles
-    from paddle_ft.bench.shape import WINDOW_STEPS
+    from bench.shape import WINDOW_STEPS
     from paddle_ft.commands import train
 
     runtime.configure()
@@ -138,7 +138,7 @@ def profile(args: dict) -> dict:
     of the steps' wall time each kind of operator takes (limits.profile_groups), warm-up steps left out."""
     import paddle.profiler as profiler
 
-    from paddle_ft.bench.limits import profile_groups
+    from bench.limits import profile_groups
 
     trace_dir = Path(args["workdir"]) / "profile-trace"
     shutil.rmtree(trace_dir, ignore_errors=True)
@@ -153,7 +153,7 @@ def profile(args: dict) -> dict:
 def limits(args: dict) -> dict:
     """The machine's matmul GFLOP/s, in this run (limits.gemm_rates)."""
     from paddle_ft import runtime
-    from paddle_ft.bench.limits import gemm_rates
+    from bench.limits import gemm_rates
 
     runtime.configure()
     runtime.apply_cpu_settings(args["threads"])
@@ -167,9 +167,9 @@ JOBS = {"paddle_ft": paddle_ft, "paddlenlp_trainer": paddlenlp_trainer, "tokeniz
 def main(argv: list[str]) -> int:
     name, args = argv[0], json.loads(argv[1])
     if name == "inference":
-        from paddle_ft.bench.inference import inference as job
+        from bench.inference import inference as job
     elif name == "models":
-        from paddle_ft.bench.inference import models as job
+        from bench.inference import models as job
     else:
         job = JOBS[name]
     emit(job(args))

@@ -1,7 +1,7 @@
 """The Hugging Face `Trainer` peer, run with the peer virtual environment's python (torch + transformers;
 `make bench-peers`), never imported by paddle_ft:
 
-    .venv-peers/bin/python paddle_ft/bench/hf_trainer.py FEATURES.jsonl VOCAB.txt STEPS THREADS [--group-by-length]
+    .venv-peers/bin/python tools/bench/hf_trainer.py FEATURES.jsonl VOCAB.txt STEPS THREADS [--group-by-length]
 
 Trains the benchmark's model shape with the Trainer's defaults (dynamic padding by
 DataCollatorWithPadding, no length grouping unless asked) on token ids the parent wrote, so every

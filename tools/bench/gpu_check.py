@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import re
 import signal
 import subprocess
 import sys
@@ -29,11 +27,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bench.corpus import write_corpus
+from bench.search import ProbeFailed, is_out_of_memory, largest_batch
 from paddle_ft.artifacts.export_folder import EXPORT_INFO, read_export_info
 from paddle_ft.artifacts.run import RunFiles
 
-CHARS = {"正面": "好棒赞喜爱快美优满意", "负面": "差坏烂慢糟退失望贵破"}
-NEUTRAL = "的了是我这个书手机买东西服务质量"
 PRECISIONS = {"fp32": [], "fp16-O1": ["train.amp.enabled=true", "train.amp.dtype=float16", "train.amp.level=O1"],
               "fp16-O2": ["train.amp.enabled=true", "train.amp.dtype=float16", "train.amp.level=O2"],
               "bf16-O1": ["train.amp.enabled=true", "train.amp.dtype=bfloat16", "train.amp.level=O1"],
@@ -88,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --output {work} holds files gpu-check did not write; give a new folder", file=sys.stderr)
         return 2
     shutil.rmtree(work, ignore_errors=True)
-    config = write_corpus(work / "data", args.steps)
+    config = write_recipe(work / "data", args.steps)
     print(plan(args.device, gpus, args.batch_search), flush=True)
     checks = run_checks(work, config, args.device, gpus, args.batch_search)
     report(checks, work / "gpu_check.json")
@@ -264,27 +262,6 @@ def serving_check(export: Path, data: Path, device: str, log: Path) -> Check:
                  {"max_prob_diff": diff})
 
 
-def largest_batch(fits, start: int, budget_seconds: float, clock=time.monotonic, cap: int = 8192) -> tuple[int, int | None]:
-    """(the largest batch that fit, the smallest that did not or None): doubling from `start` until one does not
-    fit, then bisection between the two, stopping when the budget is spent (the bracket says how close it got)."""
-    deadline = clock() + budget_seconds
-    fit, unfit = 0, None
-    while clock() < deadline:
-        if unfit is None:
-            trial = max(start, 2 * fit)
-            if trial > cap:
-                break
-        elif unfit - fit <= 1:
-            break
-        else:
-            trial = (fit + unfit) // 2
-        if fits(trial):
-            fit = trial
-        else:
-            unfit = trial
-    return fit, unfit
-
-
 def amp_verdict(rows: dict) -> Check:
     """AMP against fp32: the fastest AMP row >= AMP_SPEED_FLOOR x fp32's samples/s with TF32 off **and**
     >= AMP_TF32_FLOOR x with TF32 on (what an Ampere+ GPU gives fp32 for free); the leanest AMP row's activations
@@ -316,9 +293,9 @@ def amp_verdict(rows: dict) -> Check:
 def bert_base_checks(folder: Path, gpus: int, batch_search: bool = False) -> list[Check]:
     """At bert-base's shape: the AMP table with its assertion, and with `batch_search` the largest batch of fp32 and
     fp16 O1. A row measures: no dev, no checkpoint (train.checkpoints.keep 0), best/ written once at its end."""
-    from paddle_ft.bench.full_size import BERT_BASE, MAX_LENGTH, VOCAB_SIZE, write_corpus
+    from bench.full_size import BERT_BASE, MAX_LENGTH, VOCAB_SIZE
 
-    data = write_corpus(folder / "data", VOCAB_SIZE, rows=BERT_STEPS * BERT_BATCH * max(gpus, 1))
+    data = write_corpus(folder / "data", BERT_STEPS * BERT_BATCH * max(gpus, 1), 32, VOCAB_SIZE, (60, 200))
     layers, hidden, heads, intermediate = BERT_BASE.split(",")
     recipe = folder / "bert-base.yaml"  # everything is an override below: the recipe holds the seed only
     recipe.write_text("seed: 42\n", encoding="utf-8")
@@ -343,7 +320,7 @@ def bert_base_checks(folder: Path, gpus: int, batch_search: bool = False) -> lis
         if check.status == "pass":
             rows[name] = check.numbers
     checks.append(amp_verdict(rows))
-    search = write_corpus(folder / "search-data", VOCAB_SIZE, rows=SEARCH_ROWS) if batch_search else None
+    search = write_corpus(folder / "search-data", SEARCH_ROWS, 32, VOCAB_SIZE, (60, 200)) if batch_search else None
     for name in ("fp32 TF32 off", "fp16 O1"):
         if name in rows and search is not None:
             checks.append(batch_search_check(folder / f"largest-{name.replace(' ', '-')}",
@@ -382,45 +359,32 @@ def batch_search_check(folder: Path, arguments: list[str], name: str, rows: int,
         process = paddle_ft(train_command(out, [*arguments, "train.max_steps=2",
                                                 f"train.batch_size={batch}", "data.dev=null"]), device)
         code, stderr = finished(process)
-        if code != 0 and not re.search(r"out of memory|ResourceExhausted|cudaErrorMemoryAllocation", stderr, re.I):
-            raise RuntimeError(stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {code}")
+        if code != 0 and not is_out_of_memory(stderr):
+            raise ProbeFailed(stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {code}")
         if code == 0:
             plan = RunFiles(out).read_events("plan")[0].values
             if min(plan["train_examples"], plan["effective_batch_size"]) < batch:
-                raise RuntimeError(f"the probe of batch {batch} trained on batches of "
-                                   f"{min(plan['train_examples'], plan['effective_batch_size'])}")
+                raise ProbeFailed(f"the probe of batch {batch} trained on batches of "
+                                  f"{min(plan['train_examples'], plan['effective_batch_size'])}")
         return code == 0
 
     started = time.monotonic()
-    try:
-        fit, unfit = largest_batch(fits, start, budget_seconds, cap=rows)
-    except RuntimeError as exc:
-        return Check(f"bert-base largest batch {name}", "fail", f"a probe failed for another reason than memory: {exc}")
+    fit, unfit, failure = largest_batch(fits, start, budget_seconds, cap=rows)
+    if failure:
+        return Check(f"bert-base largest batch {name}", "fail",
+                     f"a probe failed for another reason than memory: {failure}")
     bracket = f"{unfit} did not" if unfit else f"nothing failed up to {fit} (the {rows} rows probed with)"
     return Check(f"bert-base largest batch {name}", "pass" if fit >= start else "fail",
                  f"{fit} fits, {bracket} ({time.monotonic() - started:.0f} s of a {budget_seconds:g} s budget)",
                  {"largest_batch": fit, "first_unfit": unfit})
 
 
-def write_corpus(folder: Path, steps: int) -> Path:
-    """A learnable two-class corpus of mood characters among neutral ones, its character vocabulary, and
-    the recipe that trains a 4-layer, 256-wide BERT on it (returned)."""
+def write_recipe(folder: Path, steps: int) -> Path:
+    """The learnable corpus (bench.corpus) in `folder`, and the recipe that trains a 4-layer, 256-wide BERT on it
+    (returned)."""
     import yaml
 
-    from paddle_ft.data.vocab import SPECIAL_TOKENS
-
-    folder.mkdir(parents=True)
-    rng = random.Random(0)
-    for split, n in (("train", 4000), ("dev", 400)):
-        rows = []
-        for i in range(n):
-            label = list(CHARS)[i % 2]
-            text = "".join(rng.choice(CHARS[label] if rng.random() < 0.3 else NEUTRAL)
-                           for _ in range(rng.randint(4, 60)))
-            rows.append(f"{text}\t{label}")
-        (folder / f"{split}.tsv").write_text("text\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
-    chars = sorted(set("".join(CHARS.values()) + NEUTRAL))
-    (folder / "vocab.txt").write_text("\n".join([*SPECIAL_TOKENS, *chars]) + "\n", encoding="utf-8")
+    write_corpus(folder, 4000, 400)
     recipe = {"data": {"train": str(folder / "train.tsv"), "dev": str(folder / "dev.tsv"), "max_length": 64,
                        "cache_dir": None},
               "model": {"scratch": {"vocab_file": str(folder / "vocab.txt"), "hidden_size": 256, "num_layers": 4,

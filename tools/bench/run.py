@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 from paddle_ft import runtime
-from paddle_ft.bench import report
-from paddle_ft.bench.shape import (BATCH_SIZE, MAX_LENGTH, RESULT_MARK, SHAPE_VARIABLE, WINDOW_STEPS, model_shape,
+from bench import report, search
+from bench.search import ProbeFailed
+from bench.shape import (BATCH_SIZE, MAX_LENGTH, RESULT_MARK, SHAPE_VARIABLE, WINDOW_STEPS, model_shape,
                                    train_steps)
 from paddle_ft.errors import UserError
 from paddle_ft.io import write_text_atomically
@@ -113,7 +114,7 @@ def _bench(args: argparse.Namespace, demo: Path, output: Path) -> int:
 
 def serve_rows(export: Path, demo: Path, threads: int, quick: bool) -> list[dict]:
     """The load test's table on the bench's export (the inference job wrote it)."""
-    from paddle_ft.bench.serving import load_test
+    from bench.serving import load_test
     from paddle_ft.data.readers import Columns, read_examples
 
     texts = [e.text for e in read_examples(demo / "test.tsv", "tsv", Columns("text", None, "label"))[0]]
@@ -166,12 +167,12 @@ class Jobs:
         self.output, self.threads = output, threads
 
     def paddle(self, name: str, args: dict, env: dict | None = None) -> dict:
-        command = [sys.executable, "-m", "paddle_ft.bench.jobs", name, json.dumps(args)]
+        command = [sys.executable, "-m", "bench.jobs", name, json.dumps(args)]
         return self.run(name, command, env if env is not None else dict(os.environ))
 
     def run(self, name: str, command: list[str], env: dict) -> dict:
         # threads fixed for every engine; paddle's import would otherwise have set 1 for the children
-        env = {**env, "OMP_NUM_THREADS": str(self.threads), "PYTHONPATH": _package_root()}
+        env = {**env, "OMP_NUM_THREADS": str(self.threads), "PYTHONPATH": children_path()}
         log = self.output / "logs" / f"{name}.log"
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
@@ -183,22 +184,15 @@ class Jobs:
         if done.returncode != 0 or not marked:
             print(f"bench: {name} failed after {seconds:.0f} s (exit {done.returncode}); see {log}", file=sys.stderr)
             return {"samples_per_s": None, "error": f"exit {done.returncode}; see {log}",
-                    "out_of_memory": is_out_of_memory(log.read_text(encoding="utf-8", errors="replace"))}
+                    "out_of_memory": search.is_out_of_memory(log.read_text(encoding="utf-8", errors="replace"))}
         print(f"bench: {name} done in {seconds:.0f} s", file=sys.stderr, flush=True)
         return {**json.loads(marked[-1][len(RESULT_MARK):]), "job_seconds": round(seconds, 1)}
 
 
-# what Paddle prints when a CUDA allocation fails (ResourceExhaustedError "Out of memory error on GPU ...")
-_OUT_OF_MEMORY = ("ResourceExhausted", "Out of memory", "out of memory", "CUDA error(2)")
-
-
-def is_out_of_memory(log: str) -> bool:
-    return any(mark in log for mark in _OUT_OF_MEMORY)
-
-
-def _package_root() -> str:
-    """So that children import this checkout's paddle_ft, installed or not."""
-    return str(Path(__file__).resolve().parents[2])
+def children_path() -> str:
+    """PYTHONPATH of a child: this checkout's paddle_ft, installed or not, and tools/ for `bench` itself."""
+    tools = Path(__file__).resolve().parents[1]
+    return os.pathsep.join([str(tools.parent), str(tools)])
 
 
 def write_features(demo: Path, path: Path) -> int:
@@ -255,17 +249,17 @@ def amp_table(jobs: "Jobs", common: dict, fp32: dict, train_examples: int) -> di
 
 def largest_batch(jobs: "Jobs", common: dict, precision: str, overrides: dict,
                   limit: int = 4096) -> tuple[int | None, str | None]:
-    """Double the batch from 32 until a 3-step run runs out of memory: (the last batch that ran, None).
-    Any other failure ends the search too, and is returned instead of being taken for out-of-memory."""
-    size, fits = 32, None
-    while size <= limit:
+    """The largest batch a 3-step run trains at (bench.search, from 32): (it or None, why a probe failed otherwise)."""
+    def fits(size: int) -> bool:
         name = f"largest-batch-{precision}-{size}"  # one run folder per precision and size
         result = jobs.paddle(name, {**common, "steps": 3, "name": name,
                                     "overrides": {**overrides, "train.batch_size": size}})
-        if "error" in result:
-            return fits, None if result.get("out_of_memory") else result["error"]
-        fits, size = size, size * 2
-    return fits, None
+        if "error" in result and not result.get("out_of_memory"):
+            raise ProbeFailed(result["error"])
+        return "error" not in result
+
+    found = search.largest_batch(fits, 32, cap=limit)
+    return found.fit or None, found.failure
 
 
 def machine(threads: int, infer: dict, hf: dict) -> dict:

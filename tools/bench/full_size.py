@@ -8,22 +8,20 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import random
 import resource
 import time
 from pathlib import Path
 
+from bench.corpus import write_corpus
 from paddle_ft import runtime
 from paddle_ft.arguments import ArgumentParser, positive_int
 from paddle_ft.artifacts.run import RunFiles
-from paddle_ft.data.vocab import SPECIAL_TOKENS
 from paddle_ft.errors import UserError
 from paddle_ft.ownership import owned_folder
 
 BERT_BASE = "12,768,12,3072"  # layers, hidden, heads, intermediate of bert-base-chinese
 VOCAB_SIZE = 21128  # bert-base-chinese's vocabulary
 MAX_LENGTH = 128
-LABELS = ("负面", "正面")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -45,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         raise UserError(f"--shape {args.shape}: give four integers, e.g. {BERT_BASE}") from None
     with owned_folder(args.output, "bench", "--output") as folder:
-        data = write_corpus(folder / "data", args.vocab_size, rows=max(64, args.steps * args.batch_size))
+        # texts of 60-200 characters, so that most reach the 128 tokens
+        data = write_corpus(folder / "data", max(64, args.steps * args.batch_size), 32, args.vocab_size, (60, 200))
         shape = [f"model.scratch.num_layers={layers}", f"model.scratch.hidden_size={hidden}",
                  f"model.scratch.num_heads={heads}", f"model.scratch.intermediate_size={intermediate}"]
         figures = {"shape": args.shape, "vocab_size": args.vocab_size, "max_length": MAX_LENGTH,
@@ -57,20 +56,6 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in figures.items():
         print(f"{name:28s} {value}")
     return 0
-
-
-def write_corpus(folder: Path, vocab_size: int, rows: int) -> Path:
-    """A vocabulary of `vocab_size` tokens (the specials, then CJK characters) and train/dev files of texts drawn
-    from it, 60-200 characters long so most reach the 128 tokens."""
-    folder.mkdir(parents=True, exist_ok=True)
-    chars = [chr(0x4E00 + i) for i in range(vocab_size - len(SPECIAL_TOKENS))]
-    (folder / "vocab.txt").write_text("\n".join([*SPECIAL_TOKENS, *chars]) + "\n", encoding="utf-8")
-    rng = random.Random(0)
-    for split, count in (("train", rows), ("dev", 32)):
-        texts = ("".join(rng.choices(chars, k=rng.randint(60, 200))) for _ in range(count))
-        lines = ["text\tlabel"] + [f"{text}\t{rng.choice(LABELS)}" for text in texts]
-        (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder
 
 
 def _train(folder: Path, data: Path, shape: list[str], steps: int, batch_size: int) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from paddle_ft.bench.inference import ENGINES
+from bench.inference import ENGINES
 from paddle_ft.io import atomic_path
 
 TRAIN_ENGINES = ("paddle_ft", "paddlenlp_trainer", "hf_trainer", "hf_trainer_group_by_length")
@@ -52,7 +52,7 @@ def _paired_ratio(row: dict, other: dict) -> float | None:
 def limit_rows(results: dict) -> list[dict]:
     """Each training row, and each inference row at batch 32, as useful GFLOP/s (limits.py) and as a share of the
     fastest matmul of its precision measured in the same run."""
-    from paddle_ft.bench.limits import forward_flops_per_token, train_flops_per_token
+    from bench.limits import forward_flops_per_token, train_flops_per_token
 
     gemm = results.get("limits", {}).get("gemm")
     if not gemm:
@@ -197,7 +197,7 @@ def _model_lines(results: dict) -> list[str]:
 def _serve_lines(results: dict) -> list[str]:
     if not results.get("serve"):
         return []
-    from paddle_ft.bench.serving import markdown as serve_table
+    from bench.serving import markdown as serve_table
 
     rows = results["serve"]
     alone = {r["batching"]: r["requests_per_s"] for r in rows if r["concurrency"] == 1}
