@@ -4,8 +4,9 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # `paddle_ft.Predictor`, `paddle_ft.Classifier`, `paddle_ft.Explainer`, `paddle_ft.train`, `paddle_ft.load` and
-    # `paddle_ft.UserError` without importing paddle for code that only needs, say, the demo data.
+    # `paddle_ft.Predictor`, `paddle_ft.PredictOptions`, `paddle_ft.Classifier`, `paddle_ft.Explainer`,
+    # `paddle_ft.train`, `paddle_ft.load` and `paddle_ft.UserError` without importing paddle for code that only needs,
+    # say, the demo data.
     if name in ("train", "load"):
         from paddle_ft import api
 
@@ -14,6 +15,10 @@ def __getattr__(name):
         from paddle_ft.inference.predictor import Predictor
 
         return Predictor
+    if name == "PredictOptions":
+        from paddle_ft.inference.options import PredictOptions
+
+        return PredictOptions
     if name == "Explainer":
         from paddle_ft.analysis.explain import Explainer
 

@@ -309,6 +309,8 @@ def _add_predict(commands) -> None:
     predict.add_argument("--output", help="JSON Lines file to write (default: standard output); with --ray, the "
                                           "folder for the shards, their manifest and --merge's file")
     predict.add_argument("--batch-size", type=positive_int, default=32)
+    predict.add_argument("--top-k", type=positive_int, help="also list the K most probable labels of each text, best "
+                                                            "first (\"top_k\"; as over HTTP)")
     predict.add_argument("--on-bad-row", choices=("error", "skip"), default="error",
                          help="a bad row of --input (undecodable, malformed, no text): stop at it, naming its file and "
                               "line (default), or leave it out and list it (at most 5%% of a file's rows)")
@@ -548,16 +550,19 @@ def _verify(args) -> int:
 def _predict(args) -> int:
     import paddle_ft.commands.predict as command
 
-    options = {"device": args.device, "gpu_id": args.gpu_id, "cpu_threads": args.threads,
-               "precision": args.precision, "use_tensorrt": args.tensorrt, "backend": args.backend}
+    from paddle_ft.inference.options import PredictOptions
+
+    options = PredictOptions(args.device, args.threads, args.precision, args.backend, gpu_id=args.gpu_id,
+                             use_tensorrt=args.tensorrt, batch_size=args.batch_size, truncation=args.truncation,
+                             abstain_below=args.abstain_below, top_k=args.top_k)
     if args.ray is not None:
         import paddle_ft.commands.predict_ray as on_ray
 
         if not args.input or not args.output:
             raise UserError("predict --ray scores files: give --input FILES and --output FOLDER")
-        return on_ray.run(args.export, args.input, args.output, None if args.ray == "local" else args.ray,
-                          args.batch_size, options, args.truncation, args.abstain_below, args.shard_rows, args.actors,
-                          args.merge, args.restart, args.on_bad_row)
+        job = on_ray.RayJob(None if args.ray == "local" else args.ray, args.shard_rows, args.actors, args.merge,
+                            args.restart)
+        return on_ray.run(args.export, args.input, args.output, options, job, args.on_bad_row)
     ray_only = [flag for flag, given in (("--merge", args.merge), ("--restart", args.restart),
                                          ("--actors", args.actors is not None)) if given]
     if ray_only:
@@ -565,7 +570,7 @@ def _predict(args) -> int:
     if args.input and (len(args.input) > 1 or glob.has_magic(args.input[0])):
         raise UserError("predict reads one --input file; for many (or a glob pattern), add --ray")
     return command.run(args.export, args.text, args.text_pair, args.input[0] if args.input else None, args.output,
-                       args.batch_size, options, args.truncation, args.abstain_below, args.on_bad_row)
+                       options, args.on_bad_row)
 
 
 def _serve(args) -> int:

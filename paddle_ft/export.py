@@ -19,6 +19,7 @@ from paddle_ft.artifacts.manifest import training_provenance
 from paddle_ft.artifacts.run import RUN_FILES
 from paddle_ft.errors import UserError
 from paddle_ft.inference.backends import onnx_export_possible, write_onnx
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor
 from paddle_ft.io import atomic_directory, check_output_folder
 from paddle_ft.log import native_output_captured
@@ -101,9 +102,9 @@ def _export(model_dir: Path, output_dir: Path, tolerance: float, onnx: bool) -> 
         # the encoder's vocab_size, not the tokenizer's: not every tokenizer has a `.vocab` (RoBERTa BPE)
         check = functools.partial(parity_max_abs_diff, model, vocab_size=model.encoder.config.vocab_size,
                                   pad_token_id=bundle.tokenizer.pad_token_id, max_length=meta.max_length)
-        info = replace(info, parity_max_abs_diff=check(Predictor(tmp, backend="paddle")))
+        info = replace(info, parity_max_abs_diff=check(Predictor(tmp, PredictOptions(backend="paddle"))))
         if _gpu_visible():  # the export will likely be served on this GPU: check that path too
-            info = replace(info, parity_max_abs_diff_gpu=check(Predictor(tmp, device="gpu")))
+            info = replace(info, parity_max_abs_diff_gpu=check(Predictor(tmp, PredictOptions(device="gpu"))))
         info = _with_onnx(info, tmp, check) if onnx else replace(info, extra={"onnx_skipped": "--no-onnx"})
         written = [p.name for p in tmp.iterdir() if p.name != EXPORT_INFO]
         info = replace(info, files=tuple(sorted({*written, *SEALS})))
@@ -131,7 +132,8 @@ def _with_onnx(info: ExportInfo, folder: Path, check) -> ExportInfo:
     if missing is not None:
         return replace(info, extra={**info.extra, "onnx_skipped": missing})
     write_onnx(folder / info.program_file, folder / ONNX_FILE)
-    return replace(info, onnx_file=ONNX_FILE, parity_max_abs_diff_onnx=check(Predictor(folder, backend="onnxruntime")))
+    onnx = Predictor(folder, PredictOptions(backend="onnxruntime"))
+    return replace(info, onnx_file=ONNX_FILE, parity_max_abs_diff_onnx=check(onnx))
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ def test_train_returns_the_results_and_load_classifies_with_the_best_model(tiny_
     best = tmp_path / "out" / "best"
     classify = paddle_ft.load(best)
     answers = classify(["好好棒赞", "差差烂糟"])
-    assert [a[0]["label"] for a in answers] == ["正面", "负面"]
+    assert [a["label"] for a in answers] == ["正面", "负面"]
     scratch = classify.predictor.export_dir.parent
     assert scratch.is_dir() and scratch.name.startswith("paddle_ft-load-")
     del classify
@@ -30,7 +30,7 @@ def test_train_returns_the_results_and_load_classifies_with_the_best_model(tiny_
 
 def test_load_takes_an_export_and_refuses_anything_else(tmp_path):
     export = export_tiny_model(tmp_path / "model")
-    assert paddle_ft.load(export)("好")[0]["label"] in ("负面", "正面")
+    assert paddle_ft.load(export)("好")["label"] in ("负面", "正面")
     with pytest.raises(UserError, match="is neither an export nor a model folder"):
         paddle_ft.load(tmp_path)
 
@@ -43,7 +43,7 @@ def test_train_reports_a_bad_key_as_the_command_line_does(tiny_config_args):
 @pytest.mark.slow
 def test_the_classifier_is_as_quiet_as_the_command_line(tmp_path):
     export = export_tiny_model(tmp_path / "model")
-    code = f"import paddle_ft; print(paddle_ft.Classifier({str(export)!r})('好')[0]['label'])"
+    code = f"import paddle_ft; print(paddle_ft.Classifier({str(export)!r})('好')['label'])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0 and done.stdout.strip() in ("负面", "正面")
     assert done.stderr == ""  # no Paddle or PaddleNLP chatter

@@ -334,9 +334,8 @@ def classify(texts: list[str]) -> list[dict]:
 def host_answers(export: Path, texts: list[str]) -> list[dict]:
     """The same export on this host, through paddle_ft's own predictor (the suite's environment)."""
     code = ("import json, sys; from paddle_ft import Classifier; c = Classifier(sys.argv[1]); "
-            "answers = c(json.loads(sys.argv[2]), top_k=len(c.labels)); "
-            "print(json.dumps([{'label': a[0]['label'], 'probabilities': {s['label']: s['score'] for s in a}} "
-            "for a in answers]))")
+            "print(json.dumps([{'label': a['label'], 'probabilities': a['probabilities']} "
+            "for a in c(json.loads(sys.argv[2]))]))")
     python = ROOT / ".venv" / "bin" / "python"
     done = subprocess.run([str(python if python.exists() else sys.executable), "-c", code, str(export),
                            json.dumps(texts)], capture_output=True, text=True)

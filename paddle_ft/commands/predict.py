@@ -10,6 +10,7 @@ from pathlib import Path
 from paddle_ft.artifacts.export_folder import program_file, read_export_info
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Prediction, Predictor
 from paddle_ft.tokenization import check_texts
 from paddle_ft.io import atomic_file, check_output_file
@@ -20,8 +21,7 @@ CHUNK = 1024  # texts per predictor call on a long input, between progress updat
 
 
 def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, input_path: str | None,
-        output_path: str | None, batch_size: int, predictor_options: dict, truncation: str | None = None,
-        abstain_below: float | None = None, on_bad_row: str = "error") -> int:
+        output_path: str | None, options: PredictOptions, on_bad_row: str = "error") -> int:
     program_file(Path(export_dir))  # a wrong folder first, before reading any input
     lines = None
     if texts is None:
@@ -38,14 +38,13 @@ def run(export_dir: str, texts: list[str] | None, text_pair: list[str] | None, i
             check_texts(text_pair, "--text-pair {}")
     if output_path:
         check_output_file(output_path, "--output", {"--input": input_path})
-    predictor = Predictor(export_dir, **predictor_options)
-    threshold = predictor.check_abstain_below(abstain_below)
+    predictor = Predictor(export_dir, options)
     # without --output the answers go to standard output, and the progress to standard error, apart from them
-    results = _predicted(predictor, texts, text_pair or None, batch_size, truncation, threshold,
-                         None if output_path else sys.stderr)
+    results = _predicted(predictor, texts, text_pair or None, None if output_path else sys.stderr)
     with atomic_file(output_path) if output_path else contextlib.nullcontext(sys.stdout) as out:
         for i, result in enumerate(results):  # to its end: the last chunk's progress line comes after its answers
-            answer = record(texts[i], text_pair[i] if text_pair else None, lines[i] if lines else None, result)
+            answer = record(texts[i], text_pair[i] if text_pair else None, lines[i] if lines else None, result,
+                            options.top_k)
             out.write(json.dumps(answer, ensure_ascii=False) + "\n")
     return 0
 
@@ -58,34 +57,24 @@ def say_skipped(path, skipped: list[tuple[int, str]]) -> None:
             sys.stderr)
 
 
-def record(text: str, text_pair: str | None, line: int | None, result) -> dict:
-    """One output row: the text (and its pair, its line in the input file), the answer, and how many windows a long
-    text was read in."""
+def record(text: str, text_pair: str | None, line: int | None, result: Prediction, top_k: int | None = None) -> dict:
+    """One output row: the text (and its pair, its line in the input file), then the answer as every interface
+    gives it (`Prediction.as_dict`)."""
     return {"text": text, **({"text_pair": text_pair} if text_pair is not None else {}),
-            **({"line": line} if line is not None else {}), **_answer(result),
-            **({"windows": result.windows} if result.windows > 1 else {})}
+            **({"line": line} if line is not None else {}), **result.as_dict(top_k)}
 
 
-def _predicted(predictor: Predictor, texts: list[str], text_pair: list[str] | None, batch_size: int,
-               truncation: str | None, abstain_below: float | None, progress_to=None) -> Iterator[Prediction]:
+def _predicted(predictor: Predictor, texts: list[str], text_pair: list[str] | None,
+               progress_to=None) -> Iterator[Prediction]:
     """Every text's prediction, in order; a long input in chunks, with progress, each chunk's answers written before
     the next is scored (a model of 20,000 labels holds 20,000 probabilities per text). The answers are the texts'
     own: a text's prediction does not depend on the others in its batch."""
     if len(texts) <= LONG_INPUT:
-        yield from predictor.predict(texts, batch_size, truncation, text_pair, abstain_below)
+        yield from predictor.predict(texts, text_pair=text_pair)  # as the predictor's options say
         return
     progress = Progress(len(texts), "predict", file=progress_to)
     for start in range(0, len(texts), CHUNK):
         pairs = text_pair[start:start + CHUNK] if text_pair else None
-        yield from predictor.predict(texts[start:start + CHUNK], batch_size, truncation, pairs, abstain_below)
+        yield from predictor.predict(texts[start:start + CHUNK], text_pair=pairs)
         progress.update(min(CHUNK, len(texts) - start))
     progress.close()
-
-
-def _answer(result) -> dict:
-    """The top label and its probability; a multi-label model's label set and every label's probability."""
-    if result.labels is None:
-        decided = {} if result.abstained is None else {"abstained": result.abstained}
-        return {"label": result.label, "score": round(result.score, 6), **decided, **result.tree_fields()}
-    return {"labels": list(result.labels),
-            "probabilities": {name: round(p, 6) for name, p in result.shown_probabilities().items()}}

@@ -28,6 +28,7 @@ from paddle_ft.artifacts.manifest import read_manifest
 from paddle_ft.commands.predict import SKIP_OPTION, record, say_skipped
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor
 from paddle_ft.io import atomic_file, file_sha256, write_text_atomically
 from paddle_ft.log import log
@@ -59,19 +60,32 @@ def input_files(patterns: list[str]) -> list[Path]:
     return files
 
 
-def run(export_dir: str, patterns: list[str], output: str, address: str | None, batch_size: int,
-        predictor_options: dict, truncation: str | None, abstain_below: float | None, shard_rows: int,
-        actors: int | None, merge: bool, restart: bool, on_bad_row: str = "error") -> int:
+@dataclass(frozen=True)
+class RayJob:
+    """How the files are scored on the cluster."""
+
+    address: str | None = None
+    """The head's host:port, auto, or None: a local cluster started for the job."""
+    shard_rows: int = 10000
+    actors: int | None = None
+    """Scoring actors (None: one per cpu_threads CPUs of the cluster)."""
+    merge: bool = False
+    """Also write every row in input order into one file."""
+    restart: bool = False
+    """Start afresh instead of resuming the shards already written."""
+
+
+def run(export_dir: str, patterns: list[str], output: str, options: PredictOptions, job: RayJob,
+        on_bad_row: str = "error") -> int:
     export = Path(export_dir)
     meta = read_export_info(export).model
     files = input_files(patterns)
-    if address not in (None, "auto"):
-        check_reachable(address)
+    if job.address not in (None, "auto"):
+        check_reachable(job.address)
     with owned_folder(output, "predict", "--output") as root:
-        if restart:
+        if job.restart:
             clear(root)
-        return _predict(export, meta, files, root, address, batch_size, predictor_options, truncation, abstain_below,
-                        shard_rows, actors, merge, on_bad_row)
+        return _predict(export, meta, files, root, options, job, on_bad_row)
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -87,15 +101,13 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
                         f"{timeout_s:.0f} s); start the cluster (ray start --head) or give its head's address") from None
 
 
-def _predict(export: Path, meta, files: list[Path], root: Path, address: str | None, batch_size: int,
-             predictor_options: dict, truncation: str | None, abstain_below: float | None, shard_rows: int,
-             actors: int | None, merge: bool, on_bad_row: str) -> int:
+def _predict(export: Path, meta, files: list[Path], root: Path, options: PredictOptions, job: RayJob,
+             on_bad_row: str) -> int:
     work = {"export": read_manifest(export)["files"], "inputs": [[str(f), file_sha256(f)] for f in files],
-            "shard_rows": shard_rows, "on_bad_row": on_bad_row, "truncation": truncation,
-            "abstain_below": abstain_below,
-            "precision": predictor_options.get("precision"), "backend": predictor_options.get("backend")}
+            "shard_rows": job.shard_rows, "on_bad_row": on_bad_row, "truncation": options.truncation,
+            "abstain_below": options.abstain_below, "precision": options.precision, "backend": options.backend}
     check_same_work(root, read_work(root / FINGERPRINT), work, "batch prediction")
-    shards, skipped = _shards(files, meta, shard_rows, on_bad_row)
+    shards, skipped = _shards(files, meta, job.shard_rows, on_bad_row)
     write_work(root / FINGERPRINT, work)
     (root / SHARDS).mkdir(exist_ok=True)
     to_do = [s for s in shards if not (root / SHARDS / s.name).is_file()]
@@ -103,14 +115,13 @@ def _predict(export: Path, meta, files: list[Path], root: Path, address: str | N
         f"already written, {len(to_do)} to score")
     started = time.perf_counter()
     if to_do:
-        _score_on_ray(to_do, export, root / SHARDS, address, batch_size, predictor_options, truncation, abstain_below,
-                      actors)
+        _score_on_ray(to_do, export, root / SHARDS, options, job)
     seconds = time.perf_counter() - started
     texts = sum(len(s.texts) for s in to_do)
     log(f"predict --ray: scored {len(to_do)} shards ({texts} texts) in {seconds:.1f} s"
         + (f", {texts / seconds:.0f} texts/s" if texts else ""))
     _write_manifest(root, shards, len(to_do), skipped)
-    if merge:
+    if job.merge:
         _merge(root, shards)
     return 0
 
@@ -136,19 +147,17 @@ def _shards(files: list[Path], meta, shard_rows: int, on_bad_row: str) -> tuple[
 class ShardScorer:
     """A Ray actor: loads the export once, then scores whole shards and writes each one's file."""
 
-    def __init__(self, export: str, folder: str, batch_size: int, options: dict, truncation: str | None,
-                 abstain_below: float | None):
-        self.predictor = Predictor(export, **options)
-        self.folder, self.batch_size, self.truncation = Path(folder), batch_size, truncation
-        self.abstain_below = self.predictor.check_abstain_below(abstain_below)
+    def __init__(self, export: str, folder: str, options: PredictOptions):
+        self.predictor, self.folder = Predictor(export, options), Path(folder)
 
     def __call__(self, batch: dict) -> dict:
         done = []
         for name, source, texts, pairs, lines in zip(batch["name"], batch["source"], batch["texts"], batch["pairs"],
                                                      batch["lines"]):
             texts, pairs = list(texts), (list(pairs) if pairs is not None and len(pairs) else None)
-            results = self.predictor.predict(texts, self.batch_size, self.truncation, pairs, self.abstain_below)
-            rows = [json.dumps({"source": source, **record(text, pairs[i] if pairs else None, int(lines[i]), result)},
+            results = self.predictor.predict(texts, text_pair=pairs)  # as the options say
+            rows = [json.dumps({"source": source, **record(text, pairs[i] if pairs else None, int(lines[i]), result,
+                                                           self.predictor.options.top_k)},
                                ensure_ascii=False) + "\n" for i, (text, result) in enumerate(zip(texts, results))]
             write_text_atomically(self.folder / name, "".join(rows))
             done.append(name)
@@ -157,19 +166,19 @@ class ShardScorer:
         return {"name": done, "node": [ray.get_runtime_context().get_node_id()] * len(done)}
 
 
-def _score_on_ray(shards: list[Shard], export: Path, folder: Path, address: str | None, batch_size: int,
-                  options: dict, truncation: str | None, abstain_below: float | None, actors: int | None) -> None:
+def _score_on_ray(shards: list[Shard], export: Path, folder: Path, options: PredictOptions, job: RayJob) -> None:
     try:
         import ray
     except ImportError:
         raise UserError("predict --ray needs Ray: pip install 'paddle_ft[ray]'") from None
-    threads = options.get("cpu_threads") or 1
-    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+    threads = options.cpu_threads or 1
+    ray.init(address=job.address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
              runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
     logging.getLogger("ray.data").setLevel(logging.ERROR)  # its progress lines would drown ours
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = context.print_on_execution_start = False
     try:
+        actors = job.actors
         if actors is None:  # one actor per `threads` CPUs of the cluster
             actors = max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
         items = [{"name": s.name, "source": s.source, "texts": s.texts, "pairs": s.pairs or [], "lines": s.lines}
@@ -177,8 +186,7 @@ def _score_on_ray(shards: list[Shard], export: Path, folder: Path, address: str 
         dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
             ShardScorer, batch_size=1, compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=threads,
             fn_constructor_kwargs={"export": str(export.resolve()), "folder": str(folder.resolve()),
-                                   "batch_size": batch_size, "options": options, "truncation": truncation,
-                                   "abstain_below": abstain_below})
+                                   "options": options})
         nodes = {row["node"] for row in dataset.iter_rows()}  # runs the pipeline; each row is a shard written
         log(f"predict --ray: {actors} actors on {len(nodes)} node(s)")
     finally:

@@ -8,6 +8,7 @@ import numpy as np
 
 from paddle_ft.artifacts.export_folder import ONNX_FILE, PARITY_TOLERANCE, read_export_info
 from paddle_ft.artifacts.manifest import MANIFEST, differences, read_manifest
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor
 
 
@@ -30,7 +31,8 @@ def engines_agree(folder: Path, rows: int = 8, seed: int = 0) -> tuple[float | N
     info = read_export_info(folder)
     if info.onnx_file is None or info.quantization is not None or not (folder / ONNX_FILE).is_file():
         return None, None
-    paddle, onnx = Predictor(folder, backend="paddle"), Predictor(folder, backend="onnxruntime")
+    paddle = Predictor(folder, PredictOptions(backend="paddle"))
+    onnx = Predictor(folder, PredictOptions(backend="onnxruntime"))
     rng = np.random.default_rng(seed)
     vocabulary, pad = paddle.tokenizer.vocab_size, paddle.tokenizer.pad_token_id
     input_ids = rng.integers(0, vocabulary, size=(rows, info.model.max_length))

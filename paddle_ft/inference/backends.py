@@ -16,6 +16,7 @@ import numpy as np
 
 from paddle_ft.artifacts.export_folder import DYNAMIC_AXES, ONNX_FILE, PARAMS_FILE, REEXPORT
 from paddle_ft.errors import UserError, first_line
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.log import native_output_captured
 from paddle_ft.runtime import usable_cores
 
@@ -123,3 +124,48 @@ def _onnxruntime_installed() -> bool:
     except ImportError:
         return False
     return True
+
+
+def paddle_engine(program: Path, options: PredictOptions, enable_onednn: bool, max_length: int, width_step: int):
+    """A Paddle Inference predictor on the exported graph, as a (input_ids, token_type_ids) -> logits callable."""
+    from paddle import inference
+
+    config = inference.Config(str(program), str(program.with_name(PARAMS_FILE)))
+    if options.device == "gpu":
+        _configure_gpu(config, inference, program, options, max_length, width_step)
+    else:
+        config.disable_gpu()
+        if enable_onednn:
+            config.enable_mkldnn()  # oneDNN kernels; see docs/performance.md for what they give on which CPU
+            if options.precision == "bf16":
+                config.enable_mkldnn_bfloat16()
+        config.set_cpu_math_library_num_threads(options.cpu_threads or usable_cores())
+    config.switch_ir_optim(True)
+    config.disable_glog_info()
+    predictor = inference.create_predictor(config)
+    # zero-copy tensor handles, looked up once: each call writes straight into the predictor's inputs
+    inputs = [predictor.get_input_handle(name) for name in predictor.get_input_names()]
+    output = predictor.get_output_handle(predictor.get_output_names()[0])
+
+    def run(input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        for handle, array in zip(inputs, (input_ids, token_type_ids)):
+            handle.reshape(array.shape)
+            handle.copy_from_cpu(array)
+        predictor.run()
+        return output.copy_to_cpu()
+
+    return run
+
+
+def _configure_gpu(config, inference, program: Path, options: PredictOptions, max_length: int,
+                   width_step: int) -> None:
+    config.enable_use_gpu(256, options.gpu_id)  # 256 MB initial memory pool, grown on demand
+    if options.use_tensorrt:
+        if not inference.get_trt_compile_version()[0]:
+            raise UserError("TensorRT asked for, but this paddle build was compiled without it")
+        from paddle_ft.inference import tensorrt
+
+        tensorrt.configure(config, inference, program, program.with_name(PARAMS_FILE), options.gpu_id,
+                           options.precision, max_length, width_step)
+    elif options.precision == "fp16":
+        config.enable_use_gpu(256, options.gpu_id, inference.PrecisionType.Half)

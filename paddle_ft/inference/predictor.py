@@ -6,7 +6,6 @@ An exported folder holds `model.json` (Paddle 3, PIR) or `model.pdmodel` (Paddle
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -16,93 +15,63 @@ from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, onnx_file, 
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.hierarchy import Hierarchy
 from paddle_ft.inference import routing
-from paddle_ft.inference.backends import choose_backend, onnxruntime_engine
-from paddle_ft.runtime import cpu_supports_bf16, quiet, share_cores_with_other_engines, usable_cores
+from paddle_ft.inference.backends import choose_backend
+from paddle_ft.inference.options import PredictOptions
+from paddle_ft.inference.routing import Engines
+from paddle_ft.runtime import cpu_supports_bf16, quiet
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
 from paddle_ft.tokenization import FastTokenizer, check_texts, load_tokenizer
 
 PRECISIONS = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "fp16")}
-# backend auto's engines (`routing`): ONNX Runtime, and Paddle Inference with oneDNN and without (each was the faster
-# Paddle Inference at batch 32 on one machine or another of the same kind: docs/performance.md)
-AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN = "onnxruntime", "paddle", "paddle-without-onednn"
 ALL_PROBABILITIES = 100  # an answer of a model of more labels lists only the most probable ones' probabilities
 TOP_PROBABILITIES = 20
-WIDTH_STEP = 16  # padded widths are multiples of this (see Predictor.run)
 
 
 class Predictor:
-    """preprocess (tokenise, pad) -> run (Paddle Inference) -> postprocess (softmax and the top label; for a
-    multi-label model a sigmoid per label and the labels at or above their thresholds)."""
+    """preprocess (tokenise, pad) -> run (the engines, `routing.Engines`) -> postprocess (softmax and the top label;
+    for a multi-label model a sigmoid per label and the labels at or above their thresholds)."""
 
-    def __init__(self, export_dir: str | Path, device: str = "cpu", cpu_threads: int | None = None,
-                 enable_onednn: bool = True, gpu_id: int = 0, precision: str = "fp32",
-                 use_tensorrt: bool = False, backend: str | None = None):
-        """`backend`: paddle (Paddle Inference), onnxruntime (fp32 on CPU), or auto (None): where all can run the
-        request (CPU, fp32, an export with model.onnx), ONNX Runtime and Paddle Inference with and without oneDNN,
-        each call on the one measured fastest at its size (`routing`); else the one that can."""
+    def __init__(self, export_dir: str | Path, options: PredictOptions | None = None):
+        """`options`: the device, precision, engine (`backend`: paddle, onnxruntime, or auto: where all can run the
+        request (CPU, fp32, an export with model.onnx), each call on the engine measured fastest at its size) and
+        the defaults of `predict` (batch size, truncation, abstain threshold)."""
         quiet()  # as quiet as the command line
-        require_int("cpu_threads", cpu_threads, 1, none_allowed=True)
-        require_int("gpu_id", gpu_id, 0)
+        options = self.options = options or PredictOptions()
         export_dir = self.export_dir = Path(export_dir)
         program = program_file(export_dir)
-        if use_tensorrt:
-            check_tensorrt(program, device)
-        if use_tensorrt or not enable_onednn:  # both Paddle Inference's
+        if options.use_tensorrt:
+            check_tensorrt(program, options.device)
+        backend = options.backend
+        if options.use_tensorrt or not options.enable_onednn:  # both Paddle Inference's
             backend = "paddle" if backend in (None, "auto") else backend
-        check_device(device, precision)
+        check_device(options.device, options.precision)
         info = read_export_info(export_dir)
-        self.backend = choose_backend(backend, export_dir, device, precision, info.quantization is not None)
-        if self.backend == "onnxruntime" and (use_tensorrt or not enable_onednn):
+        self.backend = choose_backend(backend, export_dir, options.device, options.precision,
+                                      info.quantization is not None)
+        if self.backend == "onnxruntime" and (options.use_tensorrt or not options.enable_onednn):
             raise UserError("TensorRT and oneDNN are Paddle Inference's: use backend paddle for them")
         self.meta = info.model
         self.max_length = self.meta.max_length
         self.labels = list(self.meta.labels)  # class id -> label name
         self._thresholds = np.asarray(self.meta.label_thresholds)  # multi-label: each label's
         self.takes_text_pair = self.meta.takes_text_pair  # trained on (text, second text) pairs
+        self.abstain_below = self.check_abstain_below(options.abstain_below)
         try:
             self.tokenizer = load_tokenizer(export_dir, self.meta.text_prefix)
         except UserError as exc:
             raise UserError(f"{export_dir}: the tokenizer files cannot be loaded ({first_line(exc)}); {REEXPORT}") \
                 from None
-
         try:
-            if self.backend == "auto":  # the CPU fp32 engines; which is fastest at which size is measured, or known
-                cache = routing.cache_file([program, export_dir / PARAMS_FILE, onnx_file(export_dir)], cpu_threads)
-                cached = routing.read_cached(cache)
-                if cached and not set(cached.engines) <= {AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN}:
-                    cached = None  # kept by another version of paddle_ft, with other engines: measured again
-                names = cached.engines if cached else (AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN)
-                self._engines = {name: onnxruntime_engine(export_dir, cpu_threads, spinning=len(names) == 1)
-                                 if name == AUTO_ORT else
-                                 _paddle_engine(program, device, cpu_threads, name == AUTO_ONEDNN, gpu_id, precision,
-                                                False, self.max_length) for name in names}
-            else:
-                cached = None
-                self._engines = {self.backend: onnxruntime_engine(export_dir, cpu_threads)
-                                 if self.backend == "onnxruntime" else
-                                 _paddle_engine(program, device, cpu_threads, enable_onednn, gpu_id, precision,
-                                                use_tensorrt, self.max_length)}
-            self.route = cached or routing.single_route(next(iter(self._engines)))
-            self._warm_up()
-            if len(self._engines) > 1 and cached is None:
-                calls = tuple((batch, min(width, self.max_length)) for batch, width in routing.MEASURED_CALLS)
-                self.route = routing.measure_route({name: partial(self._run_on, name) for name in self._engines},
-                                                   calls, self.tokenizer.cls_token_id)
-                routing.keep(cache, self.route)
-                # an engine the route never calls only holds memory (a Paddle Inference engine ~100 MB)
-                self._engines = {name: self._engines[name] for name in self.route.engines}
+            self.engines = Engines.open(self.backend, [program, export_dir / PARAMS_FILE, onnx_file(export_dir)],
+                                        options, self.max_length,
+                                        (self.tokenizer.cls_token_id, self.tokenizer.pad_token_id))
         except (RuntimeError, ValueError, OSError, MemoryError) as exc:  # a truncated or garbled graph/weights
             raise UserError(f"{export_dir}: {program.name} / {PARAMS_FILE} cannot be loaded ({first_line(exc)}); "
                             f"the files are damaged or from another model: {REEXPORT}") from None
 
-    def _warm_up(self) -> None:
-        """The first run of a shape allocates memory and creates kernels (and TensorRT engines): pay for
-        that at load time, for every padded width of a single text, not on the first requests."""
-        shapes = [(1, width) for width in range(WIDTH_STEP, self.max_length + WIDTH_STEP, WIDTH_STEP)]
-        for batch, width in shapes + [(8, min(64, self.max_length))]:
-            ids = np.full((batch, min(width, self.max_length)), self.tokenizer.cls_token_id, dtype=np.int64)
-            for name in self._engines:
-                self._run_on(name, ids, np.zeros_like(ids))
+    @property
+    def route(self) -> routing.Route:
+        return self.engines.route
 
     @property
     def engine_description(self) -> str:
@@ -111,34 +80,20 @@ class Predictor:
 
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
         """Logits [batch, num_classes] for padded ids [batch, seq] int64, from the engine the route picks."""
-        return self._run_on(self.route.engine_for(len(input_ids)), input_ids, token_type_ids)
+        return self.engines.run(input_ids, token_type_ids)
 
-    def _run_on(self, engine: str, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
-        """For Paddle Inference the width is padded further to a multiple of WIDTH_STEP (pad positions are
-        masked, so the logits do not change): oneDNN then reuses a few kernel shapes instead of building new
-        ones for every length, about a third off the latency of a single text here. ONNX Runtime needs no such
-        help, and the extra tokens would only cost it time."""
-        if engine != AUTO_ORT and len(self._engines) > 1:
-            share_cores_with_other_engines()  # Paddle's threads would spin on into ONNX Runtime's next call
-        width = input_ids.shape[1]
-        target = min(-(-width // WIDTH_STEP) * WIDTH_STEP, max(width, self.max_length))
-        if target > width and engine != AUTO_ORT:
-            extra = ((0, 0), (0, target - width))
-            input_ids = np.pad(input_ids, extra, constant_values=self.tokenizer.pad_token_id)
-            token_type_ids = np.pad(token_type_ids, extra)
-        return self._engines[engine](np.ascontiguousarray(input_ids, dtype=np.int64),
-                                     np.ascontiguousarray(token_type_ids, dtype=np.int64))
-
-    def predict(self, texts: list[str], batch_size: int = 32, truncation: str | None = None,
+    def predict(self, texts: list[str], batch_size: int | None = None, truncation: str | None = None,
                 text_pair: list[str] | None = None, abstain_below: float | None = None) -> list[Prediction]:
         """One `Prediction` per text, in order; `text_pair` holds the second text of each, for a model trained on
         text pairs. A text longer than max_length is read as training read it (`truncation` None), or by its
         first tokens (`head`), its last ones (`tail`, where reviews often say what they conclude), both ends
         (`head_tail`) or in pooled windows (`sliding_window`); a pair is cut longest-first, as in training.
         A single-label model abstains on a text whose top probability is below `abstain_below` (default: the
-        model's own threshold, train.decision; none, when it has none)."""
-        require_int("batch_size", batch_size, 1)
-        threshold = self.check_abstain_below(abstain_below)
+        model's own threshold, train.decision; none, when it has none). Left out, each takes its value in the
+        Predictor's options."""
+        batch_size = self.options.batch_size if batch_size is None else require_int("batch_size", batch_size, 1)
+        threshold = self.abstain_below if abstain_below is None else self.check_abstain_below(abstain_below)
+        truncation = truncation or self.options.truncation
         texts = check_texts(texts)
         if text_pair is not None:
             text_pair = check_texts(text_pair, "second text {}")
@@ -314,11 +269,17 @@ class Prediction:
             fields["answer"] = None if self.answer is None else dict(zip(("label", "score"), self.answer))
         return fields
 
-    def as_dict(self) -> dict:
+    def as_dict(self, top_k: int | None = None) -> dict:
+        """The answer about one text as every interface gives it (predict's rows, Ray's shards, `Classifier`, HTTP):
+        the top label and its probability (a multi-label model: its label set), "abstained" under a threshold, a
+        tree's path and answer, the probabilities shown (`shown_probabilities`), whether the text was cut and in how
+        many windows it was read; with `top_k` > 1 also the `top_k` most probable labels, best first."""
         answer = {"label": self.label, "score": self.score} if self.labels is None else {"labels": list(self.labels)}
         decided = {} if self.abstained is None else {"abstained": self.abstained}
+        ranked = {"top_k": [{"label": label, "score": score} for label, score in self.top(top_k)]} \
+            if top_k is not None and top_k > 1 else {}
         return {**answer, **decided, **self.tree_fields(), "probabilities": self.shown_probabilities(),
-                "truncated": self.truncated, "windows": self.windows}
+                "truncated": self.truncated, "windows": self.windows, **ranked}
 
 
 def stack_probabilities(predictions: list[Prediction]) -> np.ndarray:
@@ -354,49 +315,3 @@ def check_tensorrt(program: Path, device: str) -> None:
         raise UserError(f"--tensorrt: {program} is a Paddle 3 (PIR) program, which Paddle Inference's TensorRT "
                         "engine does not run (it takes .pdmodel programs only); use --device gpu --precision fp16 "
                         "without --tensorrt")
-
-
-def _paddle_engine(program: Path, device: str, cpu_threads: int | None, enable_onednn: bool, gpu_id: int,
-                   precision: str, use_tensorrt: bool, max_length: int):
-    """A Paddle Inference predictor on the exported graph, as a (input_ids, token_type_ids) -> logits callable."""
-    from paddle import inference
-
-    config = inference.Config(str(program), str(program.with_name(PARAMS_FILE)))
-    if device == "gpu":
-        _configure_gpu(config, inference, gpu_id, precision, use_tensorrt, program, max_length)
-    else:
-        config.disable_gpu()
-        if enable_onednn:
-            config.enable_mkldnn()  # oneDNN kernels; see docs/performance.md for what they give on which CPU
-            if precision == "bf16":
-                config.enable_mkldnn_bfloat16()
-        config.set_cpu_math_library_num_threads(cpu_threads or usable_cores())
-    config.switch_ir_optim(True)
-    config.disable_glog_info()
-    predictor = inference.create_predictor(config)
-    # zero-copy tensor handles, looked up once: each call writes straight into the predictor's inputs
-    inputs = [predictor.get_input_handle(name) for name in predictor.get_input_names()]
-    output = predictor.get_output_handle(predictor.get_output_names()[0])
-
-    def run(input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
-        for handle, array in zip(inputs, (input_ids, token_type_ids)):
-            handle.reshape(array.shape)
-            handle.copy_from_cpu(array)
-        predictor.run()
-        return output.copy_to_cpu()
-
-    return run
-
-
-def _configure_gpu(config, inference, gpu_id: int, precision: str, use_tensorrt: bool, program: Path,
-                   max_length: int) -> None:
-    config.enable_use_gpu(256, gpu_id)  # 256 MB initial memory pool, grown on demand
-    if use_tensorrt:
-        if not inference.get_trt_compile_version()[0]:
-            raise UserError("TensorRT asked for, but this paddle build was compiled without it")
-        from paddle_ft.inference import tensorrt
-
-        tensorrt.configure(config, inference, program, program.with_name(PARAMS_FILE), gpu_id, precision,
-                           max_length, WIDTH_STEP)
-    elif precision == "fp16":
-        config.enable_use_gpu(256, gpu_id, inference.PrecisionType.Half)

@@ -23,6 +23,7 @@ from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, REEXPORT,
 from paddle_ft.artifacts.manifest import training_provenance
 from paddle_ft.data.readers import Columns, format_of, read_examples, read_texts
 from paddle_ft.errors import UserError
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor
 from paddle_ft.io import atomic_directory, check_output_folder
 from paddle_ft.text import pad_ids
@@ -50,13 +51,13 @@ def quantize_export(export_dir: Path, data: Path, output_dir: Path, method: str 
     check_output_folder(output_dir, "--output")
     if output_dir.exists() and any(output_dir.iterdir()):
         raise UserError(f"--output {output_dir} already exists and is not empty; quantize into a new folder")
-    reference = Predictor(export_dir, backend="onnxruntime")
+    reference = Predictor(export_dir, PredictOptions(backend="onnxruntime"))
     examples = _labelled(data, info.model)
     with atomic_directory(output_dir) as tmp:
         for name in (*(n for n in info.files if n not in SEALS), EXPORT_INFO):  # the seals are written anew
             shutil.copy2(export_dir / name, tmp / name)
         _quantize_onnx(export_dir / ONNX_FILE, tmp / ONNX_FILE, method, calibration, reference)
-        check = _compare(reference, Predictor(tmp, backend="onnxruntime"), examples, info.model)
+        check = _compare(reference, Predictor(tmp, PredictOptions(backend="onnxruntime")), examples, info.model)
         check.update(method=method, data=str(data), source_export=str(export_dir))
         quantized = dataclasses.replace(info, quantization=check, files=tuple(sorted({*info.files, *SEALS})))
         write_export_info(quantized, tmp)

@@ -19,6 +19,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -192,3 +193,85 @@ def keep(path: Path | None, route: Route) -> None:
         write_text_atomically(path, json.dumps(route.as_dict()))
     except OSError:
         pass
+
+
+# backend auto's engines: ONNX Runtime, and Paddle Inference with oneDNN and without (each was the faster Paddle
+# Inference at batch 32 on one machine or another of the same kind: docs/performance.md)
+AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN = "onnxruntime", "paddle", "paddle-without-onednn"
+WIDTH_STEP = 16  # Paddle Inference's padded widths are multiples of this (Engines.run_on)
+
+
+class Engines:
+    """The engine(s) an export runs on and the route that picks one per call: one engine when the backend is named
+    (or only one can run the request), else (`auto`) the CPU fp32 engines, timed on this export at load, or the
+    route measured at an earlier load of it (the cache), keeping only the engines the route calls."""
+
+    def __init__(self, engines: dict[str, Engine], route: Route, pad_token_id: int, max_length: int):
+        self.engines, self.route = engines, route
+        self.pad_token_id, self.max_length = pad_token_id, max_length
+
+    @classmethod
+    def open(cls, backend: str, export_files: list[Path], options, max_length: int, token_ids: tuple[int, int]):
+        """`backend` as `backends.choose_backend` settled it; `export_files` (program, params, ONNX graph);
+        `token_ids` ([CLS], [PAD]), which the warm-up and the measured calls are made of."""
+        from paddle_ft.inference.backends import onnxruntime_engine, paddle_engine
+
+        program, export_dir = export_files[0], export_files[0].parent
+
+        def paddle(onednn: bool):
+            return paddle_engine(program, options, onednn, max_length, WIDTH_STEP)
+
+        cls_id, pad_id = token_ids
+        if backend != "auto":
+            engines = {backend: onnxruntime_engine(export_dir, options.cpu_threads) if backend == "onnxruntime"
+                       else paddle(options.enable_onednn)}
+            opened = cls(engines, single_route(backend), pad_id, max_length)
+            opened.warm_up(cls_id)
+            return opened
+        cache = cache_file(export_files, options.cpu_threads)
+        cached = read_cached(cache)
+        if cached and not set(cached.engines) <= {AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN}:
+            cached = None  # kept by another version of paddle_ft, with other engines: measured again
+        names = cached.engines if cached else (AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN)
+        engines = {name: onnxruntime_engine(export_dir, options.cpu_threads, spinning=len(names) == 1)
+                   if name == AUTO_ORT else paddle(name == AUTO_ONEDNN) for name in names}
+        opened = cls(engines, cached or single_route(names[0]), pad_id, max_length)
+        opened.warm_up(cls_id)
+        if cached is None:
+            calls = tuple((batch, min(width, max_length)) for batch, width in MEASURED_CALLS)
+            opened.route = measure_route({name: partial(opened.run_on, name) for name in engines}, calls, cls_id)
+            keep(cache, opened.route)
+            # an engine the route never calls only holds memory (a Paddle Inference engine ~100 MB)
+            opened.engines = {name: engines[name] for name in opened.route.engines}
+        return opened
+
+    def warm_up(self, token_id: int) -> None:
+        """The first run of a shape allocates memory and creates kernels (and TensorRT engines): pay for
+        that at load time, for every padded width of a single text, not on the first requests."""
+        shapes = [(1, width) for width in range(WIDTH_STEP, self.max_length + WIDTH_STEP, WIDTH_STEP)]
+        for batch, width in shapes + [(8, min(64, self.max_length))]:
+            ids = np.full((batch, min(width, self.max_length)), token_id, dtype=np.int64)
+            for name in self.engines:
+                self.run_on(name, ids, np.zeros_like(ids))
+
+    def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        """Logits [batch, num_classes] for padded ids [batch, seq] int64, from the engine the route picks."""
+        return self.run_on(self.route.engine_for(len(input_ids)), input_ids, token_type_ids)
+
+    def run_on(self, engine: str, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        """For Paddle Inference the width is padded further to a multiple of WIDTH_STEP (pad positions are
+        masked, so the logits do not change): oneDNN then reuses a few kernel shapes instead of building new
+        ones for every length, about a third off the latency of a single text here. ONNX Runtime needs no such
+        help, and the extra tokens would only cost it time."""
+        from paddle_ft.runtime import share_cores_with_other_engines
+
+        if engine != AUTO_ORT and len(self.engines) > 1:
+            share_cores_with_other_engines()  # Paddle's threads would spin on into ONNX Runtime's next call
+        width = input_ids.shape[1]
+        target = min(-(-width // WIDTH_STEP) * WIDTH_STEP, max(width, self.max_length))
+        if target > width and engine != AUTO_ORT:
+            extra = ((0, 0), (0, target - width))
+            input_ids = np.pad(input_ids, extra, constant_values=self.pad_token_id)
+            token_type_ids = np.pad(token_type_ids, extra)
+        return self.engines[engine](np.ascontiguousarray(input_ids, dtype=np.int64),
+                                    np.ascontiguousarray(token_type_ids, dtype=np.int64))

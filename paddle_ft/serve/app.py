@@ -401,8 +401,7 @@ def reading_cost(predictor, truncation: str | None, item: tuple[str, str | None]
 
 def _classification(prediction, top_k: int) -> dict:
     """A `Prediction` as the API answers it; the ranked list only when more than one label is asked for."""
-    ranked = [{"label": label, "score": score} for label, score in prediction.top(top_k)]
-    return {**prediction.as_dict(), **({"top_k": ranked} if top_k > 1 else {})}
+    return prediction.as_dict(top_k)
 
 
 def _count_requests(app: FastAPI, metrics: Metrics) -> None:

@@ -17,6 +17,7 @@ import uvicorn
 from paddle_ft.artifacts.export_folder import program_file, read_export_info
 from paddle_ft.errors import UserError
 from paddle_ft.inference.backends import choose_backend
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor, check_device, check_tensorrt
 from paddle_ft.serve.app import create_app
 from paddle_ft.serve.options import Limits
@@ -45,9 +46,9 @@ def main(args: argparse.Namespace) -> int:
                     max_request_tokens=args.max_request_tokens,
                     read_timeout_s=args.read_timeout)
     backend = choose_backend(args.backend or ("paddle" if args.tensorrt else None), export_dir, device, precision)
-    options = {"device": device, "gpu_id": args.gpu_id, "cpu_threads": args.threads, "precision": precision,
-               "use_tensorrt": args.tensorrt, "backend": backend}
-    app = create_app(lambda: Predictor(export_dir, **options), limits, args.truncation, export_dir)
+    options = PredictOptions(device, args.threads, precision, backend, gpu_id=args.gpu_id, use_tensorrt=args.tensorrt,
+                             batch_size=limits.max_batch_size, truncation=args.truncation)
+    app = create_app(lambda: Predictor(export_dir, options), limits, options.truncation, export_dir)
     print(f"serving {export_dir} on http://{args.host}:{args.port} (POST /v1/classify; {backend}, max batch "
           f"{limits.max_batch_size} texts or {limits.max_batch_tokens} tokens, wait {limits.max_wait_ms:g} ms)",
           file=sys.stderr, flush=True)

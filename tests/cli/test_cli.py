@@ -160,6 +160,8 @@ def test_predict_on_a_long_input_shows_progress_and_answers_as_in_one_call(tmp_p
     """Without a terminal (a log, CI), a line with the elapsed time and ETA as the work goes, not silence."""
     from conftest import export_tiny_model, synthetic_rows
 
+    from paddle_ft.inference.options import PredictOptions
+
     from paddle_ft.inference.predictor import Predictor
 
     export = export_tiny_model(tmp_path / "model")
@@ -170,7 +172,7 @@ def test_predict_on_a_long_input_shows_progress_and_answers_as_in_one_call(tmp_p
     said = capsys.readouterr().out
     assert "predict: 1024/2100, elapsed " in said and "predict: 2100/2100, elapsed " in said and "ETA" in said
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()]
-    alone = Predictor(export, cpu_threads=1).predict(texts)
+    alone = Predictor(export, PredictOptions(cpu_threads=1)).predict(texts)
     assert [r["label"] for r in rows] == [p.label for p in alone]
     assert max(abs(r["score"] - round(p.score, 6)) for r, p in zip(rows, alone)) < 1e-5
     # answers on standard output: the progress goes to standard error, apart from them

@@ -10,6 +10,7 @@ from paddle_ft.cli import main
 from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.engine.events import EventLog
 from paddle_ft.errors import UserError
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor
 
 
@@ -132,7 +133,7 @@ def test_a_damaged_export_is_one_line(model, tmp_path, damage, fragment):
     damage(copy)
     backend = "onnxruntime" if "onnx" in fragment else "paddle"  # each engine reads its own graph and weights
     with pytest.raises(UserError, match=re.escape(fragment)) as info:
-        Predictor(copy, cpu_threads=1, backend=backend)
+        Predictor(copy, PredictOptions(cpu_threads=1, backend=backend))
     assert "\n" not in str(info.value)
 
 

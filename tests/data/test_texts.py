@@ -12,6 +12,7 @@ from conftest import DEMO, export_tiny_model, overrides, write_tsv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.cli import main
 from paddle_ft.data.corpus import read_corpus
 from paddle_ft.tokenization import NO_TOKEN
@@ -29,7 +30,7 @@ def export_dir(tmp_path_factory):
 def predictor(export_dir):
     from paddle_ft.inference.predictor import Predictor
 
-    return Predictor(export_dir, cpu_threads=1)
+    return Predictor(export_dir, PredictOptions(cpu_threads=1))
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +101,7 @@ def test_the_python_api_checks_its_arguments_as_the_cli_does(predictor, classifi
     with pytest.raises(UserError, match=r"^cpu_threads=0: give an integer >= 1 or None$"):
         Classifier(export_dir, cpu_threads=0)
     with pytest.raises(UserError, match=r"^gpu_id=-1: give an integer >= 0$"):
-        Predictor(export_dir, gpu_id=-1)
+        Predictor(export_dir, PredictOptions(gpu_id=-1))
     with pytest.raises(UserError, match=r"^top_k=True: give an integer from 1 to 2$"):
         classifier("好", top_k=True)
 
@@ -147,11 +148,13 @@ def test_every_text_gets_one_prediction_from_all_four_or_is_refused_by_all_four_
     expected = predictor.predict(texts)
     assert code == 0 and len(records) == len(texts) == len(expected)  # N texts in, N predictions out
     assert [r["label"] for r in records] == [p.label for p in expected]
-    assert [answer[0]["label"] for answer in classifier(texts)] == [p.label for p in expected]
     served = response.json()["results"]
     assert [r["label"] for r in served] == [p.label for p in expected]
     for record, from_server, prediction in zip(records, served, expected):
         assert abs(record["score"] - prediction.score) < 1e-5 and abs(from_server["score"] - prediction.score) < 1e-5
+    # one answer format (Prediction.as_dict): predict's rows are the Classifier's answers with the text in front
+    assert [{k: v for k, v in r.items() if k not in ("text", "line")} for r in records] == classifier(texts)
+    assert [set(r) for r in served] == [set(a) for a in classifier(texts)]
 
 
 @pytest.mark.parametrize("mode, kept", [("head", "好" * 1024), ("tail", "差" * 1024), ("head_tail", "好" * 1024 + "差" * 1024),

@@ -39,14 +39,16 @@ def test_decision_settings_that_cannot_work_are_refused(setting, fragment):
 def abstained_by_every_consumer(tmp_path, texts: list[str], out) -> dict:
     """The texts each consumer marks abstained, as sets of indices."""
     import paddle_ft
+    from paddle_ft.inference.options import PredictOptions
     from paddle_ft.inference.predictor import Predictor
 
     export = out / "export"
     assert main(["export", "--model", str(out / "best"), "--output", str(export)]) == 0
-    found = {backend: {i for i, p in enumerate(Predictor(export, backend=backend).predict(texts)) if p.abstained}
+    found = {backend: {i for i, p in enumerate(Predictor(export, PredictOptions(backend=backend)).predict(texts))
+                       if p.abstained}
              for backend in ("paddle", "onnxruntime")}
     found["classifier"] = {i for i, answer in enumerate(paddle_ft.Classifier(export)(texts))
-                           if answer[0].get("abstained")}
+                           if answer["abstained"]}
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     assert main(["predict", "--export", str(export), "--input", str(tmp_path / "texts.txt"), "--output",
                  str(tmp_path / "p.jsonl")]) == 0

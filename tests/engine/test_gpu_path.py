@@ -125,12 +125,13 @@ def test_tensorrt_on_a_paddle_3_export_is_refused_not_silently_ignored(tmp_path)
     from conftest import export_tiny_model
 
     from paddle_ft.errors import UserError
+    from paddle_ft.inference.options import PredictOptions
     from paddle_ft.inference.predictor import Predictor
 
     export = export_tiny_model(tmp_path)
     assert (export / "model.json").is_file()  # Paddle 3 writes PIR programs
     with pytest.raises(UserError, match=r"--tensorrt: .*model.json is a Paddle 3 \(PIR\) program"):
-        Predictor(export, device="gpu", precision="fp16", use_tensorrt=True)
+        Predictor(export, PredictOptions(device="gpu", precision="fp16", use_tensorrt=True))
 
 
 @pytest.mark.gpu

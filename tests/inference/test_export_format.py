@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from conftest import ROOT, export_tiny_model
 
+from paddle_ft.inference.options import PredictOptions
+
 from paddle_ft.inference.predictor import Predictor, stack_probabilities
 from paddle_ft.text import softmax
 
@@ -43,7 +45,7 @@ def test_the_document_shows_paddlenlp_paddle_inference_and_onnx_runtime():
 def test_the_documented_code_reads_the_export_as_paddle_ft_does(export, block):
     got = run_as_a_user(BLOCKS[block], EXPORT=str(export))
     assert got["paddle_ft"] is False
-    predictor = Predictor(export, backend="paddle")
+    predictor = Predictor(export, PredictOptions(backend="paddle"))
     expected = stack_probabilities(predictor.predict(TEXTS))
     np.testing.assert_allclose(softmax(np.array(got["logits"], dtype=np.float32)), expected, atol=1e-5)
     assert got["answers"] == [p.label for p in predictor.predict(TEXTS)]

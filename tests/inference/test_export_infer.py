@@ -11,6 +11,7 @@ from paddle_ft.data.features import pad_batch
 from paddle_ft.engine.evaluate import predict_probabilities
 from paddle_ft.errors import UserError
 from paddle_ft.export import export_model, parity_max_abs_diff
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor, stack_probabilities
 
 
@@ -60,7 +61,7 @@ def test_exported_logits_match_dygraph_on_padded_batches(exported, model_dir, to
     batch = pad_batch(features, list(range(24)), tokenizer.pad_token_id)
     dygraph = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"])).numpy()
     assert np.abs(predictor.run(batch["input_ids"], batch["token_type_ids"]) - dygraph).max() < 1e-4
-    assert parity_max_abs_diff(model, Predictor(folder, enable_onednn=False), len(tokenizer.vocab),
+    assert parity_max_abs_diff(model, Predictor(folder, PredictOptions(enable_onednn=False)), len(tokenizer.vocab),
                                tokenizer.pad_token_id, 64) < 1e-4
 
 
@@ -69,7 +70,7 @@ def test_predictor_probabilities_equal_dygraph_softmax(exported, model_dir, toke
     model = load_bundle(model_dir).model
     rows = synthetic_rows(37, seed=4)
     expected = predict_probabilities(model, features_of(rows, tokenizer), 64, tokenizer.pad_token_id)
-    predictor = Predictor(folder, cpu_threads=1)
+    predictor = Predictor(folder, PredictOptions(cpu_threads=1))
     texts = [text for text, _ in rows]
     np.testing.assert_allclose(stack_probabilities(predictor.predict(texts, batch_size=5)), expected, atol=1e-5)
     results = predictor.predict(texts, batch_size=8)
@@ -97,7 +98,7 @@ def test_predictor_refuses_a_folder_without_a_model(tmp_path):
 def test_gpu_predictor_matches_cpu(exported):
     folder, _ = exported
     texts = [t for t, _ in synthetic_rows(16)]
-    np.testing.assert_allclose(stack_probabilities(Predictor(folder, device="gpu").predict(texts)),
+    np.testing.assert_allclose(stack_probabilities(Predictor(folder, PredictOptions(device="gpu")).predict(texts)),
                                stack_probabilities(Predictor(folder).predict(texts)), atol=1e-4)
 
 
@@ -107,9 +108,9 @@ def test_predictor_is_exported_at_package_level_and_checks_precision(exported):
     assert paddle_ft.Predictor is Predictor
     folder, _ = exported
     with pytest.raises(UserError, match="precision 'fp16' on device 'cpu'"):
-        Predictor(folder, precision="fp16")
+        Predictor(folder, PredictOptions(precision="fp16"))
     with pytest.raises(UserError, match="TensorRT needs --device gpu"):
-        Predictor(folder, use_tensorrt=True)
+        Predictor(folder, PredictOptions(use_tensorrt=True))
 
 
 def test_bf16_runs_where_the_cpu_has_it_and_is_refused_where_not(exported):
@@ -118,11 +119,12 @@ def test_bf16_runs_where_the_cpu_has_it_and_is_refused_where_not(exported):
     folder, _ = exported
     texts = [t for t, _ in synthetic_rows(8)]
     if cpu_supports_bf16():
-        np.testing.assert_allclose(stack_probabilities(Predictor(folder, precision="bf16").predict(texts)),
+        bf16 = Predictor(folder, PredictOptions(precision="bf16"))
+        np.testing.assert_allclose(stack_probabilities(bf16.predict(texts)),
                                    stack_probabilities(Predictor(folder).predict(texts)), atol=2e-2)
     else:
         with pytest.raises(UserError, match="needs a CPU with AVX512-BF16 or AMX-BF16"):
-            Predictor(folder, precision="bf16")
+            Predictor(folder, PredictOptions(precision="bf16"))
 
 
 def test_metadata_of_another_layout_is_refused_with_how_to_make_it_again(model_dir, exported):
@@ -142,12 +144,14 @@ def test_the_export_carries_an_onnx_graph_that_onnx_runtime_serves_equally(expor
     folder, info = exported
     assert info.onnx_file == "model.onnx" and (folder / "model.onnx").is_file()
     assert json.loads((folder / "export.json").read_text())["parity_max_abs_diff_onnx"] < 1e-4
-    default, paddle_inference = Predictor(folder, cpu_threads=1), Predictor(folder, cpu_threads=1, backend="paddle")
+    default = Predictor(folder, PredictOptions(cpu_threads=1))
+    paddle_inference = Predictor(folder, PredictOptions(cpu_threads=1, backend="paddle"))
     assert default.backend == "auto" and paddle_inference.backend == "paddle"  # fp32 on CPU: both, per call
     texts = [text for text, _ in synthetic_rows(40, seed=4)]
     np.testing.assert_allclose(stack_probabilities(default.predict(texts)),
                                stack_probabilities(paddle_inference.predict(texts)), atol=1e-5)
-    assert Predictor(folder, cpu_threads=1, enable_onednn=False).backend == "paddle"  # oneDNN off: Paddle's choice
+    # oneDNN off: Paddle's choice
+    assert Predictor(folder, PredictOptions(cpu_threads=1, enable_onednn=False)).backend == "paddle"
 
 
 @pytest.mark.parametrize("options, message", [
@@ -156,7 +160,7 @@ def test_the_export_carries_an_onnx_graph_that_onnx_runtime_serves_equally(expor
 ])
 def test_a_backend_that_cannot_run_the_request_is_one_line(exported, options, message):
     with pytest.raises(UserError, match=message):
-        Predictor(exported[0], cpu_threads=1, **options)
+        Predictor(exported[0], PredictOptions(cpu_threads=1, **options))
 
 
 def test_an_export_without_onnx_is_served_by_paddle_and_says_why(model_dir, tmp_path, capsys):
@@ -165,9 +169,9 @@ def test_an_export_without_onnx_is_served_by_paddle_and_says_why(model_dir, tmp_
     assert main(["export", "--model", str(model_dir), "--output", str(tmp_path / "plain"), "--no-onnx"]) == 0
     assert "(no ONNX graph: --no-onnx)" in capsys.readouterr().out
     assert not (tmp_path / "plain" / "model.onnx").exists()
-    assert Predictor(tmp_path / "plain", cpu_threads=1).backend == "paddle"
+    assert Predictor(tmp_path / "plain", PredictOptions(cpu_threads=1)).backend == "paddle"
     with pytest.raises(UserError, match="has no model.onnx .* or use --backend paddle"):
-        Predictor(tmp_path / "plain", cpu_threads=1, backend="onnxruntime")
+        Predictor(tmp_path / "plain", PredictOptions(cpu_threads=1, backend="onnxruntime"))
     assert main(["predict", "--export", str(tmp_path / "plain"), "--text", "好", "--backend", "paddle"]) == 0
 
 

@@ -10,6 +10,7 @@ from conftest import export_tiny_model, synthetic_rows
 
 from paddle_ft.cli import main
 from paddle_ft.errors import UserError
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor, stack_probabilities
 
 PAIRS = [("质量很好", "物流很慢"), ("质量很好", "物流很快"), ("差差差", "好好好好"), ("好", "差")]
@@ -34,13 +35,13 @@ def test_exported_pair_logits_equal_dygraph(pair_export, tokenizer):
     assert batch["token_type_ids"].max() == 1  # the second texts really are segment 1
     logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"])).numpy()
     expected = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
-    got = stack_probabilities(Predictor(pair_export, cpu_threads=1).predict(
+    got = stack_probabilities(Predictor(pair_export, PredictOptions(cpu_threads=1)).predict(
         [e.text for e in examples], text_pair=[e.text_pair for e in examples]))
     assert np.abs(got - expected).max() < 1e-4
 
 
 def test_the_second_text_changes_the_answer(pair_export):
-    predictor = Predictor(pair_export, cpu_threads=1)
+    predictor = Predictor(pair_export, PredictOptions(cpu_threads=1))
     slow, fast = stack_probabilities(predictor.predict([PAIRS[0][0], PAIRS[1][0]], text_pair=[PAIRS[0][1], PAIRS[1][1]]))
     # 物流很慢 vs 物流很快 (a tiny random model scores near 0.5, so the change is small, but a dropped second
     # text gave exactly equal scores)
@@ -72,8 +73,8 @@ def test_predict_classifier_and_http_agree_on_pairs(pair_export, tmp_path, capsy
     assert answer.status_code == 200
     http = answer.json()["results"]
     for row, lib, served in zip(cli, tuples, http):
-        assert row["label"] == lib[0]["label"] == served["label"]
-        assert abs(row["score"] - lib[0]["score"]) < 1e-5 and abs(served["score"] - lib[0]["score"]) < 1e-5
+        assert row["label"] == lib["label"] == served["label"]
+        assert abs(row["score"] - lib["score"]) < 1e-5 and abs(served["score"] - lib["score"]) < 1e-5
     assert single.status_code == 422 and "classifies text pairs" in single.json()["error"]["message"]
     assert "text_pair" in schema["required"]
 
@@ -88,7 +89,7 @@ def test_a_single_text_on_a_pair_model_and_a_pair_on_a_single_model_are_one_line
     assert main(["predict", "--export", str(pair_export), "--text", "好", "--text", "差", "--text-pair", "差"]) == 2
     assert "2 texts but 1 second texts" in capsys.readouterr().err
     with pytest.raises(UserError, match="classifies text pairs"):
-        Predictor(pair_export, cpu_threads=1).predict(["好"])
+        Predictor(pair_export, PredictOptions(cpu_threads=1)).predict(["好"])
 
 
 def test_pair_input_files_read_their_text_pair_column(pair_export, tmp_path, capsys):

@@ -6,6 +6,7 @@ import pytest
 from conftest import DEMO, overrides, write_splits, write_vocab
 
 from paddle_ft.errors import UserError
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor
 from paddle_ft.inference.quantize import AccuracyDropped, quantize_export
 
@@ -40,10 +41,10 @@ def test_int8_keeps_the_accuracy_and_only_onnx_runtime_serves_it(trained_export,
     assert (tmp_path / "int8" / "model.onnx").stat().st_size < (export / "model.onnx").stat().st_size / 2
     assert main(["verify", str(tmp_path / "int8")]) == 0  # its own manifest, over the int8 graph
     assert "int8" in (tmp_path / "int8" / "MODEL_CARD.md").read_text(encoding="utf-8")
-    predictor = Predictor(tmp_path / "int8", cpu_threads=1)
+    predictor = Predictor(tmp_path / "int8", PredictOptions(cpu_threads=1))
     assert predictor.backend == "onnxruntime" and predictor.predict(["好棒"])[0].label == "正面"
     with pytest.raises(UserError, match="is quantized to int8 for ONNX Runtime .*: serve it with backend onnxruntime"):
-        Predictor(tmp_path / "int8", cpu_threads=1, backend="paddle")
+        Predictor(tmp_path / "int8", PredictOptions(cpu_threads=1, backend="paddle"))
     with pytest.raises(UserError, match="is already quantized; quantize the fp32 export it came from"):
         quantize_export(tmp_path / "int8", test, tmp_path / "again")
 

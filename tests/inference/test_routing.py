@@ -4,6 +4,7 @@ import pytest
 from conftest import export_tiny_model, synthetic_rows
 
 from paddle_ft.inference import routing
+from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor, stack_probabilities
 from paddle_ft.inference.routing import Route, fit_crossover, measure_route
 
@@ -106,15 +107,15 @@ def export_files(export):
 
 def test_auto_is_the_default_measures_once_and_keeps_only_the_engines_it_uses(export, tmp_path, monkeypatch):
     monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
-    auto = Predictor(export, cpu_threads=1)
+    auto = Predictor(export, PredictOptions(cpu_threads=1))
     assert auto.backend == "auto" and auto.engine_description.startswith("auto: ")
     assert [batch for batch, _ in auto.route.points] == [1, 4, 8, 16, 64]  # measured at load
-    assert list(auto._engines) == list(auto.route.engines)  # an engine no size goes to is let go
+    assert list(auto.engines.engines) == list(auto.route.engines)  # an engine no size goes to is let go
     measured = auto.route
     # the next load of this export with these threads takes the kept route, and loads its engines only
     monkeypatch.setattr(routing, "measure_route", lambda *args: pytest.fail("measured again"))
-    again = Predictor(export, cpu_threads=1)
-    assert again.route == measured and list(again._engines) == list(measured.engines)
+    again = Predictor(export, PredictOptions(cpu_threads=1))
+    assert again.route == measured and list(again.engines.engines) == list(measured.engines)
     # other threads, or the export's files written again: measured afresh
     assert routing.cache_file(export_files(export), 2) != routing.cache_file(export_files(export), 1)
     before = routing.cache_file(export_files(export), 1)
@@ -124,7 +125,7 @@ def test_auto_is_the_default_measures_once_and_keeps_only_the_engines_it_uses(ex
     routing.keep(routing.cache_file(export_files(export), 1), Route(((1, "tensorflow"),), {}))
     monkeypatch.undo()
     monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
-    assert Predictor(export, cpu_threads=1).route.points[-1][0] == 64
+    assert Predictor(export, PredictOptions(cpu_threads=1)).route.points[-1][0] == 64
 
 
 def test_a_damaged_kept_route_is_measured_again_not_taken(tmp_path):
@@ -141,17 +142,17 @@ def test_a_damaged_kept_route_is_measured_again_not_taken(tmp_path):
 def test_auto_sends_each_call_to_its_engine_with_the_probabilities_of_each(export, tmp_path, monkeypatch):
     monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
     routing.keep(routing.cache_file(export_files(export), 1), Route(((1, "onnxruntime"), (32, "paddle")), {}))
-    auto = Predictor(export, cpu_threads=1)
-    assert list(auto._engines) == ["onnxruntime", "paddle"]
+    auto = Predictor(export, PredictOptions(cpu_threads=1))
+    assert list(auto.engines.engines) == ["onnxruntime", "paddle"]
     used = []
     def spied(name, run):
         return lambda ids, types: used.append((name, ids.shape[0])) or run(ids, types)
-    auto._engines = {name: spied(name, run) for name, run in auto._engines.items()}
+    auto.engines.engines = {name: spied(name, run) for name, run in auto.engines.engines.items()}
     texts = [text for text, _ in synthetic_rows(64, seed=3)]
     one_by_one, batched = auto.predict(texts[:4], batch_size=1), auto.predict(texts, batch_size=64)
     assert used[:4] == [("onnxruntime", 1)] * 4 and used[4:] == [("paddle", 64)]
     for options in ({"backend": "onnxruntime"}, {"backend": "paddle"}, {"enable_onednn": False}):
-        alone = Predictor(export, cpu_threads=1, **options)
+        alone = Predictor(export, PredictOptions(cpu_threads=1, **options))
         np.testing.assert_allclose(stack_probabilities(batched), stack_probabilities(alone.predict(texts)), atol=1e-5)
         np.testing.assert_allclose(stack_probabilities(one_by_one), stack_probabilities(alone.predict(texts[:4])),
                                    atol=1e-5)
@@ -169,7 +170,7 @@ def test_auto_shortens_the_openmp_spin_of_the_threads_that_call_paddle_inference
         pytest.skip("this paddle build has no Intel OpenMP (libiomp5) to set")
     monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
     routing.keep(routing.cache_file(export_files(export), 1), Route(((1, "onnxruntime"), (32, "paddle")), {}))
-    auto, ids = Predictor(export, cpu_threads=1), np.full((32, 16), 2, dtype=np.int64)
+    auto, ids = Predictor(export, PredictOptions(cpu_threads=1)), np.full((32, 16), 2, dtype=np.int64)
     seen = {}
 
     def call(batch: int, name: str):
@@ -189,6 +190,6 @@ def test_auto_shortens_the_openmp_spin_of_the_threads_that_call_paddle_inference
 
 
 def test_a_named_backend_runs_every_call_on_it(export):
-    predictor = Predictor(export, cpu_threads=1, backend="paddle")
-    assert list(predictor._engines) == ["paddle"] and predictor.engine_description == "paddle"
+    predictor = Predictor(export, PredictOptions(cpu_threads=1, backend="paddle"))
+    assert list(predictor.engines.engines) == ["paddle"] and predictor.engine_description == "paddle"
     assert predictor.route.engine_for(64) == "paddle"

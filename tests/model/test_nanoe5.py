@@ -142,7 +142,7 @@ def test_a_sentencepiece_backbone_trains_exports_and_predicts_the_same_answers(t
     import paddle_ft
 
     trained = paddle_ft.load(str(out / "best"))
-    assert [answer[0]["label"] for answer in trained(texts)] == [answer["label"] for answer in exported]
+    assert [answer["label"] for answer in trained(texts)] == [answer["label"] for answer in exported]
 
 
 @pytest.mark.parametrize("damage, message", [

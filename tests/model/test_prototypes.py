@@ -54,6 +54,7 @@ def test_zero_shot_from_descriptions_alone_scores_090_and_exports_the_same_answe
     assert main(["export", "--model", str(out / "best"), "--output", str(out / "export")]) == 0
     from paddle_ft.artifacts.bundle import load_bundle
     from paddle_ft.data.features import pad_batch
+    from paddle_ft.inference.options import PredictOptions
     from paddle_ft.inference.predictor import Predictor
     from conftest import features_of
 
@@ -61,7 +62,8 @@ def test_zero_shot_from_descriptions_alone_scores_090_and_exports_the_same_answe
     batch = pad_batch(features_of(keyword_rows(40, 9), bundle.tokenizer), list(range(40)), bundle.tokenizer.pad_token_id)
     dygraph = bundle.model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"])).numpy()
     for backend in ("paddle", "onnxruntime"):
-        static = Predictor(out / "export", backend=backend).run(batch["input_ids"], batch["token_type_ids"])
+        static = Predictor(out / "export", PredictOptions(backend=backend)).run(batch["input_ids"],
+                                                                                 batch["token_type_ids"])
         assert np.abs(static - dygraph).max() <= 1e-5, backend
 
 

@@ -5,6 +5,8 @@ import os
 
 from conftest import export_tiny_model
 
+from paddle_ft.inference.options import PredictOptions
+
 from paddle_ft.inference.predictor import Predictor
 from paddle_ft.serve.app import ModelSlot
 from paddle_ft.serve.metrics import Metrics
@@ -17,7 +19,7 @@ def point(link, target) -> None:
 
 
 def slot_on(link) -> ModelSlot:
-    return ModelSlot(lambda: Predictor(link, cpu_threads=1), Metrics(), link)
+    return ModelSlot(lambda: Predictor(link, PredictOptions(cpu_threads=1)), Metrics(), link)
 
 
 def test_a_server_whose_first_load_failed_loads_the_fixed_folder_on_reload(tmp_path, capsys):

@@ -42,9 +42,10 @@ def export_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def predictor(export_dir):
+    from paddle_ft.inference.options import PredictOptions
     from paddle_ft.inference.predictor import Predictor
 
-    return Predictor(export_dir, cpu_threads=1)
+    return Predictor(export_dir, PredictOptions(cpu_threads=1))
 
 
 @pytest.fixture(scope="module")

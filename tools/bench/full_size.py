@@ -80,6 +80,7 @@ def _export_and_predict(folder: Path) -> dict:
     import httpx
 
     from paddle_ft.export import export_model
+    from paddle_ft.inference.options import PredictOptions
     from paddle_ft.inference.predictor import Predictor
     from paddle_ft.serve.process import ServerProcess
 
@@ -91,7 +92,7 @@ def _export_and_predict(folder: Path) -> dict:
                "parity_paddle": info.parity_max_abs_diff, "parity_onnx": info.parity_max_abs_diff_onnx}
     text = "".join(chr(0x4E00 + i) for i in range(40))
     for backend in ("onnxruntime", "paddle"):
-        predictor = Predictor(export, backend=backend)
+        predictor = Predictor(export, PredictOptions(backend=backend))
         predictor.predict([text])
         times = []
         for _ in range(20):

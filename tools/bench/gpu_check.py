@@ -31,6 +31,7 @@ from bench.corpus import write_corpus
 from bench.search import ProbeFailed, is_out_of_memory, largest_batch
 from paddle_ft.artifacts.export_folder import EXPORT_INFO, read_export_info
 from paddle_ft.artifacts.run import RunFiles
+from paddle_ft.inference.options import PredictOptions
 
 PRECISIONS = {"fp32": [], "fp16-O1": ["train.amp.enabled=true", "train.amp.dtype=float16", "train.amp.level=O1"],
               "fp16-O2": ["train.amp.enabled=true", "train.amp.dtype=float16", "train.amp.level=O2"],
@@ -237,13 +238,14 @@ def serving_check(export: Path, data: Path, device: str, log: Path) -> Check:
     import httpx
     import numpy as np
 
+
     from paddle_ft.inference.predictor import Predictor, stack_probabilities
     from paddle_ft.serve.process import ServerProcess
 
     if not (export / EXPORT_INFO).is_file():
         return Check(f"serve on {device}", "skip", "no export to serve (the export check failed)")
     texts = [line.split("\t")[0] for line in (data / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:33]]
-    reference = Predictor(export, cpu_threads=2)
+    reference = Predictor(export, PredictOptions(cpu_threads=2))
     expected = stack_probabilities(reference.predict(texts))  # columns in reference.labels' order
     try:
         server = ServerProcess(export, log, "--device", device)
@@ -483,14 +485,14 @@ def predictor_checks(export: Path, data: Path, device: str) -> list[Check]:
     if not (export / EXPORT_INFO).is_file():
         return [Check("predictor", "skip", "no export to load (the export check failed)")]
     texts = [line.split("\t")[0] for line in (data / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:257]]
-    reference = stack_probabilities(Predictor(export, cpu_threads=2).predict(texts))
+    reference = stack_probabilities(Predictor(export, PredictOptions(cpu_threads=2)).predict(texts))
     variants = {"cpu fp32": {}} if device == "cpu" else {
         "gpu fp32": {"device": "gpu"}, "gpu fp16": {"device": "gpu", "precision": "fp16"},
         "gpu tensorrt fp16": {"device": "gpu", "precision": "fp16", "use_tensorrt": True}}
     checks = []
     for name, options in variants.items():
         try:
-            predictor = Predictor(export, **options)
+            predictor = Predictor(export, PredictOptions(**options))
         except UserError as exc:
             checks.append(Check(f"predictor {name}", "skip", str(exc)))
             continue

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from paddle_ft.inference.options import PredictOptions
+
 ENGINES = ("dygraph", "paddle_inference", "paddle_inference_onednn", "onnxruntime", "auto")
 
 
@@ -31,10 +33,12 @@ def inference(args: dict) -> dict:
     export_dir = workdir / "export"
     shutil.rmtree(export_dir, ignore_errors=True)  # a previous run's export belongs to another model
     export_model(Path(args["model_dir"]), export_dir)
-    predictors = {"paddle_inference": Predictor(export_dir, cpu_threads=threads, enable_onednn=False),
-                  "paddle_inference_onednn": Predictor(export_dir, cpu_threads=threads, backend="paddle"),
-                  "onnxruntime": Predictor(export_dir, cpu_threads=threads, backend="onnxruntime"),
-                  "auto": Predictor(export_dir, cpu_threads=threads)}  # the default: each call on its fastest
+    def on(**options) -> Predictor:
+        return Predictor(export_dir, PredictOptions(cpu_threads=threads, **options))
+
+    predictors = {"paddle_inference": on(enable_onednn=False), "paddle_inference_onednn": on(backend="paddle"),
+                  "onnxruntime": on(backend="onnxruntime"),
+                  "auto": on()}  # the default: each call on its fastest
     tokenizer = predictors["paddle_inference"].tokenizer
     texts = [e.text for e in read_examples(Path(args["demo"]) / "test.tsv", "tsv", Columns("text", None, "label"))[0]]
     encoded = tokenizer(texts, max_length=predictors["paddle_inference"].max_length, truncation=True)
@@ -69,7 +73,7 @@ def _int8_predictor(export_dir: Path, int8_dir: Path, test: Path, threads: int):
 
     shutil.rmtree(int8_dir, ignore_errors=True)
     check = quantize_export(export_dir, test, int8_dir, max_drop=100.0, min_agreement=0.0)
-    return Predictor(int8_dir, cpu_threads=threads), check
+    return Predictor(int8_dir, PredictOptions(cpu_threads=threads)), check
 
 
 def models(args: dict) -> dict:
@@ -89,7 +93,7 @@ def models(args: dict) -> dict:
         export_dir = Path(args["workdir"]) / f"export-{name}"
         shutil.rmtree(export_dir, ignore_errors=True)
         export_model(Path(model_dir), export_dir)
-        predictor = Predictor(export_dir, cpu_threads=args["threads"])
+        predictor = Predictor(export_dir, PredictOptions(cpu_threads=args["threads"]))
         batches = _batch_maker(predictor.tokenizer([r.text for r in rows], max_length=predictor.max_length,
                                                    truncation=True), predictor.tokenizer.pad_token_id)
 
@@ -183,18 +187,19 @@ def _precision_predictors(export_dir: Path, threads: int) -> tuple[dict, list[st
 
     predictors, skipped = {}, []
     if cpu_supports_bf16():
-        predictors["paddle_inference_onednn_bf16"] = Predictor(export_dir, cpu_threads=threads, precision="bf16")
+        predictors["paddle_inference_onednn_bf16"] = Predictor(export_dir, PredictOptions(cpu_threads=threads,
+                                                                                          precision="bf16"))
     else:
         skipped.append("bf16 (oneDNN): this CPU has neither AVX512-BF16 nor AMX-BF16")
     if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
-        predictors["paddle_inference_gpu"] = Predictor(export_dir, device="gpu")
-        predictors["paddle_inference_gpu_fp16"] = Predictor(export_dir, device="gpu", precision="fp16")
+        predictors["paddle_inference_gpu"] = Predictor(export_dir, PredictOptions(device="gpu"))
+        predictors["paddle_inference_gpu_fp16"] = Predictor(export_dir, PredictOptions(device="gpu", precision="fp16"))
         try:
             check_tensorrt(program_file(export_dir), "gpu")
             if not paddle.inference.get_trt_compile_version()[0]:
                 raise UserError("this paddle build has no TensorRT")
-            predictors["paddle_inference_gpu_tensorrt_fp16"] = Predictor(export_dir, device="gpu", precision="fp16",
-                                                                         use_tensorrt=True)
+            predictors["paddle_inference_gpu_tensorrt_fp16"] = Predictor(
+                export_dir, PredictOptions(device="gpu", precision="fp16", use_tensorrt=True))
         except UserError as exc:
             skipped.append(f"TensorRT fp16: {exc}")
     else:
