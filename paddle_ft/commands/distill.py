@@ -3,6 +3,7 @@ loss alone, on unlabeled text); best/ is an ordinary classifier that eval, expor
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from paddle_ft.data.features import Features, tokenize
 from paddle_ft.data.readers import Example
 from paddle_ft.engine.amp import StepRunner
 from paddle_ft.engine.objectives.distill import Distillation, release_device_memory, teacher_logits_of
+from paddle_ft.engine.trainer import train
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 
@@ -66,7 +68,8 @@ def _distill(config: Config, handed: list, dist, folder, resume_from) -> int:
     folder = folder.with_classifier(tokenizer, model_meta(config, dataset.label_map))
     objective = Distillation(splits.label_names, splits.pad_token_id, teacher_logits=teacher_logits,
                              temperature=config.distill.temperature, alpha=config.distill.alpha)
-    results = run_engine(model, splits, config, folder, dist, resume_from, "distill", objective)
+    results = run_engine(partial(train, model, splits, config, folder, dist, resume_from, objective), folder, dist,
+                         "distill")
     if dist.is_main:
         seal_best(folder, config, data, results, drift_reference(dataset, splits, tokenizer.unk_token_id))
         for split in ("dev", "test"):

@@ -2,6 +2,7 @@
 `model.backbone` or from a scratch shape; best/ is a PaddleNLP encoder folder that `model.backbone` loads."""
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from paddle_ft.backbone import PRETRAINING_HEAD, load_pretraining_weights
@@ -13,6 +14,7 @@ from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.masking import Vocabulary
 from paddle_ft.engine.objectives.electra import ReplacedTokenDetecting
 from paddle_ft.engine.objectives.masked_lm import MaskedLanguageModelling
+from paddle_ft.engine.trainer import train
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 from paddle_ft.model import MaskedLanguageModel, ReplacedTokenDetection
@@ -42,8 +44,9 @@ def _pretrain(config: Config, dist, folder, resume_from) -> int:
     if model_config.backbone is not None:
         _continue_from(model, Path(model_config.backbone), report)
     ready_to_train(model, config, folder, dist, resume_from, None)
-    results = run_engine(model, splits, config, folder.with_encoder(tokenizer), dist, resume_from, "pretrain",
-                         objective)
+    folder = folder.with_encoder(tokenizer)
+    results = run_engine(partial(train, model, splits, config, folder, dist, resume_from, objective), folder, dist,
+                         "pretrain")
     if dist.is_main:
         dev = results.dev
         scores = ", ".join(f"{name} {dev[name]:.4f}" for name in ("masked_accuracy", "perplexity", "replaced_f1")

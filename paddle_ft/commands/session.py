@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import random
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import paddle
@@ -27,7 +28,7 @@ from paddle_ft.engine.evaluate import NonFiniteScores
 from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.recompute import use_recompute
 from paddle_ft.engine.run_folder import RunFolder
-from paddle_ft.engine.trainer import TrainingDiverged, train
+from paddle_ft.engine.trainer import TrainingDiverged
 from paddle_ft.errors import UserError
 from paddle_ft.io import describe_os_error
 from paddle_ft.kernels import CpuSpeedups, speed_up_cpu_training
@@ -75,12 +76,12 @@ def ready_to_train(model, config: Config, folder: RunFolder, dist, resume_from: 
     dist.barrier()  # if rank 0 refused the output_dir, the launcher stops the ranks waiting here
 
 
-def run_engine(model, splits, config: Config, folder: RunFolder, dist, resume_from: Path | None, tool: str,
-               objective=None, on_eval=None) -> Results | None:
-    """The engine, with the exits a user meets turned into one line that says how to go on."""
+def run_engine(training: Callable[[], Results | None], folder: RunFolder, dist, tool: str) -> Results | None:
+    """`training` (the engine's `train` with its arguments, writing into `folder`), with the exits a user meets
+    turned into one line that says how to go on (`tool`: the command that resumes it)."""
     resume_command = folder.resume_command(dist.active, tool)
     try:
-        results = train(model, splits, config, folder, dist, resume_from, objective, on_eval)
+        results = training()
     except TrainingInterrupted as exc:
         dist.shutdown()  # every rank stopped after the same step
         raise exc.with_resume_command(resume_command) from None

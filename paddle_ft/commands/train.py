@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from functools import partial
 
 from paddle_ft.analysis.audit import coverage_problem, leakage, unknown_shares
 from paddle_ft.artifacts.run import Results
@@ -19,7 +20,7 @@ from paddle_ft.engine.objectives.classification import Classification
 from paddle_ft.engine.objectives.few_shot import ContrastivePairs, repeated
 from paddle_ft.engine.objectives.multi_label import MultiLabelClassification
 from paddle_ft.engine.prototypes import start_prototypes
-from paddle_ft.engine.trainer import keep_untrained
+from paddle_ft.engine.trainer import keep_untrained, train
 from paddle_ft.errors import ConfigError
 from paddle_ft.hierarchy import hierarchy_of
 from paddle_ft.log import elapsed, log
@@ -89,8 +90,8 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
             # lengths: grouped by length, a batch would hold copies of the same few texts, and few pairs to learn from
             seen = dataclasses.replace(splits, train=repeated(splits.train, config.train.few_shot.iterations))
             engine_config = dataclasses.replace(config, data=dataclasses.replace(config.data, group_by_length=False))
-        results = run_engine(model, seen, engine_config, folder, dist, resume_from, "train",
-                             objective(config, splits, dist), on_eval)
+        results = run_engine(partial(train, model, seen, engine_config, folder, dist, resume_from,
+                                     objective(config, splits, dist), on_eval), folder, dist, "train")
     if dist.is_main:
         log("writing the model card and the manifest" + (", then report.html (charts, the most confident mistakes "
                                                          "explained)" if config.train.runtime.write_report else ""))

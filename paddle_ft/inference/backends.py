@@ -165,7 +165,6 @@ def _configure_gpu(config, inference, program: Path, options: PredictOptions, ma
             raise UserError("TensorRT asked for, but this paddle build was compiled without it")
         from paddle_ft.inference import tensorrt
 
-        tensorrt.configure(config, inference, program, program.with_name(PARAMS_FILE), options.gpu_id,
-                           options.precision, max_length, width_step)
+        tensorrt.configure(config, inference, program, options.gpu_id, options.precision, max_length, width_step)
     elif options.precision == "fp16":
         config.enable_use_gpu(256, options.gpu_id, inference.PrecisionType.Half)

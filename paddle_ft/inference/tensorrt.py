@@ -17,13 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
+from paddle_ft.artifacts.export_folder import PARAMS_FILE
+
 BATCHES = (1, 8, 32, 64)  # the batch sizes the collection run covers (the engine accepts 1..64)
 CACHE = Path("~/.cache/paddle_ft/tensorrt").expanduser()
 
 
-def configure(config, inference, program: Path, params: Path, gpu_id: int, precision: str, max_length: int,
+def configure(config, inference, program: Path, gpu_id: int, precision: str, max_length: int,
               width_step: int) -> None:
     """Turn `config` (GPU already enabled) into a TensorRT config with tuned dynamic shapes."""
+    params = program.with_name(PARAMS_FILE)
     folder = _cache_folder(params, max_length)
     shapes = folder / "shape_range_info.pbtxt"
     if not shapes.is_file():
