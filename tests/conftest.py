@@ -22,7 +22,7 @@ NEGATIVE_CHARS = "差坏烂慢糟退失望贵破"
 NEUTRAL_CHARS = "的了是我这个书手机买东西服务质量"
 LABELS = ("负面", "正面")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(1, str(ROOT / "tools"))  # the measuring tools (tools/bench/), which live outside the library
+sys.path.append(str(ROOT / "tools"))  # the measuring tools (tools/bench/), outside the library; last: no shadowing
 DEMO = str(ROOT / "configs" / "demo-scratch.yaml")
 
 

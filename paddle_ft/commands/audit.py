@@ -11,6 +11,7 @@ from pathlib import Path
 from paddle_ft.analysis.audit import NO_PROBLEMS, audit, table
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.build import build_tokenizer, read_dataset, resolve_backbone
+from paddle_ft.commands.flags import config_arguments
 from paddle_ft.config import load_config
 from paddle_ft.io import write_text_atomically
 from paddle_ft.ownership import owned_folder
@@ -37,3 +38,14 @@ def _audit(config_path: str, config, folder: Path, strict: bool) -> int:
         print(f"error: audit --strict: {'; '.join(report['problems'])}", file=sys.stderr)
         return 1
     return 0
+
+# the command line: `python -m paddle_ft audit` (registered in paddle_ft/cli.py)
+
+def add_arguments(parser) -> None:
+    config_arguments(parser, "configs/demo.yaml")
+    parser.add_argument("--output", help="folder for audit.json (default: OUTPUT_DIR/audit)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on leakage between splits or conflicting labels")
+
+
+def main(args) -> int:
+    return run(args.config, args.override, args.output, args.strict)

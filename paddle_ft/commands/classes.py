@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paddle_ft.arguments import share
 from paddle_ft.artifacts.bundle import Bundle, load_bundle, save_bundle, seal_bundle
 from paddle_ft.artifacts.manifest import MANIFEST, data_file, training_provenance
 from paddle_ft.data.readers import Columns, format_of, read_examples, read_texts
@@ -205,3 +206,35 @@ def _source_of(change: dict) -> str:
              "a description" if "description" in change else ""]
     return " and ".join(part for part in parts if part)
 
+# the command line: `python -m paddle_ft add-class|remove-class` (registered in paddle_ft/cli.py)
+
+def add_add_class_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="the OUT/best folder of a model trained with model.head: "
+                                                       "prototype")
+    parser.add_argument("--label", required=True, help="the new class's name")
+    parser.add_argument("--examples", metavar="FILE", help="texts of the new class: .txt (one per line) or "
+                                                           ".tsv/.csv/.jsonl (the model's text column)")
+    parser.add_argument("--description", help="a short description of the class (as zero-shot's label descriptions)")
+    parser.add_argument("--reference", metavar="FILE",
+                        help="labelled rows of the model's classes that set how sure the new class must be (default: "
+                             "the model's dev file, else its train file, as its manifest names them)")
+    parser.add_argument("--max-changed", type=share, default=0.005,
+                        help="the largest share of the reference rows whose answer may become the new class "
+                             "(default 0.005)")
+    parser.add_argument("--output", required=True, help="the new model folder to create (OUT2/best)")
+
+
+def add_class_main(args) -> int:
+    return add_class(args.model, args.label, args.examples, args.description, args.output, args.reference,
+                     args.max_changed)
+
+
+def add_remove_class_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="the OUT/best folder of a model trained with model.head: "
+                                                       "prototype")
+    parser.add_argument("--label", required=True, help="the class to remove")
+    parser.add_argument("--output", required=True, help="the new model folder to create")
+
+
+def remove_class_main(args) -> int:
+    return remove_class(args.model, args.label, args.output)

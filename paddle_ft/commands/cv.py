@@ -8,6 +8,8 @@ from pathlib import Path
 from paddle_ft.analysis.cv import markdown, summarise
 from paddle_ft.analysis.fingerprint import check_same_work, fingerprint, read_work, write_work
 from paddle_ft.analysis.report import table_html, write_page
+from paddle_ft.arguments import positive_int
+from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.folds import labelled_pool, train_folds
 from paddle_ft.config import load_config
 from paddle_ft.io import write_text_atomically
@@ -42,3 +44,15 @@ def _cross_validate(config_path: str, overrides: list[str], config, folds: int, 
     print(table, end="")
     log(f"wrote {root / 'cv.json'}, {root / 'cv.md'} and {page}")
     return 0
+
+# the command line: `python -m paddle_ft cv` (registered in paddle_ft/cli.py)
+
+def add_arguments(parser) -> None:
+    config_arguments(parser, "configs/demo.yaml")
+    parser.add_argument("--folds", type=positive_int, default=5, help="number of folds (default 5)")
+    parser.add_argument("--restart", action="store_true", help="delete the folds an earlier cv left in OUTPUT_DIR and "
+                                                               "start afresh (a rerun otherwise resumes them)")
+
+
+def main(args) -> int:
+    return run(args.config, args.override, args.folds, args.restart)

@@ -12,6 +12,7 @@ from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.manifest import data_file
 from paddle_ft.artifacts.meta import MODEL_META, is_model_folder
 from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
+from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine, seal_best,
                                         shared_backbone)
@@ -126,3 +127,13 @@ def _with_unlabeled(train: Features, texts: list[str], tokenizer, config: Config
     extra = tokenize(rows, tokenizer, config.data.max_length, None, truncation_of(config.data))
     return Features(train.input_ids + extra.input_ids, train.token_type_ids + extra.token_type_ids,
                     np.concatenate([train.labels, np.full(len(extra), -1, dtype=train.labels.dtype)]))
+
+# the command line: `python -m paddle_ft distill` (registered in paddle_ft/cli.py)
+
+def add_arguments(parser) -> None:
+    config_arguments(parser, "configs/distill-demo.yaml")
+    parser.add_argument("--teacher", help="the teacher's model folder (OUT/best); sets distill.teacher")
+
+
+def main(args) -> int:
+    return run(args.config, args.override, args.teacher)

@@ -56,9 +56,12 @@ FEW_SHOT_TRAIN = {"recipe": "few_shot", "epochs": 1, "batch_size": 16, "few_shot
                   "optimizer": {"learning_rate": 5.0e-5, "warmup": 0.1}}
 
 
-def run(train: str | None, dev: str | None, test: str | None, backbone: str | None, output: str,
-        given: Choices = Choices(), overrides: list[str] = (), labels: str | None = None,
-        recipe: str | None = None) -> int:
+def main(args) -> int:
+    """Writes --output, a recipe for the user's files: what their layout, labels and lengths say, and the backbone."""
+    train, dev, test, backbone, output = args.train, args.dev, args.test, args.backbone, args.output
+    labels, recipe, overrides = args.labels, args.recipe, args.override
+    given = Choices(args.text_column, args.text_pair_column, args.label_column, args.task, args.label_delimiter,
+                    header=not args.no_header)
     if train is None and labels is None:
         raise UserError("give --train FILE (your labelled rows), or --labels FILE (a label name and a short "
                         "description per line: a zero-shot model)")
@@ -324,3 +327,31 @@ def _backbone_tokenizer(backbone: str):
     except (OSError, ValueError, UserError) as exc:
         raise UserError(f"--backbone {backbone}: its tokenizer or config.json cannot be read ({exc}); give a "
                         "PaddleNLP or Hugging Face model folder") from None
+
+# the command line: `python -m paddle_ft init` (registered in paddle_ft/cli.py)
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--train", help="the labelled training file (.tsv, .csv or .jsonl, a header row)")
+    parser.add_argument("--labels", metavar="FILE", help="a label name, a tab and a short description per line: "
+                                                         "zero-shot without --train, the prototypes' start with it")
+    parser.add_argument("--dev", help="a labelled file to pick the best model on (recommended)")
+    parser.add_argument("--test", help="a labelled file scored once, at the end")
+    parser.add_argument("--backbone", help="a pretrained model: a PaddleNLP name or a local PaddleNLP / Hugging Face "
+                                           "folder (default: a small encoder trained from scratch)")
+    parser.add_argument("--output", required=True, help="the config to write, e.g. my.yaml (never overwritten)")
+    decided = parser.add_argument_group("overrule what init reads from the training file")
+    decided.add_argument("--text-column", help="the column (or JSONL key) of the text")
+    decided.add_argument("--text-pair-column", help="the column of a second text (the model classifies pairs)")
+    decided.add_argument("--label-column", help="the column of the label (or label set)")
+    decided.add_argument("--task", choices=("single_label", "multi_label"),
+                         help="one label per row, or a set of labels per row")
+    decided.add_argument("--label-delimiter", help="multi-label: what separates a row's label names (implies "
+                                                   "--task multi_label)")
+    decided.add_argument("--recipe", choices=("fine_tune", "few_shot"),
+                         help="how to train (default: few_shot when a class has at most 32 rows and the backbone is "
+                              "pretrained, else fine_tune)")
+    decided.add_argument("--no-header", action="store_true", help="TSV/CSV files without a header row: every row "
+                                                                  "is data, the columns are named 1, 2, ...")
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a key of the written config (dotted path, YAML value); repeatable")
+

@@ -22,10 +22,12 @@ import numpy as np
 from paddle_ft.analysis.fingerprint import check_same_work, fingerprint, read_work, write_work
 from paddle_ft.analysis.label_issues import LabelIssue, find_label_issues
 from paddle_ft.analysis.report import write_page
+from paddle_ft.arguments import positive_int
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.build import columns_of, format_of_split
 from paddle_ft.commands import train
+from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.folds import Fold, Pool, labelled_pool, train_folds
 from paddle_ft.config import TASK_METRICS, Config, load_config
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
@@ -201,3 +203,21 @@ def _write_page(path: Path, pool: Pool, issues: list[LabelIssue], summary: dict)
                     f"<th>suggested</th><th>confidence</th><th>given label's probability</th><th>text</th></tr>"
                     f"{rows}</table>")
     return write_page(path, "Probable label issues", sections)
+
+# the command line: `python -m paddle_ft label-issues` (registered in paddle_ft/cli.py)
+
+def add_arguments(parser) -> None:
+    config_arguments(parser, "configs/demo.yaml")
+    parser.add_argument("--folds", type=positive_int, default=5, help="number of folds (default 5)")
+    parser.add_argument("--output", required=True, help="the folder for the folds, the table, the page and the review "
+                                                        "file (a rerun into it resumes)")
+    parser.add_argument("--prune", action="store_true", help="also train with every row and without the flagged ones, "
+                                                             "and compare them on test")
+    parser.add_argument("--fold-reports", action="store_true", help="also write each fold's report.html (skipped "
+                                                                    "by default: tens of seconds each)")
+    parser.add_argument("--restart", action="store_true", help="delete what an earlier label-issues left in --output "
+                                                               "and start afresh")
+
+
+def main(args) -> int:
+    return run(args.config, args.override, args.folds, args.output, args.prune, args.restart, args.fold_reports)

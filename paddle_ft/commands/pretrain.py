@@ -7,6 +7,7 @@ from pathlib import Path
 
 from paddle_ft.backbone import PRETRAINING_HEAD, load_pretraining_weights
 from paddle_ft.build import build_encoder, build_tokenizer
+from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import check_unknown_share, held_out, pretraining_features, read_corpus, unmaskable
@@ -114,3 +115,12 @@ def _vocabulary(tokenizer, model_config) -> Vocabulary:
                           "(one per line, at the top of vocab.txt)")
     special = {vocab[t] for t in tokenizer.all_special_tokens}
     return Vocabulary(len(tokenizer), vocab[tokenizer.mask_token], frozenset(special))
+
+# the command line: `python -m paddle_ft pretrain` (registered in paddle_ft/cli.py)
+
+def add_arguments(parser) -> None:
+    config_arguments(parser, "configs/pretrain-demo.yaml")
+
+
+def main(args) -> int:
+    return run(args.config, args.override)

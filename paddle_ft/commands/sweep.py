@@ -17,8 +17,10 @@ from pathlib import Path
 from paddle_ft.analysis.fingerprint import check_same_work, fingerprint
 from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.analysis.space import Space, load_space
+from paddle_ft.arguments import positive_int
 from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.commands import train
+from paddle_ft.commands.flags import config_arguments
 from paddle_ft.config import load_config, save_config
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.io import write_text_atomically
@@ -159,3 +161,18 @@ def _write_outcome(study, space: Space, config_path: str, overrides: list[str], 
     print("\n".join(lines))
     log(f"best: trial {best.number}, dev {metric} {best.value:.4f}; wrote {root / 'best-config.yaml'} (train it "
         f"with -o output_dir=...) and {root / 'sweep.md'}")
+
+# the command line: `python -m paddle_ft sweep` (registered in paddle_ft/cli.py)
+
+def add_arguments(parser) -> None:
+    config_arguments(parser, "configs/demo.yaml")
+    parser.add_argument("--space", required=True, help="the search space YAML (params, sampler, trials, pruner)")
+    parser.add_argument("--trials", type=positive_int, help="trials in all (default: the space's)")
+    parser.add_argument("--storage", help="Optuna storage URL (default sqlite:///OUT/study.db; postgresql://... for "
+                                          "several machines)")
+    parser.add_argument("--restart", action="store_true", help="delete the study and trials an earlier sweep left "
+                                                               "and start afresh (a rerun otherwise resumes them)")
+
+
+def main(args) -> int:
+    return run(args.config, args.override, args.space, args.storage, args.trials, args.restart)

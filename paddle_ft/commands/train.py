@@ -9,6 +9,7 @@ from paddle_ft.analysis.audit import coverage_problem, leakage, unknown_shares
 from paddle_ft.artifacts.run import Results
 from paddle_ft.build import (build_model, build_splits, build_tokenizer, model_meta, read_dataset,
                              start_at_label_priors, truncation_of)
+from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine, seal_best,
                                         shared_backbone)
@@ -149,3 +150,12 @@ def objective(config, splits, dist) -> Classification | MultiLabelClassification
     return Classification(splits.label_names, splits.pad_token_id, tc.loss, weights, tc.focal_gamma, tc.calibration,
                           target_coverage=tc.decision.target_coverage, abstain_below=tc.decision.abstain_below,
                           hierarchy=hierarchy, level_loss=tc.level_loss if hierarchy else 0.0)
+
+# the command line: `python -m paddle_ft train` (registered in paddle_ft/cli.py)
+
+def add_arguments(parser) -> None:
+    config_arguments(parser, "configs/demo.yaml")
+
+
+def main(args) -> int:
+    return run(args.config, args.override)

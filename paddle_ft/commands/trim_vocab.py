@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from paddle_ft.arguments import non_negative_int
 from paddle_ft.backbone import WEIGHT_FILES, resolve
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
@@ -25,3 +26,21 @@ def run(backbone: str, data: list[str], output: str, keep_top: int, text_column:
     report = trim_folder(folder, texts, target, keep_top)
     print(f"{report.describe()} -> {target}; fine-tune it with -o model.backbone={target}")
     return 0
+
+# the command line: `python -m paddle_ft trim-vocab` (registered in paddle_ft/cli.py)
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--backbone", required=True, help="a Hugging Face or PaddleNLP folder with a tokenizer.json")
+    parser.add_argument("--data", nargs="+", required=True, metavar="FILE",
+                        help="the texts the model will read: .tsv / .csv / .jsonl (their text column) or .txt files")
+    parser.add_argument("--output", required=True, help="the trimmed folder to create (model.backbone loads it)")
+    # 5,000: the everyday characters and words an unseen text most likely needs, ~2% of e5-small's table
+    parser.add_argument("--keep-top", type=non_negative_int, default=5000,
+                        help="the most probable pieces kept besides the texts' own (default 5000)")
+    parser.add_argument("--text-column", default="text", help="the text column of the data files (default: text)")
+
+
+def main(args) -> int:
+    from paddle_ft.config import ModelConfig
+
+    return run(args.backbone, args.data, args.output, args.keep_top, args.text_column, ModelConfig().cache_dir)

@@ -94,3 +94,15 @@ def _accuracy_now(folder: Path, data: Path) -> tuple[float, int, str]:
             export_model(folder, Path(scratch) / "export", onnx=False)
             accuracy, texts, multi_label = labelled_accuracy(Predictor(Path(scratch) / "export"), data)
     return accuracy, texts, "subset_accuracy" if multi_label else "accuracy"
+
+# the command line: `python -m paddle_ft verify` (registered in paddle_ft/cli.py)
+
+def add_arguments(parser) -> None:
+    parser.add_argument("folder", metavar="DIR", help="an export folder (written by export or quantize) or a "
+                                                      "training run's best/")
+    parser.add_argument("--data", metavar="FILE", help="one of the labelled files the model was trained or scored on: "
+                        "checked against its recorded sha256, and the model scored on it again")
+
+
+def main(args) -> int:
+    return run(args.folder, args.data)

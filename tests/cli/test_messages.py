@@ -42,6 +42,7 @@ def test_a_package_past_its_pin_is_one_line_with_the_command_that_fixes_it(monke
     import importlib.metadata
 
     import paddle_ft.cli as cli
+    import paddle_ft.commands.evaluate as evaluate
 
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version",
@@ -50,7 +51,7 @@ def test_a_package_past_its_pin_is_one_line_with_the_command_that_fixes_it(monke
     def import_fails(args):
         raise ImportError("cannot import name 'repo_type_and_id_from_hf_id' from 'huggingface_hub.utils'")
 
-    monkeypatch.setattr(cli, "_eval", import_fails)
+    monkeypatch.setattr(evaluate, "main", import_fails)
     assert cli.main(["eval", "--model", "M", "--data", "D"]) == 2
     assert error_line(capsys) == ("error: huggingface_hub 0.27.1 is installed, but paddlenlp 2.8.1 imports only with "
                                   "huggingface_hub<0.26: pip install 'huggingface_hub<0.26'")

@@ -1,0 +1,55 @@
+"""The flags several commands share, declared once so that each means one thing everywhere: `--model` a trained model
+folder (OUT/best), `--export` an export folder, `-c/--config` and `-o` a recipe and its overrides, and the
+predictor's flags (`--device`, `--gpu-id`, `--threads`, `--precision`, `--tensorrt`, `--backend`, `--truncation`)
+wherever a predictor runs (tests/cli/test_cli.py::test_every_flag_has_one_meaning_across_the_commands)."""
+from __future__ import annotations
+
+import argparse
+
+from paddle_ft.arguments import non_negative_int, positive_int
+from paddle_ft.inference.backends import BACKENDS
+from paddle_ft.text import TRUNCATIONS
+
+
+def config_arguments(parser: argparse.ArgumentParser, example: str) -> argparse.ArgumentParser:
+    parser.add_argument("-c", "--config", required=True, help=f"the YAML recipe, e.g. {example}")
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key (dotted path, YAML value); repeatable")
+    return parser
+
+
+def model_argument(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--model", required=True, help="a model folder written by training (OUT/best)")
+    return parser
+
+
+def export_argument(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--export", required=True, help="an export folder (written by export or quantize)")
+    renamed(parser, "--model-dir", "--export")
+    return parser
+
+
+def inference_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """What the predictor runs on and how it reads a long text: the same flags for predict and serve."""
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--gpu-id", type=non_negative_int, default=0, help="GPU device id with --device gpu")
+    parser.add_argument("--threads", type=positive_int, help="CPU threads of the predictor (default: all usable "
+                                                             "cores)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                        help="bf16: oneDNN on CPUs with AVX512-BF16/AMX; fp16: GPU")
+    parser.add_argument("--tensorrt", action="store_true", help="GPU: run the graph with TensorRT")
+    parser.add_argument("--backend", choices=BACKENDS, help="the engine: paddle (Paddle Inference), onnxruntime "
+                                                           "(fp32 CPU) or auto (default: fp32 on CPU, each call on "
+                                                           "the engine measured fastest at its size at load)")
+    parser.add_argument("--truncation", choices=TRUNCATIONS, help="how a text longer than the model's max_length "
+                                                                  "is cut (default: as training cut it)")
+    return parser
+
+
+def renamed(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+    """`old`, a flag this command once took, refused in one line that names `new` (never a silent alias)."""
+    class Refuse(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            parser.error(f"{old} is now {new}: give {new} DIR")
+
+    parser.add_argument(old, nargs="?", action=Refuse, help=argparse.SUPPRESS)
