@@ -97,8 +97,8 @@ def _corrected(examples: dict, paths: dict, corrections: str, columns: Columns, 
 
 
 def truncation_of(data: DataConfig) -> Truncation:
-    """What `data.long_text` and its settings do to a text longer than max_length."""
-    return Truncation(data.long_text, data.head_tokens, data.stride, data.window_pooling)
+    """What `data.truncation` and its settings do to a text longer than max_length."""
+    return Truncation(data.truncation, data.head_tokens, data.stride, data.window_pooling)
 
 
 def build_splits(dataset: Dataset, tokenizer, max_length: int, cache_dir: str | None = None,
@@ -234,7 +234,7 @@ def model_meta(config: Config, label_map: LabelMap) -> ModelMeta:
                      text_pair_column=data.text_pair_column, label_column=data.label_column,
                      format=format_of_split(data, data.train or data.dev or ""), header=data.header,
                      dropout=config.model.dropout, pooling=config.model.pooling, head=config.model.head,
-                     text_prefix=config.model.text_prefix, truncation=data.long_text,
+                     text_prefix=config.model.text_prefix, truncation=data.truncation,
                      head_tokens=data.head_tokens, stride=data.stride, window_pooling=data.window_pooling,
                      task=config.task, label_delimiter=data.label_delimiter, allow_no_label=data.allow_no_label,
                      label_hierarchy=data.label_hierarchy,

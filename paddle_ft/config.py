@@ -105,17 +105,17 @@ class DataConfig:
     it changes and the rows it drops are applied to train and dev as they are read (docs/analysis.md)."""
     max_length: int = field(default=128, metadata=_check(lambda v: v >= 8, "an integer >= 8"))
     """Tokens per example after truncation, [CLS] and [SEP] included."""
-    long_text: str = field(default="head", metadata=_one_of(*TRUNCATIONS))
+    truncation: str = field(default="head", metadata=_one_of(*TRUNCATIONS))
     """What becomes of a text longer than max_length, in training and in the exported model alike: its first
     tokens are kept (head), its last (tail), its first head_tokens and the rest from its end (head_tail), or
     all of it, in overlapping windows whose answers are pooled (sliding_window)."""
     head_tokens: int = field(default=64, metadata=_positive())
-    """With long_text head_tail: how many of the kept tokens come from the text's beginning."""
+    """With truncation head_tail: how many of the kept tokens come from the text's beginning."""
     stride: int = field(default=64, metadata=_positive())
-    """With long_text sliding_window: tokens between the starts of a long text's windows of max_length (each
+    """With truncation sliding_window: tokens between the starts of a long text's windows of max_length (each
     window carries the text's label in training)."""
     window_pooling: str = field(default="mean", metadata=_one_of(*WINDOW_POOLINGS))
-    """With long_text sliding_window: how the windows' logits make the text's one answer."""
+    """With truncation sliding_window: how the windows' logits make the text's one answer."""
     on_bad_row: str = field(default="error", metadata=_one_of("error", "skip"))
     """`error` stops at the first bad row; `skip` drops bad rows and reports how many."""
     group_by_length: bool = True
@@ -313,7 +313,7 @@ class TrainConfig:
         lambda v: v == "auto" if isinstance(v, str) else len(v) > 0 and all(w > 0 for w in v),
         "auto or a list of positive numbers, one per label"))
     """Per-class weights of each example's loss: `auto` = inverse class frequency in the training data (in its
-    windows, with data.long_text sliding_window), normalised so the average training example weighs 1; or one
+    windows, with data.truncation sliding_window), normalised so the average training example weighs 1; or one
     positive weight per label, in data.labels order; null = all 1."""
     calibration: str = field(default="none", metadata=_one_of(*CALIBRATIONS))
     """single_label: temperature = fit one temperature on dev that makes the probabilities as sure as the model
@@ -518,6 +518,10 @@ def _key_lines(node, prefix: str = "") -> dict[str, int]:
     return found
 
 
+# keys of earlier versions, refused in one line that names the new one (never a silent alias)
+RENAMED_KEYS = {"data.long_text": "data.truncation"}  # the word the metadata, predict and the HTTP service use
+
+
 def _build(cls, raw: Any, prefix: str, where: Callable[[str], str], problems: list[ConfigError]):
     """`cls` from the mapping `raw`; every problem is appended to `problems` (and the field keeps its
     default) so that one load reports all of them."""
@@ -532,7 +536,10 @@ def _build(cls, raw: Any, prefix: str, where: Callable[[str], str], problems: li
     values = {}
     for name, value in raw.items():  # in file order, so problems are listed as the file reads
         key = f"{prefix}{name}"
-        if name not in known:
+        if key in RENAMED_KEYS:
+            problems.append(ConfigError(key, f"is now {RENAMED_KEYS[key]} (the same values): rename the key",
+                                        where(key)))
+        elif name not in known:
             problems.append(ConfigError(key, f"unknown key{_did_you_mean(name)}; known keys here: "
                                         f"{', '.join(known)}", where(key)))
         else:
@@ -666,13 +673,13 @@ def _cross_field_problems(config: Config, where) -> list[ConfigError]:
         problems.append(ConfigError("data.max_length", "is longer than model.scratch.max_position_embeddings "
                                     f"({scratch.max_position_embeddings})", where("data.max_length")))
     data = config.data
-    if data.long_text != "head" and data.text_pair_column is not None:
-        problems.append(ConfigError("data.long_text", f"is {data.long_text}, but text pairs are cut longest-first: "
-                                    "leave it at head for a text-pair task", where("data.long_text")))
-    if data.long_text == "head_tail" and data.head_tokens > data.max_length - 3:
+    if data.truncation != "head" and data.text_pair_column is not None:
+        problems.append(ConfigError("data.truncation", f"is {data.truncation}, but text pairs are cut longest-first: "
+                                    "leave it at head for a text-pair task", where("data.truncation")))
+    if data.truncation == "head_tail" and data.head_tokens > data.max_length - 3:
         problems.append(ConfigError("data.head_tokens", f"leaves no room for the tail: keep it below max_length "
                                     f"- 2 ({data.max_length - 2})", where("data.head_tokens")))
-    if data.long_text == "sliding_window" and data.stride > data.max_length - 2:
+    if data.truncation == "sliding_window" and data.stride > data.max_length - 2:
         problems.append(ConfigError("data.stride", f"would skip tokens between windows: keep it at most max_length "
                                     f"- 2 ({data.max_length - 2})", where("data.stride")))
     problems += _task_problems(config, where) + _prototype_problems(config, where)

@@ -50,7 +50,7 @@ class ModelMeta:
     text_prefix: str = ""
     """Put before every text the model reads (model.text_prefix: an embedding model's instruction)."""
     truncation: str = "head"
-    """What training did with a long single text (config data.long_text: head, tail, head_tail or
+    """What training did with a long single text (config data.truncation: head, tail, head_tail or
     sliding_window); the exported model and the Predictor do the same (a text pair is cut longest-first)."""
     head_tokens: int = 64
     """With head_tail truncation: the kept tokens that come from the text's beginning."""
@@ -108,7 +108,7 @@ class ModelMeta:
         `config key: this, other` (a teacher and its student, a run and its resume): what to set to match."""
         fields = [("task", self.task, other.task), ("data.labels", list(self.labels), list(other.labels)),
                   ("data.text_pair_column", self.takes_text_pair and "set", other.takes_text_pair and "set"),
-                  ("data.long_text", self.truncation, other.truncation)]
+                  ("data.truncation", self.truncation, other.truncation)]
         if self.truncation == other.truncation == "head_tail":
             fields.append(("data.head_tokens", self.head_tokens, other.head_tokens))
         return [f"{key}: {mine or 'none'}, {theirs or 'none'}" for key, mine, theirs in fields if mine != theirs]

@@ -287,7 +287,7 @@ def _csv_rows(path: Path):
     commas, quotes, tabs and newlines. Undecodable bytes stay in the text as surrogate escapes and make
     the row bad later (`_field`); a quote that is never closed is an error at the line that opened it."""
     # Python's csv module refuses a field over 131,072 characters by default ("field larger than field limit"); a
-    # long document is a text like any other (data.long_text decides what of it the model reads)
+    # long document is a text like any other (data.truncation decides what of it the model reads)
     csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
     with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as handle:
         reader = csv.reader(handle, strict=True)

@@ -157,7 +157,7 @@ def propose_max_length(lengths: list[int], pair: bool, limit: int = MAX_LENGTH,
     length = max(MIN_LENGTH, min(limit, math.ceil(kept / LENGTH_STEP) * LENGTH_STEP))
     whole = sum(n + (3 if pair else 2) <= length for n in ordered) / len(ordered)
     return length, (f"max_length {length}: {whole:.0%} of {texts} fit whole (the longest has "
-                    f"{ordered[-1]} tokens; longer ones are cut as data.long_text says)")
+                    f"{ordered[-1]} tokens; longer ones are cut as data.truncation says)")
 
 
 def _by_name(columns: list[str], names: tuple[str, ...]) -> str | None:

@@ -24,7 +24,7 @@ from paddle_ft.log import log
 
 # what a checkpoint's state depends on: a resume that changes any of them cannot continue the run exactly
 RESUME_FIXED = ("seed", "task", "model", "train.batch_size", "train.accumulate_steps", "data.max_length",
-                "data.text_pair_column", "data.long_text", "pretrain.objective")
+                "data.text_pair_column", "data.truncation", "pretrain.objective")
 
 
 @dataclass(frozen=True)

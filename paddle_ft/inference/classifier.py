@@ -18,7 +18,7 @@ Labels written as paths of a tree (data.label_hierarchy) are answered as their l
 an answer the model abstains on carries the deepest level it is sure of, as `"answer": {"label": "电子", "score":
 0.93}` (None if none).
 
-A text longer than the model's max_length is cut as training cut it (its `data.long_text`), or as `truncation` says
+A text longer than the model's max_length is cut as training cut it (its `data.truncation`), or as `truncation` says
 (`"head"` keeps its beginning, `"tail"` its end, `"head_tail"` both), and its answer then says `"truncated": True`
 (read in sliding windows, `"windows": N`). A model trained on text pairs takes a `(text, second_text)` tuple, a
 list of them, or `classify(texts, text_pair=second_texts)`.

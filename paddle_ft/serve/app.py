@@ -99,7 +99,7 @@ class Classification(BaseModel):
                                                         "100 labels, the 20 most probable ones, best first")
     truncated: bool = Field(description="the text was longer than the model's max_length and was cut")
     windows: int = Field(1, description="the windows of max_length the text was read in (more than 1 only for a "
-                                        "model trained with data.long_text sliding_window)")
+                                        "model trained with data.truncation sliding_window)")
     abstained: bool | None = Field(None, description="under an abstain threshold: the model is not sure enough, "
                                                      "a person should decide (the top label is still given)")
     top_k: list[LabelScore] | None = Field(None, description="the top_k labels, when top_k > 1")

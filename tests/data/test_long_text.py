@@ -43,13 +43,13 @@ def test_windows_pool_into_one_answer_per_text_by_mean_or_max():
 
 
 @pytest.mark.parametrize("override, message", [
-    (["data.long_text=tail", "data.text_pair_column=second"], "'data.long_text' .*: is tail, but text pairs are cut "
+    (["data.truncation=tail", "data.text_pair_column=second"], "'data.truncation' .*: is tail, but text pairs are cut "
                                                               "longest-first"),
-    (["data.long_text=head_tail", "data.head_tokens=126"], r"'data.head_tokens' .*: leaves no room for the tail: "
+    (["data.truncation=head_tail", "data.head_tokens=126"], r"'data.head_tokens' .*: leaves no room for the tail: "
                                                            r"keep it below max_length - 2 \(126\)"),
-    (["data.long_text=sliding_window", "data.stride=127"], r"'data.stride' .*: would skip tokens between windows: "
+    (["data.truncation=sliding_window", "data.stride=127"], r"'data.stride' .*: would skip tokens between windows: "
                                                             r"keep it at most max_length - 2 \(126\)"),
-    (["data.long_text=middle"], "expected one of head, tail, head_tail, sliding_window, got 'middle'"),
+    (["data.truncation=middle"], "expected one of head, tail, head_tail, sliding_window, got 'middle'"),
 ])
 def test_long_text_keys_are_validated_in_one_line(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -82,7 +82,7 @@ def test_only_the_rules_that_keep_the_end_learn_a_label_told_at_the_end(tiny_con
         out = tmp_path / rule
         args = tiny_config_args + [f"output_dir={out}", f"data.train={data / 'train.tsv'}",
                                    f"data.dev={data / 'dev.tsv'}", f"data.test={data / 'test.tsv'}",
-                                   f"data.long_text={rule}", "data.head_tokens=20", "data.stride=31",
+                                   f"data.truncation={rule}", "data.head_tokens=20", "data.stride=31",
                                    "data.window_pooling=max",
                                    "train.epochs=4"]
         assert main(["train", "--config", DEMO, *overrides(args)]) == 0
@@ -103,3 +103,12 @@ def test_only_the_rules_that_keep_the_end_learn_a_label_told_at_the_end(tiny_con
     assert record["label"] == label and record["windows"] == len(Truncation("sliding_window", stride=31).windows(
         [0] * (len(text) + 2), 64))
     assert exported == pytest.approx(accuracy, abs=1e-9)  # the exported model cuts as training did
+
+
+def test_the_key_of_earlier_versions_is_refused_naming_the_new_one(tmp_path):
+    """Issue 47: the config said long_text where the metadata, predict and HTTP say truncation; one word now."""
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("data:\n  long_text: tail\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"'data.long_text' .*: is now data.truncation \(the same values\): "
+                                          r"rename the key"):
+        load_config(str(recipe))

@@ -82,7 +82,7 @@ def test_a_small_student_learns_from_the_teacher_and_unlabeled_text(corpus, caps
     # issue 27, root 4: a teacher that reads texts otherwise than its student
     (["data.text_pair_column=text"], r"'data.text_pair_column'.*read texts differently \(data.text_pair_column: none, "
                                      r"set, teacher first\)"),
-    (["data.long_text=tail"], r"'data.long_text'.*read texts differently \(data.long_text: head, tail"),
+    (["data.truncation=tail"], r"'data.truncation'.*read texts differently \(data.truncation: head, tail"),
     (["data.max_length=96", "model.scratch.max_position_embeddings=128"],
      r"'data.max_length'.*is 96, but the teacher .* reads at most 64 tokens"),
 ])

@@ -214,7 +214,7 @@ def test_resume_from_a_damaged_path_names_the_file(tiny_config_args, tmp_path, c
     ("train.batch_size=4", "config key 'train.batch_size': the run in {out} was started with 8"),
     ("data.labels=[正面,负面]", "was trained with the labels ['负面', '正面'], this data has ['正面', '负面']"),
     # issue 27, root 4: what the model reads and answers is part of the run too
-    ("data.long_text=tail", "config key 'data.long_text': the run in {out} was started with 'head', this resume "
+    ("data.truncation=tail", "config key 'data.truncation': the run in {out} was started with 'head', this resume "
                             "asks for 'tail'"),
     ("data.text_pair_column=text", "config key 'data.text_pair_column': the run in {out} was started with None"),
 ])
