@@ -26,6 +26,9 @@ from paddle_ft.io import atomic_directory
 from paddle_ft.tokenization import load_tokenizer
 
 SAFETENSORS, TORCH_BIN = "model.safetensors", "pytorch_model.bin"
+# PaddleNLP's name for a model's weights, in every folder paddle_ft writes them to: an encoder folder (convert, trim),
+# best/ (artifacts.bundle) and a checkpoint (engine.checkpoint); spelt here only
+PADDLE_WEIGHTS = "model_state.pdparams"
 # Hugging Face model_type -> the PaddleNLP encoder class and tokenizer class that read the same checkpoint
 FAMILIES = {"bert": ("BertModel", "BertTokenizer"), "roberta": ("RobertaModel", "RobertaChineseTokenizer"),
             "ernie": ("ErnieModel", "ErnieTokenizer")}
@@ -60,7 +63,7 @@ _RULES = [(re.compile(pattern), replacement, transpose) for pattern, replacement
 
 def is_hf_folder(folder: Path) -> bool:
     """A folder of Hugging Face weights (a PaddleNLP folder has model_state.pdparams, or safetensors it marked)."""
-    if not (folder / "config.json").is_file() or (folder / "model_state.pdparams").is_file():
+    if not (folder / "config.json").is_file() or (folder / PADDLE_WEIGHTS).is_file():
         return False
     if (folder / TORCH_BIN).is_file():
         return True
@@ -111,7 +114,7 @@ def convert_hf_folder(source: Path, output: Path) -> dict:
     report = {"source": str(source), "family": family, "converted": len(state), "left_out": left_out}
     with atomic_directory(output) as tmp:
         (tmp / "config.json").write_text(json.dumps(paddle_config, indent=2), encoding="utf-8")
-        paddle.save(state, str(tmp / "model_state.pdparams"))
+        paddle.save(state, str(tmp / PADDLE_WEIGHTS))
         tokenizer.save_pretrained(str(tmp))
         (tmp / CONVERSION_INFO).write_text(json.dumps(report, indent=2), encoding="utf-8")  # last: it is complete
     return report

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.convert import SAFETENSORS, is_hf_folder, read_safetensors
+from paddle_ft.convert import PADDLE_WEIGHTS, SAFETENSORS, is_hf_folder, read_safetensors
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_directory
 from paddle_ft.tokenization import SentencePieceTokenizer, load_tokenizer, tokenizer_kind
 from paddle_ft.tokenization.unigram import TOKENIZER_JSON
 
 TRIM_INFO = "paddle_ft_trim.json"
-PADDLE_WEIGHTS = "model_state.pdparams"
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,9 @@ OWNERS = {"results.json": "paddle_ft.artifacts.run", "metrics.jsonl": "paddle_ft
           "model.json": "paddle_ft.artifacts.export_folder", "model.pdmodel": "paddle_ft.artifacts.export_folder",
           "model.pdiparams": "paddle_ft.artifacts.export_folder", "model.onnx": "paddle_ft.artifacts.export_folder",
           "label_map.json": "paddle_ft.data.labels", "paddle_ft.json": "paddle_ft.artifacts.meta",
-          "MODEL_CARD.md": "paddle_ft.artifacts.model_card"}
+          "MODEL_CARD.md": "paddle_ft.artifacts.model_card", "model_state.pdparams": "paddle_ft.convert",
+          "manifest.json": "paddle_ft.artifacts.manifest", "checksums.json": "paddle_ft.engine.checkpoint",
+          "shards.json": "paddle_ft.commands.predict_ray"}
 
 
 def test_imports_run_one_way_through_the_layers():

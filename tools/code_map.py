@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "paddle_ft"
 # the file names of the artifacts: a module that spells one as a whole string literal reads or writes it
 ARTIFACT_FILES = ("results.json", "metrics.jsonl", "config.yaml", "export.json", "model.json", "model.pdmodel",
-                  "model.pdiparams", "model.onnx", "label_map.json", "paddle_ft.json", "MODEL_CARD.md")
-WATCHED_FILES = ("model_state.pdparams", "manifest.json")  # spelt in several modules still (issue 47)
+                  "model.pdiparams", "model.onnx", "label_map.json", "paddle_ft.json", "MODEL_CARD.md",
+                  "model_state.pdparams", "manifest.json", "checksums.json", "shards.json")
 WIDE = 8  # parameters (self and cls aside) from which a signature counts as wide
 LARGE = 400  # lines from which a module counts as large
 
@@ -91,13 +91,13 @@ def main() -> None:
     root = sorted(n for n in known if n.count(".") == 1 and n not in _packages(known))
     names = defaultdict(list)
     for name, tree in trees.items():
-        for file in file_names_in(tree, ARTIFACT_FILES + WATCHED_FILES):
+        for file in file_names_in(tree):
             names[file].append(name)
     sizes = sorted((size for name, tree in trees.items() for size in functions(tree, name)), reverse=True)
     lines = sum(line_count(p) for p in PACKAGE.rglob("*.py"))
     print(f"{len(known)} modules, {lines} lines; {len(root)} at the package root: {' '.join(root)}")
     print(f"{sum(map(len, edges.values()))} import edges between paddle_ft modules")
-    for file in ARTIFACT_FILES + WATCHED_FILES:
+    for file in ARTIFACT_FILES:
         print(f"{file!r} spelt in {len(names[file])}: {' '.join(sorted(names[file]))}")
     median = sorted(size for size, _ in sizes)[len(sizes) // 2]
     print(f"{len(sizes)} functions, median {median} lines; longest: "

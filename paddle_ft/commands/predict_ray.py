@@ -5,7 +5,7 @@ The driver reads every input file with the readers `predict` uses (every row che
 and line), cuts each file into shards of `--shard-rows` texts and hands the shards still to do to Ray Data as a
 dataset; an actor pool scores them (`ShardScorer`: each actor loads the export once, with the predictor options of
 `predict`) and writes each shard's predictions to OUT/shards/ (atomically: a shard file that exists is complete).
-Every output row carries its source file and line. OUT/manifest.json lists the shards; `--merge` writes
+Every output row carries its source file and line. OUT/shards.json lists the shards; `--merge` writes
 OUT/predictions.jsonl, every row in input order. What the shards were made from (the export's files, the inputs'
 sha256, the settings that change an answer) is fingerprinted in OUT/predict-fingerprint.json: a rerun with anything
 else is refused (`--restart` starts afresh).
@@ -34,7 +34,7 @@ from paddle_ft.io import atomic_file, file_sha256, write_text_atomically
 from paddle_ft.log import log
 from paddle_ft.ownership import clear, owned_folder
 
-FINGERPRINT, MANIFEST, MERGED, SHARDS = "predict-fingerprint.json", "manifest.json", "predictions.jsonl", "shards"
+FINGERPRINT, SHARD_LIST, MERGED, SHARDS = "predict-fingerprint.json", "shards.json", "predictions.jsonl", "shards"
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def _predict(export: Path, meta, files: list[Path], root: Path, options: Predict
     texts = sum(len(s.texts) for s in to_do)
     log(f"predict --ray: scored {len(to_do)} shards ({texts} texts) in {seconds:.1f} s"
         + (f", {texts / seconds:.0f} texts/s" if texts else ""))
-    _write_manifest(root, shards, len(to_do), skipped)
+    _write_shard_list(root, shards, len(to_do), skipped)
     if job.merge:
         _merge(root, shards)
     return 0
@@ -193,12 +193,12 @@ def _score_on_ray(shards: list[Shard], export: Path, folder: Path, options: Pred
         ray.shutdown()
 
 
-def _write_manifest(root: Path, shards: list[Shard], scored: int, skipped: list[dict]) -> None:
+def _write_shard_list(root: Path, shards: list[Shard], scored: int, skipped: list[dict]) -> None:
     listed = [{"name": s.name, "source": s.source, "first_line": s.lines[0], "rows": len(s.texts),
                "sha256": file_sha256(root / SHARDS / s.name)} for s in shards]
     manifest = {"shards": listed, "rows": sum(len(s.texts) for s in shards), "scored_by_the_last_run": scored,
                 "skipped": skipped}
-    write_text_atomically(root / MANIFEST, json.dumps(manifest, ensure_ascii=False, indent=2) + "\n")
+    write_text_atomically(root / SHARD_LIST, json.dumps(manifest, ensure_ascii=False, indent=2) + "\n")
 
 
 def _merge(root: Path, shards: list[Shard]) -> None:

@@ -62,14 +62,14 @@ def _documented_prefix(folder: Path) -> str:
 
 
 def _has_pooler(folder: Path) -> bool:
-    from paddle_ft.convert import SAFETENSORS, safetensors_names
+    from paddle_ft.convert import PADDLE_WEIGHTS, SAFETENSORS, safetensors_names
 
     if (folder / SAFETENSORS).is_file():
         return any(".pooler." in f".{name}" for name in safetensors_names(folder / SAFETENSORS))
-    if (folder / "model_state.pdparams").is_file():
+    if (folder / PADDLE_WEIGHTS).is_file():
         import paddle
 
-        return any(".pooler." in f".{name}" for name in paddle.load(str(folder / "model_state.pdparams")))
+        return any(".pooler." in f".{name}" for name in paddle.load(str(folder / PADDLE_WEIGHTS)))
     return True  # a PyTorch pickle: BERT-family checkpoints mostly keep their pooler
 
 

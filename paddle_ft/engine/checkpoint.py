@@ -2,7 +2,7 @@
 
 `checkpoints/step-N/` holds model, optimizer, LR scheduler and GradScaler state, the RNG states of
 python, numpy and paddle, `trainer_state.json` (data position, best metric, early stopping, log
-window), and last `manifest.json`: the SHA-256 of every other file. A folder without a manifest is
+window), and last `checksums.json`: the SHA-256 of every other file. A folder without it is
 incomplete; one whose files do not match it is corrupt (a truncated or garbled file), and resuming
 skips it for the previous one.
 """
@@ -19,13 +19,14 @@ from pathlib import Path
 import numpy as np
 import paddle
 
+from paddle_ft.convert import PADDLE_WEIGHTS
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_directory, file_sha256
 from paddle_ft.model import in_dtypes_of
 
 TRAINER_STATE = "trainer_state.json"
-MANIFEST = "manifest.json"
-STATE_FILES = ("model_state.pdparams", "optimizer.pdopt", "scheduler.pdparams", "scaler.pdparams", "rng.pdstate",
+CHECKSUMS = "checksums.json"
+STATE_FILES = (PADDLE_WEIGHTS, "optimizer.pdopt", "scheduler.pdparams", "scaler.pdparams", "rng.pdstate",
                TRAINER_STATE)
 
 
@@ -115,15 +116,15 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, 
     """Write step-N atomically; `rng_states` holds one entry per rank (default: this process's)."""
     final = checkpoints_dir / f"step-{state.global_step}"
     with atomic_directory(final) as tmp:
-        paddle.save(model.state_dict(), str(tmp / "model_state.pdparams"))
+        paddle.save(model.state_dict(), str(tmp / PADDLE_WEIGHTS))
         paddle.save(_rename_keys(optimizer.state_dict(), _internal_to_structured(model)), str(tmp / "optimizer.pdopt"))
         paddle.save(scheduler.state_dict(), str(tmp / "scheduler.pdparams"))
         (tmp / "scaler.pdparams").write_bytes(pickle.dumps(scaler.state_dict()))  # {} when loss scaling is off
         rng_states = rng_states or [capture_rng()]
         (tmp / "rng.pdstate").write_bytes(pickle.dumps(rng_states))  # paddle.load cannot read these types back
         (tmp / TRAINER_STATE).write_text(json.dumps(dataclasses.asdict(state), indent=2))
-        manifest = {name: file_sha256(tmp / name) for name in STATE_FILES}
-        (tmp / MANIFEST).write_text(json.dumps({"sha256": manifest}, indent=2))  # last: marks it complete
+        checksums = {name: file_sha256(tmp / name) for name in STATE_FILES}
+        (tmp / CHECKSUMS).write_text(json.dumps({"sha256": checksums}, indent=2))  # last: marks it complete
     return final
 
 
@@ -132,7 +133,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int =
     `path` is a checkpoint `verify_checkpoint` passed (`commands.train` picks it that way: hashing a
     large model's files twice would double the cost of every resume); it must fit the model (same
     parameter names and shapes)."""
-    model_state = paddle.load(str(path / "model_state.pdparams"))
+    model_state = paddle.load(str(path / PADDLE_WEIGHTS))
     _check_fits(path, model_state, model)
     model.set_state_dict(in_dtypes_of(model, model_state))
     structured_to_internal = {v: k for k, v in _internal_to_structured(model).items()}
@@ -193,27 +194,27 @@ def _with_master_names(state: dict) -> dict:
 
 
 def is_complete(folder: Path) -> bool:
-    """Cheap: the manifest, written last, is there (the files are checked by `verify_checkpoint`)."""
-    return (folder / MANIFEST).is_file()
+    """Cheap: its checksums, written last, are there (the files are checked by `verify_checkpoint`)."""
+    return (folder / CHECKSUMS).is_file()
 
 
 def verify_checkpoint(path: Path) -> None:
-    """Raise `CorruptCheckpoint` naming the first file that is missing or differs from the manifest."""
+    """Raise `CorruptCheckpoint` naming the first file that is missing or differs from its checksum."""
     if not path.is_dir():
         raise UserError(f"checkpoint {path} does not exist; give a checkpoints/step-N folder or train.resume=auto")
     if not is_complete(path):
-        raise CorruptCheckpoint(f"checkpoint {path} is incomplete (no {MANIFEST}: its save was interrupted); resume "
+        raise CorruptCheckpoint(f"checkpoint {path} is incomplete (no {CHECKSUMS}: its save was interrupted); resume "
                                 "from another checkpoints/step-N folder or use train.resume=auto")
     try:
-        expected = json.loads((path / MANIFEST).read_text(encoding="utf-8"))["sha256"]
+        expected = json.loads((path / CHECKSUMS).read_text(encoding="utf-8"))["sha256"]
         names = [name for name in STATE_FILES if expected[name]]
     except (ValueError, KeyError, TypeError):
-        raise CorruptCheckpoint(f"checkpoint {path}: {MANIFEST} is damaged; resume from another "
+        raise CorruptCheckpoint(f"checkpoint {path}: {CHECKSUMS} is damaged; resume from another "
                                 "checkpoints/step-N folder or use train.resume=auto") from None
     for name in names:
         file = path / name
         if not file.is_file() or file_sha256(file) != expected[name]:
-            problem = "is missing" if not file.is_file() else "is damaged (its checksum differs from the manifest)"
+            problem = "is missing" if not file.is_file() else "is damaged (its checksum differs from the one saved)"
             raise CorruptCheckpoint(f"checkpoint {path}: {name} {problem}; resume from another "
                                     "checkpoints/step-N folder or use train.resume=auto")
 
@@ -230,7 +231,7 @@ def complete_checkpoints(checkpoints_dir: Path, warn=None) -> list[Path]:
 
 
 def newest_verified_checkpoint(checkpoints_dir: Path, warn) -> Path | None:
-    """The newest checkpoint whose files all match their manifest; each one passed over is reported."""
+    """The newest checkpoint whose files all match their checksums; each one passed over is reported."""
     for folder in reversed(complete_checkpoints(checkpoints_dir, warn)):
         try:
             verify_checkpoint(folder)

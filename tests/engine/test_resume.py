@@ -96,7 +96,7 @@ def test_resume_auto_skips_an_incomplete_checkpoint(tiny_config_args, tmp_path, 
 
 
 @pytest.mark.parametrize("resume, fragment", [("/nonexistent/step-3", "does not exist"),
-                                              ("{out}/checkpoints/step-99", "is incomplete (no manifest.json")])
+                                              ("{out}/checkpoints/step-99", "is incomplete (no checksums.json")])
 def test_resume_from_a_bad_path_is_a_config_error(resume, fragment, tiny_config_args, tmp_path, capsys):
     out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     (elsewhere / "checkpoints" / "step-99").mkdir(parents=True)
@@ -146,7 +146,7 @@ def fake_checkpoint(folder: Path, complete=True):
     for name in ckpt.STATE_FILES:
         (folder / name).write_text("x")
     if complete:
-        (folder / ckpt.MANIFEST).write_text("{}")
+        (folder / ckpt.CHECKSUMS).write_text("{}")
 
 
 def test_rotation_keeps_newest_and_best_and_ignores_incomplete(tmp_path):
@@ -190,7 +190,7 @@ def test_resume_auto_falls_back_past_a_damaged_checkpoint_and_ends_identical(dam
                                                        "train.resume=auto")]) == 0
     printed = capsys.readouterr().out
     assert (f"warning: checkpoint {broken / 'checkpoints' / 'step-8'}: model_state.pdparams is damaged (its checksum "
-            "differs from the manifest); trying the previous checkpoint") in printed
+            "differs from the one saved); trying the previous checkpoint") in printed
     assert f"resumed from {broken / 'checkpoints' / 'step-4'}" in printed
     assert same_weights(whole / "checkpoints" / "step-8", broken / "checkpoints" / "step-8")
     assert same_weights(whole / "best", broken / "best")

@@ -183,7 +183,7 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     # scores are written to 6 decimals, and each process's backend auto may run a batch on another engine (logits
     # within ~2e-7): one rounding step apart at most (1e-6, which the subtraction of two rounded floats can overshoot)
     assert max(abs(a["score"] - b["score"]) for a, b in zip(merged, alone)) <= 1e-6 + 1e-12
-    manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
+    manifest = json.loads((output / "shards.json").read_text(encoding="utf-8"))
     assert manifest["rows"] == 50_000 and len(manifest["shards"]) == 24
     assert manifest["scored_by_the_last_run"] == 24 - written
 
