@@ -32,12 +32,6 @@ class Dataset:
     """Split name -> the file it was read from, to name a row's FILE:LINE."""
 
 
-def columns_of(data: DataConfig, task: str = "single_label") -> Columns:
-    delimiter = data.label_delimiter if task == "multi_label" else None
-    return Columns(data.text_column, data.text_pair_column, data.label_column, delimiter, data.allow_no_label,
-                   data.header)
-
-
 def format_of_split(data: DataConfig, path: str) -> str:
     """data.format, or where it is not set the file's own extension (tsv for any other)."""
     return data.format or format_of(path, "tsv")
@@ -45,7 +39,7 @@ def format_of_split(data: DataConfig, path: str) -> str:
 
 def read_dataset(data: DataConfig, task: str = "single_label") -> Dataset:
     """Read every configured split; labels come from `data.labels` or from train."""
-    columns = columns_of(data, task)
+    columns = Columns.of(data, task == "multi_label")
     examples, given = {}, None if data.labels is None else resolve_labels(data.labels, None)
     if data.train is not None:
         examples["train"], report = read_examples(
@@ -94,11 +88,6 @@ def _corrected(examples: dict, paths: dict, corrections: str, columns: Columns, 
     log(f"data.corrections: {counts['relabelled']} rows relabelled and {counts['dropped']} dropped, as {corrections} "
         "decides")
     return examples
-
-
-def truncation_of(data: DataConfig) -> Truncation:
-    """What `data.truncation` and its settings do to a text longer than max_length."""
-    return Truncation(data.truncation, data.head_tokens, data.stride, data.window_pooling)
 
 
 def build_splits(dataset: Dataset, tokenizer, max_length: int, cache_dir: str | None = None,

@@ -32,6 +32,12 @@ class Truncation:
     stride: int = 64
     window_pooling: str = "mean"
 
+    @classmethod
+    def of(cls, settings) -> Truncation:
+        """The rule `settings` describe: a config's `data` section or a model's metadata, which both name its parts
+        `truncation`, `head_tokens`, `stride` and `window_pooling`."""
+        return cls(settings.truncation, settings.head_tokens, settings.stride, settings.window_pooling)
+
     def apply(self, texts_ids: list[list[int]], max_length: int) -> tuple[list[list[int]], np.ndarray | None]:
         """(the rows the model sees, the text each row belongs to): a row per text, documents None; with
         sliding_window a row per window, documents [rows] (0, 0, 1, 2, 2, 2, ...)."""

@@ -32,7 +32,7 @@ def main() -> int:
     args = parser.parse_args()
     explainer = Explainer.load(args.model, steps=args.steps)
     meta = explainer.meta
-    examples, _ = read_examples(args.data, format_of(args.data, meta.format), Columns.of_model(meta))
+    examples, _ = read_examples(args.data, format_of(args.data, meta.format), Columns.of(meta, meta.multi_label))
     rng = random.Random(args.seed)
     wins, drops, errors, started = [], [], [], time.perf_counter()
     for example in examples:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paddle_ft.build import columns_of, format_of_split, read_dataset  # noqa: E402
+from paddle_ft.build import format_of_split, read_dataset  # noqa: E402
 from paddle_ft.cli import main as paddle_ft  # noqa: E402
 from paddle_ft.config import load_config  # noqa: E402
-from paddle_ft.data.readers import write_examples  # noqa: E402
+from paddle_ft.data.readers import Columns, write_examples  # noqa: E402
 
 
 def main() -> int:
@@ -44,7 +44,7 @@ def main() -> int:
     fmt = format_of_split(config.data, config.data.train)
     train = root / f"train-flipped.{fmt}"
     root.mkdir(parents=True, exist_ok=True)
-    write_examples(train, fmt, columns_of(config.data, config.task), noisy)
+    write_examples(train, fmt, Columns.of(config.data, config.task == "multi_label"), noisy)
     code = paddle_ft(["label-issues", "--config", args.config, "--folds", str(args.folds), "--output",
                       str(root / "label-issues"), "--prune",
                       *[item for o in [*args.override, f"data.train={train}"] for item in ("-o", o)]])

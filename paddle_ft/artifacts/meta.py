@@ -88,7 +88,7 @@ class ModelMeta:
 
     @property
     def truncation_rule(self) -> Truncation:
-        return Truncation(self.truncation, self.head_tokens, self.stride, self.window_pooling)
+        return Truncation.of(self)
 
     @property
     def takes_text_pair(self) -> bool:

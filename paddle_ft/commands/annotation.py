@@ -135,7 +135,7 @@ def _labelled_texts(model_dir: Path, bundle: Bundle, given: str | None) -> set[t
             log("select: no --labelled file, and the model's training file is not here: nothing counts as labelled")
             return set()
     meta = bundle.meta
-    rows, _ = read_examples(path, format_of(path, meta.format), Columns.of_model(meta))
+    rows, _ = read_examples(path, format_of(path, meta.format), Columns.of(meta, meta.multi_label))
     return {(e.text, e.text_pair) for e in rows}
 
 

@@ -169,7 +169,7 @@ def _reference_vectors(bundle: Bundle, path: Path) -> np.ndarray:
     """Unit vectors of up to REFERENCE_ROWS rows of `path` labelled with one of the model's classes (rows of the new
     class, or of no class the model has, are left out)."""
     meta = bundle.meta
-    rows = [e for e in read_examples(path, format_of(path, meta.format), Columns.of_model(meta))[0]
+    rows = [e for e in read_examples(path, format_of(path, meta.format), Columns.of(meta, meta.multi_label))[0]
             if e.label in meta.labels]
     if not rows:
         raise UserError(f"{path}: no row is labelled with one of the model's classes ({', '.join(meta.labels)}); "

@@ -11,7 +11,7 @@ import numpy as np
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.manifest import data_file
 from paddle_ft.artifacts.meta import MODEL_META, is_model_folder
-from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset, truncation_of
+from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
 from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine, seal_best,
@@ -25,6 +25,7 @@ from paddle_ft.engine.objectives.distill import Distillation, release_device_mem
 from paddle_ft.engine.trainer import train
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
+from paddle_ft.text import Truncation
 
 
 def run(config_path: str, overrides: list[str], teacher: str | None) -> int:
@@ -49,7 +50,7 @@ def _distill(config: Config, handed: list, dist, folder, resume_from) -> int:
     tokenizer = build_tokenizer(model_config)
     _check_same_vocabulary(tokenizer, teacher_bundle.tokenizer, config.distill.teacher)
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
-                          truncation_of(config.data))
+                          Truncation.of(config.data))
     if config.distill.unlabeled:
         texts, origins = read_corpus(config.distill.unlabeled, config.data.text_column)
         splits = dataclasses.replace(splits, train=_with_unlabeled(splits.train, texts, tokenizer, config))
@@ -124,7 +125,7 @@ def _check_same_vocabulary(student_tokenizer, teacher_tokenizer, teacher: str) -
 def _with_unlabeled(train: Features, texts: list[str], tokenizer, config: Config) -> Features:
     """The training rows, then the unlabeled texts' rows with label -1 (soft loss only)."""
     rows = [Example(text, None, None, i + 1) for i, text in enumerate(texts)]
-    extra = tokenize(rows, tokenizer, config.data.max_length, None, truncation_of(config.data))
+    extra = tokenize(rows, tokenizer, config.data.max_length, None, Truncation.of(config.data))
     return Features(train.input_ids + extra.input_ids, train.token_type_ids + extra.token_type_ids,
                     np.concatenate([train.labels, np.full(len(extra), -1, dtype=train.labels.dtype)]))
 

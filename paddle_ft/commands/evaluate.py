@@ -28,7 +28,7 @@ def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int
     table = _per_class_file(errors, meta.multi_label)
     if len(label_map) > MANY_CLASSES:
         check_output_file(table, "the per-class table (named after --errors)", {"--data": data_path})
-    examples, _ = read_examples(data_path, format_of(data_path, meta.format), Columns.of_model(meta),
+    examples, _ = read_examples(data_path, format_of(data_path, meta.format), Columns.of(meta, meta.multi_label),
                                 frozenset(label_map.names))
     # the report is printed on standard output: the progress goes to standard error, apart from it
     features = tokenize(examples, tokenizer, meta.max_length, label_map, meta.truncation_rule)

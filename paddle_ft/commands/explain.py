@@ -62,7 +62,7 @@ def _index(explainer: Explainer, folder: Path, data: str | None) -> None:
                             "texts to find the nearest among), or --neighbours 0")
         data = recorded["path"]
     meta = explainer.meta
-    columns = Columns.of_model(meta)
+    columns = Columns.of(meta, meta.multi_label)
     examples, _ = read_examples(data, format_of(data, meta.format), columns, frozenset(meta.labels))
     log(f"explain: indexing {len(examples)} texts of {data} for the nearest", sys.stderr)  # stdout: JSON lines
     explainer.index(examples)

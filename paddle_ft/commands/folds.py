@@ -10,10 +10,10 @@ import numpy as np
 
 from paddle_ft.analysis.cv import stratified_folds
 from paddle_ft.artifacts.run import RunFiles
-from paddle_ft.build import Dataset, columns_of, format_of_split, read_dataset
+from paddle_ft.build import Dataset, format_of_split, read_dataset
 from paddle_ft.commands import train
 from paddle_ft.config import Config
-from paddle_ft.data.readers import Example, write_examples
+from paddle_ft.data.readers import Columns, Example, write_examples
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 
@@ -59,7 +59,7 @@ def train_folds(config_path: str | None, overrides: list[str], config: Config, p
     """Each fold trained on the others (stratified by label), its held-out rows as its dev split."""
     parts = stratified_folds([e.label_key for e in pool.examples], folds, config.seed)
     fmt = format_of_split(config.data, config.data.train)
-    columns, suffix = columns_of(config.data, config.task), f".{fmt}"
+    columns, suffix = Columns.of(config.data, config.task == "multi_label"), f".{fmt}"
     done = []
     for number, held_out in enumerate(parts, start=1):
         run, data = RunFiles(root / f"fold-{number}"), root / "folds" / f"fold-{number}"

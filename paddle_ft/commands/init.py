@@ -91,8 +91,7 @@ def main(args) -> int:
     if descriptions is not None and layout.multi_label:
         raise UserError(f"{next(iter(paths.values()))} holds sets of labels; a zero-shot model gives one label per "
                         "text (prototype head): give files with one label per row")
-    columns = Columns(layout.text_column, layout.text_pair_column, layout.label_column,
-                      (layout.label_delimiter or ",") if layout.multi_label else None, header=layout.header)
+    columns = Columns.of(layout, layout.multi_label)
     splits = {name: read_examples(path, format_of(path), columns, on_bad_row=on_bad_row, skip_option=skip_option)[0]
               for name, path in paths.items()}
     counts = Counter(name for example in splits.get("train", []) for name in example.label_names)

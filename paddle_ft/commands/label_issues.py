@@ -25,14 +25,14 @@ from paddle_ft.analysis.report import write_page
 from paddle_ft.arguments import positive_int
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.run import RunFiles
-from paddle_ft.build import columns_of, format_of_split
+from paddle_ft.build import format_of_split
 from paddle_ft.commands import train
 from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.folds import Fold, Pool, labelled_pool, train_folds
 from paddle_ft.config import TASK_METRICS, Config, load_config
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.features import tokenize
-from paddle_ft.data.readers import one_line, write_examples, write_records
+from paddle_ft.data.readers import Columns, one_line, write_examples, write_records
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.errors import ConfigError
 from paddle_ft.io import write_text_atomically
@@ -131,7 +131,7 @@ def _write_review(root: Path, config: Config, pool: Pool, issues: list[LabelIssu
     """The flagged rows in the data's format: its own columns (the given label in its label column), then
     `suggested`, `confidence` and an empty `decision`."""
     fmt = format_of_split(config.data, config.data.train)
-    columns = columns_of(config.data, config.task)
+    columns = Columns.of(config.data, config.task == "multi_label")
     delimiter = columns.label_delimiter or ","
     names = [FILE, LINE, *(n for n in (columns.text, columns.text_pair, columns.label) if n), SUGGESTED,
              "confidence", DECISION]
@@ -156,7 +156,7 @@ def _prune(config_path: str | None, overrides: list[str], config: Config, pool: 
     rows less the flagged ones, side by side."""
     flagged = {pool.origins[i.row] for i in issues}
     fmt = format_of_split(config.data, config.data.train)
-    columns, data = columns_of(config.data, config.task), root / "pruned-data"
+    columns, data = Columns.of(config.data, config.task == "multi_label"), root / "pruned-data"
     data.mkdir(exist_ok=True)
     pruned = ["data.corrections=null"]  # the rows written below already hold any corrections
     for split in ("train", "dev"):

@@ -8,7 +8,7 @@ from functools import partial
 from paddle_ft.analysis.audit import coverage_problem, leakage, unknown_shares
 from paddle_ft.artifacts.run import Results
 from paddle_ft.build import (build_model, build_splits, build_tokenizer, model_meta, read_dataset,
-                             start_at_label_priors, truncation_of)
+                             start_at_label_priors)
 from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine, seal_best,
@@ -25,6 +25,7 @@ from paddle_ft.engine.trainer import keep_untrained, train
 from paddle_ft.errors import ConfigError
 from paddle_ft.hierarchy import hierarchy_of
 from paddle_ft.log import elapsed, log
+from paddle_ft.text import Truncation
 
 
 def run(config_path: str | None, overrides: list[str], on_eval=None) -> int:
@@ -67,7 +68,7 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
     model_config = shared_backbone(config.model, dist)
     tokenizer = build_tokenizer(model_config)
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
-                          truncation_of(config.data))
+                          Truncation.of(config.data))
     if dist.is_main:
         log_coverage(splits, tokenizer.unk_token_id)
     model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)

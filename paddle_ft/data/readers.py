@@ -39,11 +39,12 @@ class Columns:
     """TSV and CSV: the first row names the columns; without one they are named by position, "1", "2", ..."""
 
     @classmethod
-    def of_model(cls, meta) -> Columns:
-        """How to read a labelled file of the kind a model's training read, from its `ModelMeta` (eval, quantize's
-        accuracy check)."""
-        return cls(meta.text_column, meta.text_pair_column, meta.label_column,
-                   meta.label_delimiter if meta.multi_label else None, meta.allow_no_label, meta.header)
+    def of(cls, settings, multi_label: bool) -> Columns:
+        """How to read the files `settings` describe: a config's `data` section, a model's `ModelMeta` (a labelled
+        file of the kind its training read) or the layout `init` found, which all name the columns `text_column`,
+        `text_pair_column`, `label_column`, `label_delimiter`, `allow_no_label` and `header`."""
+        return cls(settings.text_column, settings.text_pair_column, settings.label_column,
+                   (settings.label_delimiter or ",") if multi_label else None, settings.allow_no_label, settings.header)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ class Layout:
     label_delimiter: str | None = None
     """Set for multi-label rows given as one string ("财经,股票"); None for one label per row, or a JSON list."""
     multi_label: bool = False
+    allow_no_label: bool = False
+    """Not sniffed: an empty label set is read as a bad row until the config allows it."""
     header: bool = True
     reasons: list[str] = field(default_factory=list)
 

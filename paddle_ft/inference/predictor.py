@@ -157,9 +157,11 @@ class Predictor:
 
     def truncation_rule(self, truncation: str | None = None) -> Truncation:
         """How a text longer than max_length is read: as training read it, or by the rule `truncation` names."""
-        # the head_tail split training used; asked for on a model trained otherwise, half the text from each end
-        head_tokens = self.meta.head_tokens if self.meta.truncation == "head_tail" else (self.max_length - 2) // 2
-        return Truncation(truncation or self.meta.truncation, head_tokens, self.meta.stride, self.meta.window_pooling)
+        trained = self.meta.truncation_rule
+        if truncation is None or truncation == trained.mode:
+            return trained
+        # head_tail asked for on a model trained otherwise: half the text from each end
+        return replace(trained, mode=truncation, head_tokens=(self.max_length - 2) // 2)
 
     def _encode(self, texts: list[str], truncation: str):
         """(input_ids, token_type_ids, truncated, documents): a row per text ([CLS] body [SEP], the body cut as

@@ -116,7 +116,7 @@ class _CalibrationBatches:
 
 
 def _labelled(path: Path, meta) -> list:
-    examples, _ = read_examples(path, format_of(path, meta.format), Columns.of_model(meta), frozenset(meta.labels))
+    examples, _ = read_examples(path, format_of(path, meta.format), Columns.of(meta, meta.multi_label), frozenset(meta.labels))
     return examples
 
 
