@@ -24,6 +24,26 @@ RETRAIN = "train the model again"
 
 
 @dataclass(frozen=True)
+class Decision:
+    """What the dev evaluation fitted, fixed for test and kept in best/ (as `ModelMeta`'s fields of the same names):
+    a multi-label model's thresholds, the calibrated temperature, the confidence below which the model abstains.
+    None: not fitted (the model's defaults stand)."""
+
+    thresholds: tuple[float, ...] | None = None
+    temperature: float | None = None
+    abstain_below: float | None = None
+
+    @classmethod
+    def from_report(cls, report: dict | None, labels) -> Decision:
+        """The decision a dev evaluation's report holds (None: no dev, nothing fitted): the one place that knows
+        where each part sits in a report."""
+        report = report or {}
+        thresholds = report.get("thresholds")
+        return cls(None if thresholds is None else tuple(thresholds[name] for name in labels),
+                   report.get("temperature"), report.get("decision", {}).get("abstain_below"))
+
+
+@dataclass(frozen=True)
 class ModelMeta:
     """How a classifier reads its input and names its output."""
 
@@ -102,6 +122,11 @@ class ModelMeta:
     def label_thresholds(self) -> tuple[float, ...]:
         """multi_label: the threshold of each label, in label order."""
         return self.thresholds if self.thresholds is not None else (0.5,) * len(self.labels)
+
+    def deciding(self, decision: Decision) -> ModelMeta:
+        """This metadata with what `decision` fitted (its None parts leave the fields as they are)."""
+        fitted = {name: value for name, value in dataclasses.asdict(decision).items() if value is not None}
+        return dataclasses.replace(self, **fitted)
 
     def reads_differently_from(self, other: ModelMeta) -> list[str]:
         """How a model made with `other`'s metadata would read texts or name answers unlike this one, as

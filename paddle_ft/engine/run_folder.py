@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 
 from paddle_ft.artifacts.bundle import load_weights, save_bundle
-from paddle_ft.artifacts.meta import ModelMeta
+from paddle_ft.artifacts.meta import Decision, ModelMeta
 from paddle_ft.artifacts.run import Results, RunFiles
 from paddle_ft.backbone import load_pretraining_weights, save_backbone
 from paddle_ft.config import Config, config_to_dict, flat_config, load_config, save_config
@@ -39,7 +39,7 @@ class RunFolder:
     def with_classifier(self, tokenizer, meta: ModelMeta) -> RunFolder:
         """best/ is a classifier bundle (`bundle`): what eval, export and predict read."""
         def save(directory: Path, model, dev_report: dict | None) -> None:
-            save_bundle(directory, model, tokenizer, _decided_on_dev(meta, dev_report or {}))
+            save_bundle(directory, model, tokenizer, meta.deciding(Decision.from_report(dev_report, meta.labels)))
 
         return replace(self, save_model=save, load_model_weights=load_weights)
 
@@ -164,15 +164,3 @@ class RunFolder:
 
     def write_results(self, results: Results) -> None:
         self.files.write_results(results)
-
-
-def _decided_on_dev(meta: ModelMeta, dev_report: dict) -> ModelMeta:
-    """`meta` with what the dev evaluation fitted: a multi-label model's thresholds, a calibrated temperature, the
-    confidence below which it abstains."""
-    if "thresholds" in dev_report:
-        meta = replace(meta, thresholds=tuple(dev_report["thresholds"][name] for name in meta.labels))
-    if "temperature" in dev_report:
-        meta = replace(meta, temperature=dev_report["temperature"])
-    if dev_report.get("decision", {}).get("abstain_below") is not None:
-        meta = replace(meta, abstain_below=dev_report["decision"]["abstain_below"])
-    return meta

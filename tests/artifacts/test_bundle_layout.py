@@ -60,3 +60,19 @@ def test_a_model_paddlenlp_has_no_classifier_for_saves_an_encoder_it_loads_whole
     tensor = paddle.to_tensor(IDS)
     np.testing.assert_allclose(theirs(tensor)[0].numpy(), encoder(tensor)[0].numpy(), atol=1e-6)
     np.testing.assert_allclose(logits_of(load_bundle(tmp_path / "best").model, IDS), logits_of(model, IDS), atol=1e-6)
+
+
+def test_the_dev_decision_is_read_from_a_report_in_one_place_and_kept_in_the_metadata():
+    """Issue 47: the dev decision was an untyped dict, read in two places (the saved model's and test's)."""
+    from conftest import LABELS, tiny_meta
+    from paddle_ft.artifacts.meta import Decision
+
+    report = {"thresholds": {LABELS[1]: 0.3, LABELS[0]: 0.7}, "temperature": 1.5,
+              "decision": {"abstain_below": 0.6, "coverage": 0.9}}
+    decision = Decision.from_report(report, LABELS)
+    assert decision == Decision((0.7, 0.3), 1.5, 0.6)  # thresholds in label order, whatever the report's
+    meta = tiny_meta()
+    decided = meta.deciding(decision)
+    assert (decided.thresholds, decided.temperature, decided.abstain_below) == ((0.7, 0.3), 1.5, 0.6)
+    assert Decision.from_report(None, LABELS) == Decision() and meta.deciding(Decision()) == meta  # no dev: as trained
+    assert meta.deciding(Decision(temperature=2.0)).abstain_below is None  # what was not fitted stays unset

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import paddle
 
+from paddle_ft.artifacts.meta import Decision
 from paddle_ft.config import TASK_METRICS
 from paddle_ft.data.features import Features, pad_batch
 from paddle_ft.engine.evaluate import predict_logits
@@ -100,9 +101,9 @@ class Classification(ClassifierObjective):
     def calibrated(self, dev_report: dict | None) -> Classification:
         """What dev decided, fixed for test and the saved model: with calibration the temperature (1 without dev),
         with a target coverage the abstain threshold."""
-        decided = self
+        decided, fitted = self, Decision.from_report(dev_report, self.label_names)
         if self.calibration == "temperature":
-            decided = replace(decided, temperature=dev_report["temperature"] if dev_report else 1.0)
+            decided = replace(decided, temperature=fitted.temperature or 1.0)
         if self.target_coverage is not None and dev_report is not None:
-            decided = replace(decided, abstain_below=dev_report["decision"]["abstain_below"])
+            decided = replace(decided, abstain_below=fitted.abstain_below)
         return decided
