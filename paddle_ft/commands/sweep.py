@@ -45,7 +45,7 @@ def run(config_path: str, overrides: list[str], space_path: str, storage: str | 
     with owned_folder(config.output_dir, "sweep", OUTPUT_DIR) as root:
         if restart:
             clear(root)
-        return _search(config_path, overrides, config, space, root, storage, trials, restart)
+        return _search(_study(root, space, storage, restart), config_path, overrides, config, space, root, trials)
 
 
 def _check_space_values(space: Space, path: Path, config_path: str, overrides: list[str]) -> None:
@@ -61,8 +61,8 @@ def _check_space_values(space: Space, path: Path, config_path: str, overrides: l
                                 "fix the space") from None
 
 
-def _search(config_path: str, overrides: list[str], config, space: Space, root: Path, storage: str | None,
-            trials: int | None, restart: bool) -> int:
+def _study(root: Path, space: Space, storage: str | None, restart: bool):
+    """The Optuna study of the sweep in `root`: in `storage` (default: root/study.db), created or resumed."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -71,10 +71,14 @@ def _search(config_path: str, overrides: list[str], config, space: Space, root: 
     if restart and storage:  # a shared database: the study is not in the folder just cleared
         with contextlib.suppress(KeyError):
             optuna.delete_study(study_name=root.name, storage=rdb)
-    study = optuna.create_study(
+    return optuna.create_study(
         storage=rdb, study_name=root.name, direction="maximize", load_if_exists=True,
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2) if space.pruner == "median" else
         optuna.pruners.NopPruner())
+
+
+def _search(study, config_path: str, overrides: list[str], config, space: Space, root: Path,
+            trials: int | None) -> int:
     ranges = {f"params.{p.key}": {k: v for k, v in dataclasses.asdict(p).items() if k != "key"} for p in space.params}
     work = fingerprint(config, space={**ranges, "sampler": space.sampler, "pruner": space.pruner})
     check_same_work(root, study.user_attrs.get("fingerprint"), work, "sweep")

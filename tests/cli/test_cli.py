@@ -65,7 +65,8 @@ def test_train_eval_export_predict_end_to_end(tiny_config_args, tmp_path):
                      "--output", str(tmp_path / "p.jsonl"))
     assert predicted.returncode == 0, predicted.stderr
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert [sorted(r) for r in rows] == [["label", "line", "score", "text"]] * 2
+    fields = ["label", "line", "probabilities", "score", "text", "truncated", "windows"]
+    assert [sorted(r) for r in rows] == [fields] * 2
     assert [(r["text"], r["label"]) for r in rows] == [("好好棒赞", "正面"), ("差差烂糟", "负面")]
 
     again = tool("train", "--config", DEMO, *overrides(tiny_config_args))

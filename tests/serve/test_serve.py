@@ -213,17 +213,18 @@ def test_classifier_one_line_api(export_dir, predictor):
 
     classify = paddle_ft.Classifier(export_dir, cpu_threads=1)
     one = classify("好好好")
-    expected = predictor.predict(["好好好"])[0].as_dict()
-    assert len(one) == 1 and one[0]["label"] == expected["label"] and abs(one[0]["score"] - expected["score"]) < 1e-6
-    assert set(one[0]) == {"label", "score"}
+    assert one == predictor.predict(["好好好"])[0].as_dict()  # the one answer format
+    assert set(one) == {"label", "score", "probabilities", "truncated", "windows"}
     many = classify(["好", "差差", "质量"], top_k=2, batch_size=2)
-    assert len(many) == 3 and all(len(r) == 2 and r[0]["score"] >= r[1]["score"] for r in many)
-    assert abs(sum(x["score"] for x in many[0]) - 1) < 1e-5
+    assert len(many) == 3 and all(len(r["top_k"]) == 2 and r["top_k"][0]["score"] >= r["top_k"][1]["score"]
+                                  for r in many)
+    assert abs(sum(x["score"] for x in many[0]["top_k"]) - 1) < 1e-5
+    assert many[0]["top_k"][0]["label"] == many[0]["label"]
     long = "差" * 10 + "好" * 100  # over max_length 64 (62 texts tokens): head keeps the 差, tail only 好
-    head, tail = classify(long)[0], paddle_ft.Classifier(export_dir, truncation="tail", cpu_threads=1)(long)[0]
+    head, tail = classify(long), paddle_ft.Classifier(export_dir, truncation="tail", cpu_threads=1)(long)
     assert head["truncated"] is True and tail["truncated"] is True
-    same_as_head, same_as_tail = classify("差" * 10 + "好" * 52)[0], classify("好" * 62)[0]
-    assert "truncated" not in same_as_head and "truncated" not in same_as_tail
+    same_as_head, same_as_tail = classify("差" * 10 + "好" * 52), classify("好" * 62)
+    assert same_as_head["truncated"] is False and same_as_tail["truncated"] is False
     assert (head["label"], tail["label"]) == (same_as_head["label"], same_as_tail["label"])
     assert abs(head["score"] - same_as_head["score"]) < 1e-6 and abs(tail["score"] - same_as_tail["score"]) < 1e-6
     assert abs(head["score"] - tail["score"]) > 1e-6
