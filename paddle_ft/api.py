@@ -4,8 +4,8 @@
     >>> results = paddle_ft.train("my.yaml", {"train.epochs": 5})   # what `tools/train.py --config my.yaml -o ...` does
     >>> results.test["accuracy"]
     >>> classify = paddle_ft.load("out/my/best")                     # a best/ folder or an export
-    >>> classify("质量很好，物流快")
-    [{'label': '好评', 'score': 0.98}]
+    >>> classify("质量很好，物流快")["label"]                            # the answer every interface gives
+    '好评'
     >>> why = paddle_ft.Explainer.load("out/my/best")                 # token attributions, nearest training texts
     >>> why.explain("质量很好，物流快")[0].top_tokens(3)
 """
