@@ -211,3 +211,12 @@ def test_the_full_size_smoke_trains_exports_predicts_and_serves(tmp_path, capsys
     assert figures["server_status"] == 200 and figures["server_exit"] == 0
     assert figures["seconds_per_step"] > 0 and figures["peak_rss_mib"] > 0 and figures["export_mib"] >= 0
     assert len((tmp_path / "smoke" / "data" / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 300
+
+
+def test_the_matmul_limit_is_measured_at_the_bench_shapes_own_sizes():
+    """Issue 48: at --model-shape 12,384,12,1536 the limit was still measured at 4 x 256's matmuls."""
+    from bench.limits import GEMM_ROWS, gemm_shapes
+
+    e5_small = {"num_layers": 12, "hidden_size": 384, "num_heads": 12, "intermediate_size": 1536}
+    assert gemm_shapes(e5_small) == ((GEMM_ROWS, 384, 1536), (GEMM_ROWS, 1536, 384), (GEMM_ROWS, 384, 384),
+                                     (1024, 1024, 1024))

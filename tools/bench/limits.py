@@ -11,9 +11,15 @@ import re
 import time
 from pathlib import Path
 
-# the bench shape's own matmuls (tokens x in x out: the FFN's two, the attention projections) and a square one;
-# the rate of the fastest is the limit a row is compared with
-GEMM_SHAPES = ((4096, 256, 1024), (4096, 1024, 256), (4096, 256, 256), (1024, 1024, 1024))
+GEMM_ROWS = 4096  # tokens of a matmul: a step's batch of texts, flattened
+
+
+def gemm_shapes(shape: dict) -> tuple[tuple[int, int, int], ...]:
+    """The bench shape's own matmuls (tokens x in x out: the FFN's two, the attention projections) and a square one;
+    the rate of the fastest is the limit a row is compared with (at 4 x 256 and 12 x 384 alike: the limit follows
+    --model-shape)."""
+    h, f = shape["hidden_size"], shape["intermediate_size"]
+    return (GEMM_ROWS, h, f), (GEMM_ROWS, f, h), (GEMM_ROWS, h, h), (1024, 1024, 1024)
 
 
 def forward_flops_per_token(shape: dict, mean_length: float) -> float:
@@ -31,7 +37,7 @@ def train_flops_per_token(shape: dict, mean_length: float) -> float:
 def gemm_rates(threads: int, seconds_per_shape: float) -> dict:
     """GFLOP/s of the matmul libraries the engines use, on this machine now: fp32 through Paddle (MKL, what training
     and Paddle Inference run), fp32 and int8 (VNNI where the CPU has it) through ONNX Runtime (what the fp32 and
-    int8 exports run). {library: {"gflops": best over GEMM_SHAPES, "shape": [m, k, n]}}: each shape is called
+    int8 exports run). {library: {"gflops": best over gemm_shapes, "shape": [m, k, n]}}: each shape is called
     again and again for `seconds_per_shape`, in three rounds, and the best round counts."""
     import numpy as np
     import paddle
@@ -52,8 +58,10 @@ def gemm_rates(threads: int, seconds_per_shape: float) -> dict:
 
 
 def _best(make_call, seconds: float) -> dict:
+    from bench.shape import model_shape
+
     best = {"gflops": 0.0, "shape": None}
-    for m, k, n in GEMM_SHAPES:
+    for m, k, n in gemm_shapes(model_shape()):
         call = make_call(m, k, n)
         call()  # first call: allocation, kernel choice
         for _ in range(3):
