@@ -243,6 +243,10 @@ class Engines:
             keep(cache, opened.route)
             # an engine the route never calls only holds memory (a Paddle Inference engine ~100 MB)
             opened.engines = {name: engines[name] for name in opened.route.engines}
+            if opened.route.engines == (AUTO_ORT,):  # alone now: its threads may spin between calls again (on
+                # e5-small's shape a session that stops them ran batch 8 at 0.93x a spinning one's rate, side by side;
+                # equal at batch 32)
+                opened.engines = {AUTO_ORT: onnxruntime_engine(export_dir, options.cpu_threads)}
         return opened
 
     def warm_up(self, token_id: int) -> None:

@@ -193,3 +193,23 @@ def test_a_named_backend_runs_every_call_on_it(export):
     predictor = Predictor(export, PredictOptions(cpu_threads=1, backend="paddle"))
     assert list(predictor.engines.engines) == ["paddle"] and predictor.engine_description == "paddle"
     assert predictor.route.engine_for(64) == "paddle"
+
+
+def test_an_onnx_runtime_session_left_alone_by_the_route_spins_again(export, tmp_path, monkeypatch):
+    """Issue 48: measured with the other engines, ONNX Runtime's session stops its threads after each call (they
+    would take the cores from the others); when the route keeps it alone, that session stayed, 0.91x as fast at
+    batch 8 as a spinning one on e5-small's shape."""
+    from paddle_ft.inference import backends
+
+    monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
+    monkeypatch.setattr(routing, "measure_route", lambda *args: Route(((1, "onnxruntime"), (64, "onnxruntime")), {}))
+    made = []
+    real = backends.onnxruntime_engine
+    monkeypatch.setattr(backends, "onnxruntime_engine",
+                        lambda *args, spinning=True: made.append(spinning) or real(*args, spinning=spinning))
+    auto = Predictor(export, PredictOptions(cpu_threads=1))
+    assert list(auto.engines.engines) == ["onnxruntime"] and made == [False, True]
+    ids = np.full((2, 8), 2, dtype=np.int64)
+    np.testing.assert_allclose(auto.run(ids, np.zeros_like(ids)),
+                               Predictor(export, PredictOptions(cpu_threads=1, backend="onnxruntime")).run(
+                                   ids, np.zeros_like(ids)), atol=1e-6)
