@@ -174,8 +174,8 @@ def _write_corrections(target: Path, fmt: str, rows: list[Labelled], text_column
          label_column: r.fields["given"], SUGGESTED: r.fields.get(SUGGESTED, ""),
          "confidence": r.fields.get("confidence", ""), DECISION: ",".join(r.labels)} for r in rows])
 
-# the command line: `python -m paddle_ft export-tasks|select|import` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft export-tasks|select|import` (registered in paddle_ft/cli.py)
 def add_export_tasks_arguments(parser) -> None:
     model_argument(parser)
     parser.add_argument("--input", required=True, metavar="FILE",

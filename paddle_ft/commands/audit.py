@@ -39,8 +39,8 @@ def _audit(config_path: str, config, folder: Path, strict: bool) -> int:
         return 1
     return 0
 
-# the command line: `python -m paddle_ft audit` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft audit` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     config_arguments(parser, "configs/demo.yaml")
     parser.add_argument("--output", help="folder for audit.json (default: OUTPUT_DIR/audit)")

@@ -206,8 +206,8 @@ def _source_of(change: dict) -> str:
              "a description" if "description" in change else ""]
     return " and ".join(part for part in parts if part)
 
-# the command line: `python -m paddle_ft add-class|remove-class` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft add-class|remove-class` (registered in paddle_ft/cli.py)
 def add_add_class_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="the OUT/best folder of a model trained with model.head: "
                                                        "prototype")

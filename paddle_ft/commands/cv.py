@@ -45,8 +45,8 @@ def _cross_validate(config_path: str, overrides: list[str], config, folds: int, 
     log(f"wrote {root / 'cv.json'}, {root / 'cv.md'} and {page}")
     return 0
 
-# the command line: `python -m paddle_ft cv` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft cv` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     config_arguments(parser, "configs/demo.yaml")
     parser.add_argument("--folds", type=positive_int, default=5, help="number of folds (default 5)")

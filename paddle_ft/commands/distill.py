@@ -129,8 +129,8 @@ def _with_unlabeled(train: Features, texts: list[str], tokenizer, config: Config
     return Features(train.input_ids + extra.input_ids, train.token_type_ids + extra.token_type_ids,
                     np.concatenate([train.labels, np.full(len(extra), -1, dtype=train.labels.dtype)]))
 
-# the command line: `python -m paddle_ft distill` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft distill` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     config_arguments(parser, "configs/distill-demo.yaml")
     parser.add_argument("--teacher", help="the teacher's model folder (OUT/best); sets distill.teacher")

@@ -73,8 +73,8 @@ def _readable(report: dict, per_class_file: Path) -> dict:
     shown = {f"{key}_best": {n: table[n] for n in best}, f"{key}_worst": {n: table[n] for n in worst}}
     return {**{k: v for k, v in report.items() if k not in (key, "thresholds")}, **shown, f"{key}_file": str(path)}
 
-# the command line: `python -m paddle_ft eval` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft eval` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     model_argument(parser)
     parser.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file")

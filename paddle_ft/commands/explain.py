@@ -67,8 +67,8 @@ def _index(explainer: Explainer, folder: Path, data: str | None) -> None:
     log(f"explain: indexing {len(examples)} texts of {data} for the nearest", sys.stderr)  # stdout: JSON lines
     explainer.index(examples)
 
-# the command line: `python -m paddle_ft explain` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft explain` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     model_argument(parser)
     parser.add_argument("--text", action="append", required=True, help="a text to explain; repeatable")

@@ -327,8 +327,8 @@ def _backbone_tokenizer(backbone: str):
         raise UserError(f"--backbone {backbone}: its tokenizer or config.json cannot be read ({exc}); give a "
                         "PaddleNLP or Hugging Face model folder") from None
 
-# the command line: `python -m paddle_ft init` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft init` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     parser.add_argument("--train", help="the labelled training file (.tsv, .csv or .jsonl, a header row)")
     parser.add_argument("--labels", metavar="FILE", help="a label name, a tab and a short description per line: "

@@ -204,8 +204,8 @@ def _write_page(path: Path, pool: Pool, issues: list[LabelIssue], summary: dict)
                     f"{rows}</table>")
     return write_page(path, "Probable label issues", sections)
 
-# the command line: `python -m paddle_ft label-issues` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft label-issues` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     config_arguments(parser, "configs/demo.yaml")
     parser.add_argument("--folds", type=positive_int, default=5, help="number of folds (default 5)")

@@ -82,8 +82,8 @@ def _predicted(predictor: Predictor, texts: list[str], text_pair: list[str] | No
         progress.update(min(CHUNK, len(texts) - start))
     progress.close()
 
-# the command line: `python -m paddle_ft predict` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft predict` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     export_argument(parser)
     source = parser.add_mutually_exclusive_group(required=True)

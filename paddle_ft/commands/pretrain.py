@@ -116,8 +116,8 @@ def _vocabulary(tokenizer, model_config) -> Vocabulary:
     special = {vocab[t] for t in tokenizer.all_special_tokens}
     return Vocabulary(len(tokenizer), vocab[tokenizer.mask_token], frozenset(special))
 
-# the command line: `python -m paddle_ft pretrain` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft pretrain` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     config_arguments(parser, "configs/pretrain-demo.yaml")
 

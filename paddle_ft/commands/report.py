@@ -71,8 +71,8 @@ def _explained_mistakes(bundle, rows, gold: np.ndarray, probabilities: np.ndarra
         explainer.index([train_rows[i] for i in np.sort(chosen)])
     return [explainer.explain(rows[i].text, rows[i].text_pair, neighbours=3 if train_rows else 0)[0] for i in worst]
 
-# the command line: `python -m paddle_ft report` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft report` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     parser.add_argument("run_dir", metavar="OUT", help="the output_dir of a finished run")
 

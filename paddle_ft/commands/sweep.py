@@ -166,8 +166,8 @@ def _write_outcome(study, space: Space, config_path: str, overrides: list[str], 
     log(f"best: trial {best.number}, dev {metric} {best.value:.4f}; wrote {root / 'best-config.yaml'} (train it "
         f"with -o output_dir=...) and {root / 'sweep.md'}")
 
-# the command line: `python -m paddle_ft sweep` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft sweep` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     config_arguments(parser, "configs/demo.yaml")
     parser.add_argument("--space", required=True, help="the search space YAML (params, sampler, trials, pruner)")

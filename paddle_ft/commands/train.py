@@ -152,8 +152,8 @@ def objective(config, splits, dist) -> Classification | MultiLabelClassification
                           target_coverage=tc.decision.target_coverage, abstain_below=tc.decision.abstain_below,
                           hierarchy=hierarchy, level_loss=tc.level_loss if hierarchy else 0.0)
 
-# the command line: `python -m paddle_ft train` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft train` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     config_arguments(parser, "configs/demo.yaml")
 

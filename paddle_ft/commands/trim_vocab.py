@@ -27,8 +27,8 @@ def run(backbone: str, data: list[str], output: str, keep_top: int, text_column:
     print(f"{report.describe()} -> {target}; fine-tune it with -o model.backbone={target}")
     return 0
 
-# the command line: `python -m paddle_ft trim-vocab` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft trim-vocab` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     parser.add_argument("--backbone", required=True, help="a Hugging Face or PaddleNLP folder with a tokenizer.json")
     parser.add_argument("--data", nargs="+", required=True, metavar="FILE",

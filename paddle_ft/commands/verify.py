@@ -95,8 +95,8 @@ def _accuracy_now(folder: Path, data: Path) -> tuple[float, int, str]:
             accuracy, texts, multi_label = labelled_accuracy(Predictor(Path(scratch) / "export"), data)
     return accuracy, texts, "subset_accuracy" if multi_label else "accuracy"
 
-# the command line: `python -m paddle_ft verify` (registered in paddle_ft/cli.py)
 
+# the command line: `python -m paddle_ft verify` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     parser.add_argument("folder", metavar="DIR", help="an export folder (written by export or quantize) or a "
                                                       "training run's best/")
