@@ -103,9 +103,7 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 def _predict(export: Path, meta, files: list[Path], root: Path, options: PredictOptions, job: RayJob,
              on_bad_row: str) -> int:
-    work = {"export": read_manifest(export)["files"], "inputs": [[str(f), file_sha256(f)] for f in files],
-            "shard_rows": job.shard_rows, "on_bad_row": on_bad_row, "truncation": options.truncation,
-            "abstain_below": options.abstain_below, "precision": options.precision, "backend": options.backend}
+    work = work_of(export, files, options, job, on_bad_row)
     check_same_work(root, read_work(root / FINGERPRINT), work, "batch prediction")
     shards, skipped = _shards(files, meta, job.shard_rows, on_bad_row)
     write_work(root / FINGERPRINT, work)
@@ -124,6 +122,15 @@ def _predict(export: Path, meta, files: list[Path], root: Path, options: Predict
     if job.merge:
         _merge(root, shards)
     return 0
+
+
+def work_of(export: Path, files: list[Path], options: PredictOptions, job: RayJob, on_bad_row: str) -> dict:
+    """What the shards are made from: the export's files, the inputs' sha256, and every setting that changes a row
+    (threads and batch size do not); a rerun with another is refused rather than mixing two kinds of rows."""
+    return {"export": read_manifest(export)["files"], "inputs": [[str(f), file_sha256(f)] for f in files],
+            "shard_rows": job.shard_rows, "on_bad_row": on_bad_row, "truncation": options.truncation,
+            "abstain_below": options.abstain_below, "precision": options.precision, "backend": options.backend,
+            "top_k": options.top_k}
 
 
 def _shards(files: list[Path], meta, shard_rows: int, on_bad_row: str) -> tuple[list[Shard], list[dict]]:

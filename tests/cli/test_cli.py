@@ -308,3 +308,21 @@ def test_every_command_of_readmes_table_exists_and_every_test_docs_name_exists()
             assert re.search(rf"^def {name}\(", tests[file], re.M), f"docs/guarantees.md names {file}::{name}"
             checked += 1
     assert checked >= 40
+
+
+def test_a_ray_runs_fingerprint_holds_every_option_that_changes_a_row(tmp_path):
+    """--top-k came with the one answer format: a rerun with another would have resumed shards without it."""
+    from dataclasses import replace
+
+    from conftest import export_tiny_model
+    from paddle_ft.commands.predict_ray import RayJob, work_of
+    from paddle_ft.inference.options import PredictOptions
+
+    export = export_tiny_model(tmp_path / "model")
+    files = [write_tsv(tmp_path / "in.tsv", [("好", "正面")])]
+    base = PredictOptions()
+    work = work_of(export, files, base, RayJob(), "error")
+    for change in ({"top_k": 2}, {"truncation": "tail"}, {"abstain_below": 0.9}, {"precision": "bf16"},
+                   {"backend": "paddle"}):
+        assert work_of(export, files, replace(base, **change), RayJob(), "error") != work, change
+    assert work_of(export, files, replace(base, cpu_threads=1, batch_size=8), RayJob(), "error") == work
