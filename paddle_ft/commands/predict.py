@@ -1,8 +1,8 @@
 """`predict`: classify texts with an exported folder; one JSON object per text."""
 from __future__ import annotations
 
-import glob
 import contextlib
+import glob
 import json
 import sys
 from collections.abc import Iterator

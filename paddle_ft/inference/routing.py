@@ -247,6 +247,7 @@ class Engines:
                 # e5-small's shape a session that stops them ran batch 8 at 0.93x a spinning one's rate, side by side;
                 # equal at batch 32)
                 opened.engines = {AUTO_ORT: onnxruntime_engine(export_dir, options.cpu_threads)}
+                opened.warm_up(cls_id)  # a new session: its first calls would pay for allocation otherwise
         return opened
 
     def warm_up(self, token_id: int) -> None:

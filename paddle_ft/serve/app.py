@@ -335,7 +335,7 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
         threshold = predictor.check_abstain_below(body.abstain_below)  # checked before it joined a batch
         answers = [p.deciding(threshold) for p in results]
         monitor.observe(predictor, items, answers)
-        return {"model": version, "results": [_classification(p, body.top_k) for p in answers]}
+        return {"model": version, "results": [p.as_dict(body.top_k) for p in answers]}
 
     _add_probes(app, slot, metrics, retry)
     app.openapi = lambda: _openapi(app, limits, slot.predictor)
@@ -397,11 +397,6 @@ def reading_cost(predictor, truncation: str | None, item: tuple[str, str | None]
     """About how many tokens the model reads of a (text, second text) item, under the server's truncation."""
     text, pair = item
     return predictor.truncation_rule(truncation).tokens_read(text_length(text, pair), predictor.max_length)
-
-
-def _classification(prediction, top_k: int) -> dict:
-    """A `Prediction` as the API answers it; the ranked list only when more than one label is asked for."""
-    return prediction.as_dict(top_k)
 
 
 def _count_requests(app: FastAPI, metrics: Metrics) -> None:
