@@ -44,8 +44,12 @@ MEASURED_CALLS = ((1, 32), (4, 64), (8, 128), (16, 128), (64, 128))
 # threads still spinning, which in steady use (one engine for a run of similar calls) it would not
 PASSES, MAX_ROUNDS, PASS_BUDGET_S, BURST = 3, 7, 0.04, 2
 STOP_AFTER_S = 0.25  # a size whose call would take longer (predicted from the last measured size by its tokens) is
-# not measured, nor the larger ones (a full-size model's load would take minutes; the bench model's took 10 s while
-# it measured 64 x 128 at 0.33 s a call): larger batches go to the largest measured size's engine
+# measured in one pass of one counted call per engine (after its unmeasured first), not in PASSES of bursts: a
+# 12-layer model's batches of 8 and 16 texts take 0.3-0.6 s a call, where a call that long varies little and the
+# passes' six calls per engine would add ten seconds to the first load of an export; without them its route measured batches 1 and 4
+# only and sent batch 32 to ONNX Runtime, 0.94x Paddle Inference there (e5-small's shape, docs/performance.md)
+LONG_CALL_S = 1.5  # a size whose call would take longer is not measured, nor the larger ones (a full-size model's
+# load would take minutes): larger batches go to the largest measured size's engine
 
 CACHE_VARIABLE = "PADDLE_FT_ROUTE_CACHE"  # where measured routes are kept (default ~/.cache/paddle_ft/routes)
 
@@ -97,20 +101,28 @@ def single_route(engine: str) -> Route:
 
 def measure_route(engines: dict[str, Engine], calls: tuple[tuple[int, int], ...], token_id: int) -> Route:
     """Time every engine at each (batch size, width) of `calls` (the engines taking turns, so that a noisy moment
-    hits all; PASSES passes over the sizes, the median of each engine's best calls in them counting) up to the first
-    size whose call would take over STOP_AFTER_S on the slowest engine (the last measured size's time scaled by the
-    tokens; the first size is always measured), and fit the crossover."""
+    hits all; PASSES passes over the sizes, the median of each engine's best calls in them counting), a size whose
+    call would take over STOP_AFTER_S on the slowest engine (the last measured size's time scaled by the tokens; the
+    first size is always measured) once, up to the first size whose call would take over LONG_CALL_S, and fit the
+    crossover."""
     passes: dict[int, dict[str, list[float]]] = {}
-    sizes: list[tuple[int, int]] = []  # chosen in the first pass, measured again in the others
-    slowest = 0.0  # the slowest engine's call at the last size of the first pass
+    repeated: list[tuple[int, int]] = []  # the sizes of short calls, chosen in the first pass, measured again after
+    measured_tokens, slowest = 0, 0.0  # the last size measured, and the slowest engine's call there
     for first_pass in [True] + [False] * (PASSES - 1):
-        for batch, width in calls if first_pass else sizes:
+        for batch, width in calls if first_pass else repeated:
+            long_call = False
             if first_pass:
-                if sizes and slowest * batch * width / (sizes[-1][0] * sizes[-1][1]) > STOP_AFTER_S:
+                predicted = slowest * batch * width / measured_tokens if measured_tokens else 0.0
+                if predicted > LONG_CALL_S:
                     break
-                sizes.append((batch, width))
-            times = _pass_times(engines, np.full((batch, width), token_id, dtype=np.int64), warm_up=first_pass)
-            slowest = max(times.values())
+                long_call = predicted > STOP_AFTER_S
+                if not long_call:
+                    repeated.append((batch, width))
+            ids = np.full((batch, width), token_id, dtype=np.int64)
+            times = _pass_times(engines, ids, warm_up=first_pass, burst=1 if long_call else BURST,
+                                budget=0.0 if long_call else PASS_BUDGET_S)
+            if first_pass:
+                measured_tokens, slowest = batch * width, max(times.values())
             for name, took in times.items():
                 passes.setdefault(batch, {}).setdefault(name, []).append(took)
     best = {batch: {name: statistics.median(times) for name, times in by_engine.items()}
@@ -120,16 +132,18 @@ def measure_route(engines: dict[str, Engine], calls: tuple[tuple[int, int], ...]
     return Route(tuple(zip(ordered, fit_crossover([best[batch] for batch in ordered]))), rounded)
 
 
-def _pass_times(engines: dict[str, Engine], ids: np.ndarray, warm_up: bool) -> dict[str, float]:
-    """Each engine's best call in one pass at this size: at least one round, more while within PASS_BUDGET_S."""
+def _pass_times(engines: dict[str, Engine], ids: np.ndarray, warm_up: bool, burst: int,
+                budget: float) -> dict[str, float]:
+    """Each engine's best call in one pass at this size: at least one round of `burst` calls per engine (the last
+    counting), more while within `budget` seconds."""
     types = np.zeros_like(ids)
     if warm_up:
         for run in engines.values():
             run(ids, types)  # the first call of a shape builds kernels: not measured
     best, spent, rounds = {name: math.inf for name in engines}, 0.0, 0
-    while rounds == 0 or (rounds < MAX_ROUNDS and spent < PASS_BUDGET_S):
+    while rounds == 0 or (rounds < MAX_ROUNDS and spent < budget):
         for name, run in engines.items():
-            for _ in range(BURST):
+            for _ in range(burst):
                 started = time.perf_counter()
                 run(ids, types)
                 took = time.perf_counter() - started
@@ -172,7 +186,8 @@ def cache_file(export_files: list[Path], threads: int | None) -> Path | None:
     files = [(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in export_files]
     key = json.dumps({"files": files, "cpu": cpu_identity(), "threads": threads, "cores": usable_cores(),
                       "versions": [paddle.__version__, onnxruntime.__version__], "calls": MEASURED_CALLS,
-                      "rules": [PASSES, MAX_ROUNDS, PASS_BUDGET_S, BURST, STOP_AFTER_S, SHARED_SPIN_MS]})
+                      "rules": [PASSES, MAX_ROUNDS, PASS_BUDGET_S, BURST, STOP_AFTER_S, LONG_CALL_S,
+                                SHARED_SPIN_MS]})
     return Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
 
 

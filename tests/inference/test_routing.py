@@ -69,8 +69,21 @@ def test_measure_route_times_each_size_and_stops_before_a_slow_one(monkeypatch):
     clock, calls = FakeClock(), []
     monkeypatch.setattr(routing, "time", clock)
     # paddle's 1 x 32 takes 4.03 ms: 4 x 64 (8 times the tokens) is predicted at 32.3 ms and measured at 4.26 ms,
-    # 16 x 128 (8 times more) predicted at 34 ms and not measured
+    # 16 x 128 (8 times more) predicted at 34 ms: over STOP_AFTER_S, it is measured once (one call per engine after
+    # the unmeasured one, no passes), as is 64 x 128 (predicted from ONNX Runtime's 8.3 ms at 16 x 128: 33 ms)
     monkeypatch.setattr(routing, "STOP_AFTER_S", 0.033)
+    monkeypatch.setattr(routing, "LONG_CALL_S", 0.035)
+    route = measure_route(fake_engines(clock, calls), sizes, token_id=2)
+    assert route.points == ((1, "onnxruntime"), (4, "onnxruntime"), (16, "paddle"), (64, "paddle"))
+    assert [name for name, shape in calls if shape == (16, 128)] == ["onnxruntime", "paddle"] * 2
+    assert route.seconds[16] == {"onnxruntime": pytest.approx(0.0001 + 4e-6 * 2048),
+                                 "paddle": pytest.approx(0.004 + 1e-6 * 2048)}
+    # 4 x 64 still in passes: 3 of 4 rounds (10.8 ms a round, until 40 ms are spent) of 2 calls per engine
+    assert len([shape for _, shape in calls if shape == (4, 64)]) == 2 + 3 * 4 * 2 * 2
+
+    clock, calls = FakeClock(), []
+    monkeypatch.setattr(routing, "time", clock)
+    monkeypatch.setattr(routing, "LONG_CALL_S", 0.033)  # 16 x 128's predicted 34 ms: it and 64 x 128 not measured
     route = measure_route(fake_engines(clock, calls), sizes, token_id=2)
     assert [batch for batch, _ in route.points] == [1, 4]
     assert not [shape for _, shape in calls if shape[0] > 4]
