@@ -13,6 +13,7 @@ import pytest
 
 from bench import report
 from bench.inference import ENGINES, _wait_for_quiet_threads
+from bench.serving import PLAIN_ONNX
 from bench.shape import step_windows, summarise_windows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +72,7 @@ def _results() -> dict:
                      "model_dir": f"out/{name}/best"}
               for name, accuracy, ms, speed in (("teacher", 0.85, 2.0, 300.0), ("student", 0.84, 0.5, 1500.0))}
     serve = [{"batching": b, "concurrency": c, "requests_per_s": r, "p50_ms": 10.0, "p99_ms": 20.0, "requests": 400,
-              "errors": 0} for b, c, r in (("adaptive (default)", 1, 95.0), ("off", 1, 100.0))]
+              "errors": 0} for b, c, r in (("adaptive (default)", 1, 95.0), ("off", 1, 100.0), (PLAIN_ONNX, 1, 50.0))]
     results = {"train": train, "infer": infer, "models": models, "serve": serve,
                "int8_check": {"method": "dynamic", "accuracy_fp32": 0.85, "accuracy_int8": 0.847, "agreement": 0.99,
                               "texts": 1736},
@@ -130,6 +131,8 @@ def test_report_ratios_table_and_chart(tmp_path):
     assert "| student (out/student/best) | 0.8400 | 0.50 | 2,000.0 | 1,500.0 |" in table
     assert "The student keeps 98.8% of the teacher's test accuracy at 4.00x its batch-1 speed" in table
     assert "| adaptive (default) | 1 | 95.0 |" in table and "batching (adaptive) at 0.95x the requests/s" in table
+    assert f"paddle_ft serve (adaptive) against {PLAIN_ONNX}, requests/s: 1 clients 1.90x (p99 20.0 against 20.0 ms)." \
+        in table
     report.chart(results, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -158,7 +161,7 @@ def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, data_dir, vocab_
     assert bench["int8_check"]["texts"] == 60 and 0 <= bench["int8_check"]["accuracy_int8"] <= 1
     assert bench["models"]["student"]["test_accuracy"] == bench["models"]["teacher"]["test_accuracy"]  # same model
     assert {(r["batching"], r["concurrency"]) for r in bench["serve"]} == \
-        {(b, c) for b in ("adaptive (default)", "wait 5 ms", "off") for c in (1, 8)}  # --quick: two levels
+        {(b, c) for b in ("adaptive (default)", "wait 5 ms", "off", PLAIN_ONNX) for c in (1, 8)}  # --quick: 2 levels
     assert all(r["errors"] == 0 and r["requests"] > 0 for r in bench["serve"])
     assert {"cpu", "cores", "threads", "paddle_version", "cpu_flags"} <= bench["machine"].keys()
     assert bench["machine"]["threads"] == 1 and bench["settings"]["shape"]["hidden_size"] == 32

@@ -197,14 +197,22 @@ def _model_lines(results: dict) -> list[str]:
 def _serve_lines(results: dict) -> list[str]:
     if not results.get("serve"):
         return []
-    from bench.serving import markdown as serve_table
+    from bench.serving import PLAIN_ONNX, markdown as serve_table
 
     rows = results["serve"]
     alone = {r["batching"]: r["requests_per_s"] for r in rows if r["concurrency"] == 1}
     ratio = _ratio(alone.get("adaptive (default)"), alone.get("off"))
-    return ["", "HTTP service on the bench's export (client and server share the machine):", "",
-            serve_table(rows).rstrip(),
-            "", f"One client: batching (adaptive) at {_num(ratio, 2)}x the requests/s of batching off."]
+    lines = ["", "HTTP service on the bench's export (client and server share the machine):", "",
+             serve_table(rows).rstrip(),
+             "", f"One client: batching (adaptive) at {_num(ratio, 2)}x the requests/s of batching off."]
+    served = {(r["batching"], r["concurrency"]): r for r in rows}
+    against_plain = [f"{level} clients {_num(_ratio(ours['requests_per_s'], plain['requests_per_s']), 2)}x "
+                     f"(p99 {_num(ours['p99_ms'])} against {_num(plain['p99_ms'])} ms)"
+                     for (name, level), ours in served.items() if name == "adaptive (default)"
+                     for plain in [served.get((PLAIN_ONNX, level))] if plain]
+    if against_plain:
+        lines.append(f"paddle_ft serve (adaptive) against {PLAIN_ONNX}, requests/s: {'; '.join(against_plain)}.")
+    return lines
 
 
 def chart(results: dict, path: Path) -> None:

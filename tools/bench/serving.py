@@ -1,10 +1,13 @@
 """The HTTP service under load, on loopback: requests/s and p50/p99 latency at several concurrencies, with
-dynamic batching as served by default (adaptive: no wait), with a 5 ms wait, and off, side by side in one run.
-It starts the server itself, once per batching mode, on 127.0.0.1; nothing leaves the machine."""
+dynamic batching as served by default (adaptive: no wait), with a 5 ms wait, and off, and the same export's ONNX graph
+served as a user would without paddle_ft (plain_onnx_server.py), side by side in one run.
+It starts each server itself, one at a time, on 127.0.0.1; nothing leaves the machine."""
 from __future__ import annotations
 
 import logging
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -13,18 +16,21 @@ from pathlib import Path
 
 import httpx
 
-from paddle_ft.serve.process import ServerProcess
+from paddle_ft.io import open_own_file
+from paddle_ft.serve.process import ServerProcess, free_port, wait_until_ready
 
 BATCHING = (("adaptive (default)", ["--max-batch-size", "32"]),
             ("wait 5 ms", ["--max-batch-size", "32", "--max-wait-ms", "5"]),
             ("off", ["--max-batch-size", "1"]))
+PLAIN_ONNX = "plain ONNX Runtime (FastAPI, no paddle_ft)"  # the peer's row; None as options: plain_onnx_server.py
 
 
 def load_test(export_dir: Path, texts: list[str], levels: list[int], requests: int, seconds: float,
               threads: int | None = None) -> list[dict]:
-    """One row per batching mode and concurrency: each level stops after `requests` requests or `seconds`."""
+    """One row per batching mode (and the plain ONNX Runtime server) and concurrency: each level stops after
+    `requests` requests or `seconds`."""
     rows = []
-    for name, url in _warm_servers(export_dir, texts, BATCHING, threads):
+    for name, url in _warm_servers(export_dir, texts, BATCHING + ((PLAIN_ONNX, None),), threads):
         for concurrency in levels:
             rows.append({"batching": name, "concurrency": concurrency,
                          **run_level(url, texts, concurrency, requests, seconds)})
@@ -32,18 +38,42 @@ def load_test(export_dir: Path, texts: list[str], levels: list[int], requests: i
 
 
 def _warm_servers(export_dir: Path, texts: list[str], modes, threads: int | None):
-    """(name, url) of a warmed-up server per (name, options) of `modes`, one at a time, each stopped once the
-    caller moves on."""
+    """(name, url) of a warmed-up server per (name, options) of `modes` (`paddle_ft serve` with those options; the
+    plain ONNX Runtime server where they are None), one at a time, each stopped once the caller moves on."""
     extra = ["--threads", str(threads)] if threads else []
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise (paddlenlp logs at INFO)
     with tempfile.TemporaryDirectory() as logs:
         for number, (name, options) in enumerate(modes):
-            server = ServerProcess(export_dir, Path(logs) / f"{number}.log", *options, *extra)
+            log = Path(logs) / f"{number}.log"
+            server = PlainOnnxServer(export_dir, log, extra) if options is None else \
+                ServerProcess(export_dir, log, *options, *extra)
             try:
                 run_level(server.url, texts, 4, 40, 30)  # warm-up
                 yield name, server.url
             finally:
                 server.stop()
+
+
+class PlainOnnxServer:
+    """plain_onnx_server.py on a free loopback port, ready, stopped like a `ServerProcess`."""
+
+    def __init__(self, export_dir: Path, log: Path, extra: list[str]):
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        with open_own_file(log) as out:
+            self.process = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("plain_onnx_server.py")), "--export", str(export_dir),
+                 "--port", str(port), *extra], stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_until_ready(self.url, self.process, log)
+        except RuntimeError:
+            self.stop()
+            raise
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+        return self.process.wait(timeout=60)
 
 
 def markdown(rows: list[dict]) -> str:
