@@ -91,7 +91,8 @@ def markdown(results: dict) -> str:
     flags = ", ".join(m.get("cpu_flags", [])) or "none of AVX2/AVX-512/VNNI/BF16/AMX"
     lines = [f"Machine: {m['cpu']} ({flags}), {m['usable_cores']} usable cores, {m['threads']} threads; Paddle "
              f"{m['paddle_version']}, PaddleNLP {m['paddlenlp_version']}; model {s['shape']['num_layers']} layers x "
-             f"{s['shape']['hidden_size']} hidden x {s['shape']['num_heads']} heads, max length "
+             f"{s['shape']['hidden_size']} hidden x {s['shape']['num_heads']} heads (random weights, the demo's "
+             f"character vocabulary), max length "
              f"{s['shape']['max_length']}, batch {s['batch_size']}, fp32; {s['train_steps']} training steps per engine "
              f"({s['paddlenlp_trainer_steps']} for PaddleNLP's Trainer), the first 8 of them warm-up; inference: "
              f"medians of repeated rounds{' QUICK RUN' if s['quick'] else ''}.", "",

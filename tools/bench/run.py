@@ -22,7 +22,7 @@ from paddle_ft.ownership import owned_folder
 
 HF_SCRIPT = Path(__file__).with_name("hf_trainer.py")
 DEFAULT_PEERS_PYTHON = ".venv-peers/bin/python"
-NAMED_SHAPES = {"bert-base": "12,768,12,3072"}
+NAMED_SHAPES = {"bert-base": "12,768,12,3072", "e5-small": "12,384,12,1536"}
 PADDLENLP_WINDOWS = 3  # its rate varies little between windows (random batches); more would cost minutes
 TRAIN_ROUNDS = 2  # paddle_ft and the HF Trainers: runs each, taking turns (train_rows)
 
@@ -44,8 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--teacher", help="a trained model folder to compare with --student (its distilled student)")
     parser.add_argument("--student", help="a trained model folder: speed and test accuracy beside --teacher's")
     parser.add_argument("--model-shape", default=None, metavar="LAYERS,HIDDEN,HEADS,INTERMEDIATE",
-                        help="another encoder shape than the reference 4,256,4,1024, or bert-base (12,768,12,3072; "
-                             "ratios are only comparable at the same shape)")
+                        help="another encoder shape than the reference 4,256,4,1024, or e5-small (12,384,12,1536), "
+                             "bert-base (12,768,12,3072); ratios are only comparable at the same shape")
 
 
 def main(args: argparse.Namespace) -> int:
