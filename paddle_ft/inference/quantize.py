@@ -52,7 +52,7 @@ def quantize_export(export_dir: Path, data: Path, output_dir: Path, method: str 
     if output_dir.exists() and any(output_dir.iterdir()):
         raise UserError(f"--output {output_dir} already exists and is not empty; quantize into a new folder")
     reference = Predictor(export_dir, PredictOptions(backend="onnxruntime"))
-    examples = _labelled(data, info.model)
+    examples = labelled(data, info.model)
     with atomic_directory(output_dir) as tmp:
         for name in (*(n for n in info.files if n not in SEALS), EXPORT_INFO):  # the seals are written anew
             shutil.copy2(export_dir / name, tmp / name)
@@ -115,18 +115,26 @@ class _CalibrationBatches:
         return next(self._batches, None)
 
 
-def _labelled(path: Path, meta) -> list:
-    examples, _ = read_examples(path, format_of(path, meta.format), Columns.of(meta, meta.multi_label), frozenset(meta.labels))
+def labelled(path: Path, meta) -> list:
+    """The examples of a labelled file, read with the columns and labels of the model `meta` describes."""
+    examples, _ = read_examples(path, format_of(path, meta.format), Columns.of(meta, meta.multi_label),
+                                frozenset(meta.labels))
     return examples
 
 
 def labelled_accuracy(predictor: Predictor, path: Path) -> tuple[float, int, bool]:
     """(accuracy of `predictor` on the labelled file `path` (subset accuracy for a multi-label model), its texts,
     whether the model is multi-label)."""
+    examples = labelled(path, predictor.meta)
+    return scored(predictor, examples)[0], len(examples), predictor.meta.multi_label
+
+
+def scored(predictor: Predictor, examples: list) -> tuple[float, list]:
+    """(accuracy of `predictor` on `examples` (subset accuracy for a multi-label model), its answers: a label, or a
+    set of labels, per example)."""
     meta = predictor.meta
-    examples = _labelled(path, meta)
-    right = [_answer(p, meta) == _gold(e, meta) for p, e in zip(_predictions(predictor, examples, meta), examples)]
-    return float(np.mean(right)), len(examples), meta.multi_label
+    answers = [_answer(p, meta) for p in _predictions(predictor, examples, meta)]
+    return float(np.mean([a == _gold(e, meta) for a, e in zip(answers, examples)])), answers
 
 
 def _compare(fp32: Predictor, int8: Predictor, examples: list, meta) -> dict:

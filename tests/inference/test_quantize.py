@@ -107,3 +107,70 @@ def test_an_int8_export_served_with_device_gpu_runs_on_the_cpu_and_says_so(train
         assert server.stop() == 0
     assert "is an int8 export, which runs on ONNX Runtime on the CPU only: serving it on the CPU" in \
         (tmp_path / "server.log").read_text()
+
+
+def test_the_precision_check_scores_and_times_each_precision_against_fp32(trained_export, tmp_path, capsys,
+                                                                          monkeypatch):
+    from paddle_ft.cli import main
+    from paddle_ft.inference import precision_check
+    from paddle_ft.inference.quantize import labelled_accuracy
+    from paddle_ft.runtime import cpu_supports_bf16
+
+    export, test = trained_export
+    check = precision_check.check_precisions(export, test, threads=1)
+    names = [row.precision for row in check.rows]
+    assert names == (["fp32", "bf16", "int8"] if cpu_supports_bf16() else ["fp32", "int8"])
+    fp32, int8 = check.rows[0], check.rows[-1]
+    assert check.texts == 300 and fp32.agreement == 1.0 and all(row.texts_per_s > 0 for row in check.rows)
+    assert fp32.accuracy == labelled_accuracy(Predictor(export), test)[0]
+    assert int8.agreement >= 0.98 and abs(int8.accuracy - fp32.accuracy) <= 0.01
+    assert f"--output {export}-int8" in int8.use
+    lines = check.lines()
+    assert lines[0] == "precision check on 300 labelled texts, batches of 32:"
+    assert lines[-1].startswith("recommended: ")
+
+    # from the command line; a CPU without bf16 says why it was not measured
+    monkeypatch.setattr(precision_check, "cpu_supports_bf16", lambda: False)
+    assert main(["export", "--model", str(export.parent / "out" / "best"), "--output", str(tmp_path / "again"),
+                 "--check-precision", str(test)]) == 0
+    printed = capsys.readouterr().out
+    assert "  bf16: not measured, this CPU has neither AVX512-BF16 nor AMX-BF16" in printed
+    assert "  int8: accuracy " in printed and "\nrecommended: " in printed
+
+
+def test_the_recommendation_is_the_fastest_precision_whose_answers_hold():
+    from paddle_ft.inference.precision_check import PrecisionCheck, PrecisionRow
+
+    fp32 = PrecisionRow("fp32", 0.850, 1.0, 100.0, "the default")
+
+    def check(*rows):
+        return PrecisionCheck((fp32, *rows), 1000, ())
+
+    bf16 = PrecisionRow("bf16", 0.846, 0.995, 190.0, "--precision bf16")
+    int8 = PrecisionRow("int8", 0.850, 0.99, 210.0, "quantize")
+    assert check(bf16, int8).recommended is int8
+    lossy = PrecisionRow("int8", 0.844, 0.995, 210.0, "quantize")  # 0.6 points lost: more than 0.5
+    assert check(bf16, lossy).recommended is bf16
+    different = PrecisionRow("int8", 0.850, 0.985, 210.0, "quantize")  # same accuracy, other answers on 1.5%
+    assert check(different).recommended is fp32
+    slow = PrecisionRow("bf16", 0.850, 1.0, 115.0, "--precision bf16")  # 1.15x: within the noise
+    assert check(slow).recommended is fp32
+    assert check(bf16, int8).lines()[-1] == "recommended: int8, 2.10x fp32 with accuracy held: quantize"
+    assert check(bf16, lossy).lines()[2] == \
+        "  bf16: accuracy 0.8460 (-0.40 points), fp32's answer on 99.50%, 190.0 texts/s (1.90x fp32)"
+    assert check(slow).lines()[-1].startswith("recommended: fp32 (no reduced precision kept accuracy within 0.5")
+
+
+def test_a_precision_check_without_its_file_or_its_onnx_graph_is_refused(trained_export, tmp_path, capsys):
+    from paddle_ft.cli import main
+
+    export, test = trained_export
+    best = str(export.parent / "out" / "best")
+    assert main(["export", "--model", best, "--output", str(tmp_path / "a"), "--check-precision", "nowhere.tsv"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --check-precision nowhere.tsv: no such file; give a labelled file (your dev set)"]
+    assert main(["export", "--model", best, "--output", str(tmp_path / "b"), "--check-precision", str(test),
+                 "--no-onnx"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --check-precision measures int8 on the ONNX graph, which --no-onnx leaves out: give one"]
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
