@@ -31,8 +31,12 @@ from paddle_ft.io import write_text_atomically
 # within a factor of 4 costs little (the engines' times are close near it). One width for all sizes was not enough:
 # at 64 tokens ONNX Runtime looked the faster at batch 16 and was 0.9x Paddle Inference on the bench's batches of 8
 # texts padded to ~120; at 128 Paddle Inference looked the faster at batch 1 and was 0.63x ONNX Runtime on single
-# texts of ~40 tokens
-MEASURED_CALLS = ((1, 32), (4, 64), (8, 128), (16, 128), (64, 128))
+# texts of ~40 tokens. The rows of a call have lengths spread evenly up to its width, the rest padding, as a batch of
+# texts of mixed lengths has (`padded_call`): at e5-small's shape ONNX Runtime ran 32 x 128 without padding 1.15-1.2x
+# as fast as with the bench's texts' padding (47%), where Paddle Inference's rate did not move, and a route measured
+# without padding sent batch 32 to ONNX Runtime, 0.76x Paddle Inference on the bench's texts. The largest size is the default batch (32): at 64 x 128
+# Paddle Inference slowed to 0.75x its batch-32 rate per text there, which misjudged the batch-32 calls
+MEASURED_CALLS = ((1, 32), (4, 64), (8, 128), (16, 128), (32, 128))
 # each engine's time at a size is the median of its best calls in PASSES passes over all the sizes, each pass making
 # one round of calls at a size, or more (up to MAX_ROUNDS) while the pass has spent less than PASS_BUDGET_S on it: a
 # shared machine's slow spells spoil calls for a while, and one spell covering every call of a size sent a bench's
@@ -99,7 +103,8 @@ def single_route(engine: str) -> Route:
     return Route(((1, engine),), {})
 
 
-def measure_route(engines: dict[str, Engine], calls: tuple[tuple[int, int], ...], token_id: int) -> Route:
+def measure_route(engines: dict[str, Engine], calls: tuple[tuple[int, int], ...], token_id: int,
+                  pad_token_id: int) -> Route:
     """Time every engine at each (batch size, width) of `calls` (the engines taking turns, so that a noisy moment
     hits all; PASSES passes over the sizes, the median of each engine's best calls in them counting), a size whose
     call would take over STOP_AFTER_S on the slowest engine (the last measured size's time scaled by the tokens; the
@@ -118,7 +123,7 @@ def measure_route(engines: dict[str, Engine], calls: tuple[tuple[int, int], ...]
                 long_call = predicted > STOP_AFTER_S
                 if not long_call:
                     repeated.append((batch, width))
-            ids = np.full((batch, width), token_id, dtype=np.int64)
+            ids = padded_call(batch, width, token_id, pad_token_id)
             times = _pass_times(engines, ids, warm_up=first_pass, burst=1 if long_call else BURST,
                                 budget=0.0 if long_call else PASS_BUDGET_S)
             if first_pass:
@@ -130,6 +135,13 @@ def measure_route(engines: dict[str, Engine], calls: tuple[tuple[int, int], ...]
     ordered = sorted(best)
     rounded = {batch: {name: round(value, 6) for name, value in best[batch].items()} for batch in ordered}
     return Route(tuple(zip(ordered, fit_crossover([best[batch] for batch in ordered]))), rounded)
+
+
+def padded_call(batch: int, width: int, token_id: int, pad_token_id: int) -> np.ndarray:
+    """Ids [batch, width] of a measured call: row i of n holds `token_id` for ceil(width * (i + 1) / n) positions and
+    padding after them (one row: the whole width; many: about half of the call is padding)."""
+    lengths = -(-width * np.arange(1, batch + 1) // batch)
+    return np.where(np.arange(width)[None, :] < lengths[:, None], token_id, pad_token_id).astype(np.int64)
 
 
 def _pass_times(engines: dict[str, Engine], ids: np.ndarray, warm_up: bool, burst: int,
@@ -254,7 +266,8 @@ class Engines:
         opened.warm_up(cls_id)
         if cached is None:
             calls = tuple((batch, min(width, max_length)) for batch, width in MEASURED_CALLS)
-            opened.route = measure_route({name: partial(opened.run_on, name) for name in engines}, calls, cls_id)
+            opened.route = measure_route({name: partial(opened.run_on, name) for name in engines}, calls, cls_id,
+                                         pad_id)
             keep(cache, opened.route)
             # an engine the route never calls only holds memory (a Paddle Inference engine ~100 MB)
             opened.engines = {name: engines[name] for name in opened.route.engines}

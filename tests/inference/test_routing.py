@@ -6,7 +6,7 @@ from conftest import export_tiny_model, synthetic_rows
 from paddle_ft.inference import routing
 from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor, stack_probabilities
-from paddle_ft.inference.routing import Route, fit_crossover, measure_route
+from paddle_ft.inference.routing import Route, fit_crossover, measure_route, padded_call
 
 
 def times(*pairs):
@@ -50,7 +50,7 @@ def test_measure_route_times_each_size_and_stops_before_a_slow_one(monkeypatch):
     clock, calls = FakeClock(), []
     monkeypatch.setattr(routing, "time", clock)
     sizes = ((1, 32), (4, 64), (16, 128), (64, 128))
-    route = measure_route(fake_engines(clock, calls), sizes, token_id=2)
+    route = measure_route(fake_engines(clock, calls), sizes, token_id=2, pad_token_id=0)
     # ONNX Runtime's 0.1 ms + 4 us/token beats 4 ms + 1 us/token below 1,300 tokens: 16 x 128 is 2,048
     assert route.points == ((1, "onnxruntime"), (4, "onnxruntime"), (16, "paddle"), (64, "paddle"))
     assert route.describe() == "onnxruntime below batch 16, paddle from 16"
@@ -73,7 +73,7 @@ def test_measure_route_times_each_size_and_stops_before_a_slow_one(monkeypatch):
     # the unmeasured one, no passes), as is 64 x 128 (predicted from ONNX Runtime's 8.3 ms at 16 x 128: 33 ms)
     monkeypatch.setattr(routing, "STOP_AFTER_S", 0.033)
     monkeypatch.setattr(routing, "LONG_CALL_S", 0.035)
-    route = measure_route(fake_engines(clock, calls), sizes, token_id=2)
+    route = measure_route(fake_engines(clock, calls), sizes, token_id=2, pad_token_id=0)
     assert route.points == ((1, "onnxruntime"), (4, "onnxruntime"), (16, "paddle"), (64, "paddle"))
     assert [name for name, shape in calls if shape == (16, 128)] == ["onnxruntime", "paddle"] * 2
     assert route.seconds[16] == {"onnxruntime": pytest.approx(0.0001 + 4e-6 * 2048),
@@ -84,10 +84,17 @@ def test_measure_route_times_each_size_and_stops_before_a_slow_one(monkeypatch):
     clock, calls = FakeClock(), []
     monkeypatch.setattr(routing, "time", clock)
     monkeypatch.setattr(routing, "LONG_CALL_S", 0.033)  # 16 x 128's predicted 34 ms: it and 64 x 128 not measured
-    route = measure_route(fake_engines(clock, calls), sizes, token_id=2)
+    route = measure_route(fake_engines(clock, calls), sizes, token_id=2, pad_token_id=0)
     assert [batch for batch, _ in route.points] == [1, 4]
     assert not [shape for _, shape in calls if shape[0] > 4]
     assert route.engine_for(256) == "onnxruntime"  # beyond the measured sizes: the largest one's engine
+
+
+def test_a_measured_call_is_padded_as_a_batch_of_mixed_lengths_is():
+    assert padded_call(1, 5, token_id=7, pad_token_id=0).tolist() == [[7, 7, 7, 7, 7]]
+    assert padded_call(4, 8, token_id=7, pad_token_id=0).tolist() == [
+        [7, 7, 0, 0, 0, 0, 0, 0], [7, 7, 7, 7, 0, 0, 0, 0], [7, 7, 7, 7, 7, 7, 0, 0], [7] * 8]
+    assert padded_call(3, 4, token_id=7, pad_token_id=0).tolist() == [[7, 7, 0, 0], [7, 7, 7, 0], [7] * 4]
 
 
 def test_neither_a_lucky_call_nor_a_slow_spell_decides_a_size(monkeypatch):
@@ -104,7 +111,7 @@ def test_neither_a_lucky_call_nor_a_slow_spell_decides_a_size(monkeypatch):
             clock.now += next(durations[name])
             return np.zeros((ids.shape[0], 2), dtype=np.float32)
         return run
-    route = measure_route({name: engine(name) for name in durations}, ((8, 128),), token_id=2)
+    route = measure_route({name: engine(name) for name in durations}, ((8, 128),), token_id=2, pad_token_id=0)
     assert route.points == ((8, "paddle"),)
     assert route.seconds[8] == {"onnxruntime": pytest.approx(0.045), "paddle": pytest.approx(0.04)}
 
@@ -122,7 +129,7 @@ def test_auto_is_the_default_measures_once_and_keeps_only_the_engines_it_uses(ex
     monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
     auto = Predictor(export, PredictOptions(cpu_threads=1))
     assert auto.backend == "auto" and auto.engine_description.startswith("auto: ")
-    assert [batch for batch, _ in auto.route.points] == [1, 4, 8, 16, 64]  # measured at load
+    assert [batch for batch, _ in auto.route.points] == [1, 4, 8, 16, 32]  # measured at load
     assert list(auto.engines.engines) == list(auto.route.engines)  # an engine no size goes to is let go
     measured = auto.route
     # the next load of this export with these threads takes the kept route, and loads its engines only
@@ -138,7 +145,7 @@ def test_auto_is_the_default_measures_once_and_keeps_only_the_engines_it_uses(ex
     routing.keep(routing.cache_file(export_files(export), 1), Route(((1, "tensorflow"),), {}))
     monkeypatch.undo()
     monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
-    assert Predictor(export, PredictOptions(cpu_threads=1)).route.points[-1][0] == 64
+    assert Predictor(export, PredictOptions(cpu_threads=1)).route.points[-1][0] == 32
 
 
 def test_a_damaged_kept_route_is_measured_again_not_taken(tmp_path):
