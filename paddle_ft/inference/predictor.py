@@ -107,8 +107,8 @@ class Predictor:
             self._encode(texts, truncation)
         order = np.argsort([-len(x) for x in ids], kind="stable")  # similar lengths share a batch
         logits = np.zeros((len(ids), len(self.labels)), dtype=np.float32)  # a row per text, or per window
-        for start in range(0, len(order), batch_size):
-            chosen = order[start:start + batch_size]
+        for start, end in self.engines.calls([len(ids[i]) for i in order], batch_size):
+            chosen = order[start:end]
             input_ids, token_type_ids = pad_ids([ids[i] for i in chosen], [types[i] for i in chosen],
                                                 self.tokenizer.pad_token_id)
             logits[chosen] = self.run(input_ids, token_type_ids)

@@ -98,6 +98,46 @@ class Route:
         return cls(points, {int(point["batch"]): dict(point["seconds"]) for point in data["points"]})
 
 
+@dataclass(frozen=True)
+class CallCost:
+    """The predicted seconds of a call: `fixed` + `per_token` x its padded tokens (batch x width), fitted to the
+    calls a route measured. What it is for: where the tokens cost far more than the call (a 12-layer model), a batch
+    of texts of mixed lengths runs faster as a few calls of similar lengths than as one padded to its longest (at
+    e5-small's shape a batch of 32 review texts was 47% padding); where the call costs more (a small model's fixed
+    ~0.1-1 ms), it stays one call."""
+
+    fixed: float
+    per_token: float
+
+    @classmethod
+    def fit(cls, route: Route, widths: dict[int, int]) -> CallCost | None:
+        """Least relative squared error over the measured sizes (the time of the engine the route runs there);
+        None where fewer than two sizes were measured or the fit is not a cost (negative)."""
+        points = [(batch * widths[batch], route.seconds[batch][engine]) for batch, engine in route.points
+                  if batch in widths and engine in route.seconds.get(batch, {})]
+        if len({tokens for tokens, _ in points}) < 2:
+            return None
+        # minimise sum((fixed + per_token * tokens) / seconds - 1)^2: a linear least-squares problem in 1/seconds
+        design = np.array([[1 / seconds, tokens / seconds] for tokens, seconds in points])
+        (fixed, per_token), *_ = np.linalg.lstsq(design, np.ones(len(points)), rcond=None)
+        return cls(max(0.0, float(fixed)), float(per_token)) if per_token > 0 else None
+
+    def split(self, lengths: list[int], batch_size: int) -> list[tuple[int, int]]:
+        """(start, end) of each call over texts sorted longest first (`lengths`), at most `batch_size` each, that
+        minimise the predicted time: a call's width is its first text's length."""
+        best, cut = [0.0] + [math.inf] * len(lengths), [0] * (len(lengths) + 1)
+        for end in range(1, len(lengths) + 1):
+            for start in range(max(0, end - batch_size), end):
+                seconds = best[start] + self.fixed + self.per_token * (end - start) * lengths[start]
+                if seconds < best[end]:
+                    best[end], cut[end] = seconds, start
+        calls, end = [], len(lengths)
+        while end > 0:
+            calls.append((cut[end], end))
+            end = cut[end]
+        return calls[::-1]
+
+
 def single_route(engine: str) -> Route:
     """Every call on one engine (the backend was named, or only one can run the export)."""
     return Route(((1, engine),), {})
@@ -236,6 +276,19 @@ class Engines:
     def __init__(self, engines: dict[str, Engine], route: Route, pad_token_id: int, max_length: int):
         self.engines, self.route = engines, route
         self.pad_token_id, self.max_length = pad_token_id, max_length
+
+    @property
+    def call_cost(self) -> CallCost | None:
+        """The cost of a call fitted to the route's measured calls (None for a named backend: nothing measured)."""
+        return CallCost.fit(self.route, {batch: min(width, self.max_length) for batch, width in MEASURED_CALLS})
+
+    def calls(self, lengths: list[int], batch_size: int) -> list[tuple[int, int]]:
+        """(start, end) of each engine call over texts sorted longest first: batches of `batch_size`, or, where the
+        route measured what a call costs, the split of them that wastes the least time on padding."""
+        cost = self.call_cost
+        if cost is None:
+            return [(start, min(start + batch_size, len(lengths))) for start in range(0, len(lengths), batch_size)]
+        return cost.split(lengths, batch_size)
 
     @classmethod
     def open(cls, backend: str, export_files: list[Path], options, max_length: int, token_ids: tuple[int, int]):

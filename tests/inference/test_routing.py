@@ -6,7 +6,7 @@ from conftest import export_tiny_model, synthetic_rows
 from paddle_ft.inference import routing
 from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor, stack_probabilities
-from paddle_ft.inference.routing import Route, fit_crossover, measure_route, padded_call
+from paddle_ft.inference.routing import CallCost, Route, fit_crossover, measure_route, padded_call, single_route
 
 
 def times(*pairs):
@@ -233,3 +233,41 @@ def test_an_onnx_runtime_session_left_alone_by_the_route_spins_again(export, tmp
     np.testing.assert_allclose(auto.run(ids, np.zeros_like(ids)),
                                Predictor(export, PredictOptions(cpu_threads=1, backend="onnxruntime")).run(
                                    ids, np.zeros_like(ids)), atol=1e-6)
+
+
+def test_the_cost_of_a_call_is_fitted_to_the_route_and_splits_a_padded_batch_where_tokens_cost_the_most():
+    widths = {1: 32, 4: 64, 8: 128, 32: 128}
+
+    def route(fixed, per_token):
+        seconds = {batch: {"onnxruntime": fixed + per_token * batch * width} for batch, width in widths.items()}
+        return Route(tuple((batch, "onnxruntime") for batch in widths), seconds)
+
+    cost = CallCost.fit(route(0.004, 1.7e-4), widths)  # e5-small's shape, about
+    assert cost.fixed == pytest.approx(0.004) and cost.per_token == pytest.approx(1.7e-4)
+    lengths = [128, 120, 118, 60, 58, 55, 20, 18, 12, 10]  # a batch of mixed lengths, longest first
+    # one call: 10 x 128 tokens, 0.222 s; three of similar lengths: 3 x 128 + 3 x 60 + 4 x 20 tokens, 0.122 s (a
+    # fourth call for the last two would save 16 tokens, 2.7 ms, and cost 4)
+    assert cost.split(lengths, 32) == [(0, 3), (3, 6), (6, 10)]
+    assert all(end - start <= 2 for start, end in cost.split(lengths, 2))  # never more than batch_size a call
+    # a small model's fixed cost per call outweighs its padding: one call
+    assert CallCost.fit(route(0.001, 1e-7), widths).split(lengths, 32) == [(0, 10)]
+    # nothing to fit: a named backend's route, or one measured size
+    assert CallCost.fit(Route(((1, "paddle"),), {}), widths) is None
+    assert CallCost.fit(Route(((8, "paddle"),), {8: {"paddle": 0.1}}), widths) is None
+
+
+def test_a_split_batch_gives_the_answers_of_one_call(export, tmp_path, monkeypatch):
+    monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
+    auto = Predictor(export, PredictOptions(cpu_threads=1))
+    texts = [text for text, _ in synthetic_rows(40, seed=4)]
+    auto.engines.route = single_route("onnxruntime")  # nothing measured: calls of batch_size
+    whole = auto.predict(texts, batch_size=64)
+    calls = []
+    measured = Route(((1, "onnxruntime"), (32, "onnxruntime")), {1: {"onnxruntime": 0.001}, 32: {"onnxruntime": 1.0}})
+    auto.engines.route = measured  # tokens cost the most here: the batch is cut by length
+    run = auto.engines.run
+    auto.engines.run = lambda ids, types: calls.append(ids.shape) or run(ids, types)
+    split = auto.predict(texts, batch_size=64)
+    assert len(calls) > 1 and sum(shape[0] for shape in calls) == 40
+    assert [p.label for p in split] == [p.label for p in whole]
+    assert np.allclose([p.vector for p in split], [p.vector for p in whole], atol=1e-6)
