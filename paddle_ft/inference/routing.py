@@ -34,8 +34,9 @@ from paddle_ft.io import write_text_atomically
 # texts of ~40 tokens. The rows of a call have lengths spread evenly up to its width, the rest padding, as a batch of
 # texts of mixed lengths has (`padded_call`): at e5-small's shape ONNX Runtime ran 32 x 128 without padding 1.15-1.2x
 # as fast as with the bench's texts' padding (47%), where Paddle Inference's rate did not move, and a route measured
-# without padding sent batch 32 to ONNX Runtime, 0.76x Paddle Inference on the bench's texts. The largest size is the default batch (32): at 64 x 128
-# Paddle Inference slowed to 0.75x its batch-32 rate per text there, which misjudged the batch-32 calls
+# without padding sent batch 32 to ONNX Runtime, 0.76x Paddle Inference on the bench's texts. The largest size is
+# the default batch (32): at 64 x 128 Paddle Inference slowed to 0.75x its batch-32 rate per text, which misjudged
+# the batch-32 calls
 MEASURED_CALLS = ((1, 32), (4, 64), (8, 128), (16, 128), (32, 128))
 # each engine's time at a size is the median of its best calls in PASSES passes over all the sizes, each pass making
 # one round of calls at a size, or more (up to MAX_ROUNDS) while the pass has spent less than PASS_BUDGET_S on it: a
@@ -50,8 +51,8 @@ PASSES, MAX_ROUNDS, PASS_BUDGET_S, BURST = 3, 7, 0.04, 2
 STOP_AFTER_S = 0.25  # a size whose call would take longer (predicted from the last measured size by its tokens) is
 # measured in one pass of one counted call per engine (after its unmeasured first), not in PASSES of bursts: a
 # 12-layer model's batches of 8 and 16 texts take 0.3-0.6 s a call, where a call that long varies little and the
-# passes' six calls per engine would add ten seconds to the first load of an export; without them its route measured batches 1 and 4
-# only and sent batch 32 to ONNX Runtime, 0.94x Paddle Inference there (e5-small's shape, docs/performance.md)
+# passes' six calls per engine would add ten seconds to the first load of an export; without them its route measured
+# batches 1 and 4 only and sent batch 32 to ONNX Runtime, 0.94x Paddle Inference there (e5-small's shape)
 LONG_CALL_S = 1.5  # a size whose call would take longer is not measured, nor the larger ones (a full-size model's
 # load would take minutes): larger batches go to the largest measured size's engine
 
