@@ -7,6 +7,7 @@ from pathlib import Path
 from paddle_ft.commands.flags import model_argument
 from paddle_ft.errors import UserError
 from paddle_ft.export import export_model
+from paddle_ft.runtime import cpu_supports_bf16
 
 
 def add_arguments(parser) -> None:
@@ -22,8 +23,6 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from paddle_ft.runtime import cpu_supports_bf16
-
     if args.check_precision and args.no_onnx:
         raise UserError("--check-precision measures int8 on the ONNX graph, which --no-onnx leaves out: give one")
     if args.check_precision and not Path(args.check_precision).is_file():

@@ -139,6 +139,11 @@ class CallCost:
         return calls[::-1]
 
 
+def measured_calls(max_length: int) -> tuple[tuple[int, int], ...]:
+    """MEASURED_CALLS with their widths capped at the model's max_length: what a route is measured on."""
+    return tuple((batch, min(width, max_length)) for batch, width in MEASURED_CALLS)
+
+
 def single_route(engine: str) -> Route:
     """Every call on one engine (the backend was named, or only one can run the export)."""
     return Route(((1, engine),), {})
@@ -275,13 +280,19 @@ class Engines:
     route measured at an earlier load of it (the cache), keeping only the engines the route calls."""
 
     def __init__(self, engines: dict[str, Engine], route: Route, pad_token_id: int, max_length: int):
-        self.engines, self.route = engines, route
         self.pad_token_id, self.max_length = pad_token_id, max_length
+        self.engines, self.route = engines, route
 
     @property
-    def call_cost(self) -> CallCost | None:
-        """The cost of a call fitted to the route's measured calls (None for a named backend: nothing measured)."""
-        return CallCost.fit(self.route, {batch: min(width, self.max_length) for batch, width in MEASURED_CALLS})
+    def route(self) -> Route:
+        return self._route
+
+    @route.setter
+    def route(self, route: Route) -> None:
+        # the cost of a call fitted to the route's measured calls (None for a named backend: nothing measured), once
+        # per route rather than on every predict call (a request's hot path)
+        self._route = route
+        self.call_cost: CallCost | None = CallCost.fit(route, dict(measured_calls(self.max_length)))
 
     def calls(self, lengths: list[int], batch_size: int) -> list[tuple[int, int]]:
         """(start, end) of each engine call over texts sorted longest first: batches of `batch_size`, or, where the
@@ -319,9 +330,8 @@ class Engines:
         opened = cls(engines, cached or single_route(names[0]), pad_id, max_length)
         opened.warm_up(cls_id)
         if cached is None:
-            calls = tuple((batch, min(width, max_length)) for batch, width in MEASURED_CALLS)
-            opened.route = measure_route({name: partial(opened.run_on, name) for name in engines}, calls, cls_id,
-                                         pad_id)
+            opened.route = measure_route({name: partial(opened.run_on, name) for name in engines},
+                                         measured_calls(max_length), cls_id, pad_id)
             keep(cache, opened.route)
             # an engine the route never calls only holds memory (a Paddle Inference engine ~100 MB)
             opened.engines = {name: engines[name] for name in opened.route.engines}
