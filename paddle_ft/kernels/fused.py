@@ -35,6 +35,9 @@ from paddle_ft.runtime import cpu_identity
 SOURCE = Path(__file__).with_name("fused_kernels.cc")
 # -fno-trapping-math: without it GCC keeps the clamps of erf/exp scalar (a select could trap), 10x slower
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
+# Paddle's math runs on the Intel OpenMP library it ships; the kernels' loops join the same thread team when they
+# are linked to it (fused_kernels.cc says why not GCC's own)
+INTEL_OPENMP = Path(paddle.__file__).parent / "libs" / "libiomp5.so"
 CACHE_VARIABLE = "PADDLE_FT_KERNEL_CACHE"  # where built kernels are kept (default ~/.cache/paddle_ft/kernels)
 BUILD_LOG = "build.log"
 # the kernels loaded in this process, by cache key: Paddle registers a library's operators once per process, and a
@@ -49,8 +52,9 @@ def kernels() -> tuple[object | None, str | None]:
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
         return None, f"no C++ compiler ({compiler}) on PATH"
-    key = hashlib.sha256("\n".join([SOURCE.read_text(encoding="utf-8"), paddle.__version__, *FLAGS,
-                                    cpu_identity()]).encode()).hexdigest()[:16]
+    compile_flags, link_flags = build_flags()
+    key = hashlib.sha256("\n".join([SOURCE.read_text(encoding="utf-8"), paddle.__version__, *compile_flags,
+                                    *link_flags, cpu_identity()]).encode()).hexdigest()[:16]
     if key in _LOADED:
         return _LOADED[key], None
     cache = os.environ.get(CACHE_VARIABLE) or os.path.expanduser("~/.cache/paddle_ft/kernels")
@@ -58,7 +62,7 @@ def kernels() -> tuple[object | None, str | None]:
         return None, f"no home directory to keep the built kernels in; set {CACHE_VARIABLE} to a writable folder"
     folder = Path(cache) / key
     try:
-        module = _build(folder, key)
+        module = _build(folder, key, compile_flags, link_flags)
     except Exception as exc:  # a compiler error, missing headers, a read-only cache: Paddle's kernels instead
         reason = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__
         log = folder / BUILD_LOG
@@ -69,7 +73,16 @@ def kernels() -> tuple[object | None, str | None]:
     return module, None
 
 
-def _build(folder: Path, key: str):
+def build_flags() -> tuple[list[str], list[str]]:
+    """The compiler's and the linker's flags: OpenMP on Paddle's own Intel OpenMP library where Paddle ships one
+    (GCC's OpenMP code calls GOMP_* entry points, which libiomp5 provides; no -fopenmp when linking, so that GCC's
+    libgomp is not linked in), the loops on the calling thread otherwise."""
+    if not INTEL_OPENMP.is_file():
+        return FLAGS, []
+    return [*FLAGS, "-fopenmp"], [f"-L{INTEL_OPENMP.parent}", "-liomp5", f"-Wl,-rpath,{INTEL_OPENMP.parent}"]
+
+
+def _build(folder: Path, key: str, compile_flags: list[str], link_flags: list[str]):
     """The kernels built into `folder` (or loaded from it, built before), one process at a time; what the build
     printed goes to folder/build.log."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -84,8 +97,8 @@ def _build(folder: Path, key: str):
             return ""  # nothing echoed: a failure is reported in one line that names the log
 
         with native_output_captured(keep_log):
-            return load(name=f"paddle_ft_fused_{key}", sources=[str(SOURCE)], extra_cxx_cflags=FLAGS,
-                        build_directory=str(folder), verbose=False)
+            return load(name=f"paddle_ft_fused_{key}", sources=[str(SOURCE)], extra_cxx_cflags=compile_flags,
+                        extra_ldflags=link_flags, build_directory=str(folder), verbose=False)
 
 
 def add_layer_norm(x: paddle.Tensor, residual: paddle.Tensor, norm: nn.LayerNorm) -> paddle.Tensor:

@@ -2,11 +2,12 @@
 // custom-operator support. Each replaces a composition of Paddle ops whose CPU kernels are slow for their size
 // (docs/performance.md has the profile): the post-norm residual step `layer_norm(x + residual)` and exact GELU,
 // forward and backward, attention's `softmax(scores + mask)`, and dropout drawing Paddle's own masks. They compute
-// the same function as the composition; tests/engine/test_fused.py holds them
-// to it (forward and gradients, 1e-5). Single-threaded on purpose: Paddle's math runs on Intel OpenMP, whose
-// threads spin between calls, and a second thread pool fights them for the cores (these loops under GCC's OpenMP
-// with 2 threads halved the bench's training speed on 2 cores); they are memory-bound and vectorised, and one
-// thread already beats Paddle's kernels several times over.
+// the same function as the composition; tests/kernels/test_fused.py holds them to it (forward and gradients, 1e-5).
+// Their loops run on Paddle's own OpenMP threads: fused.py compiles them with -fopenmp and links them to the Intel
+// OpenMP library Paddle ships (libiomp5, whose GOMP_* entry points GCC's OpenMP code calls), so that they share the
+// thread team Paddle's matmuls use. A second pool (GCC's libgomp) fought that team's spinning threads for the cores
+// and halved the bench's training speed on 2 cores. Built without OpenMP (no libiomp5 beside Paddle), they run on
+// the calling thread, the same numbers.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,10 +18,54 @@
 #include <string>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "paddle/extension.h"
 #include "paddle/phi/core/generator.h"
 
 namespace {
+
+// Below this many elements a kernel runs on the calling thread: waking the team costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 15;
+
+// The threads a kernel over n elements runs on: the calling thread's OpenMP team size (Paddle sets it to its math
+// threads), or 1.
+inline int team_size(int64_t n) {
+#ifdef _OPENMP
+  return n >= kParallelMin ? omp_get_max_threads() : 1;
+#else
+  (void)n;
+  return 1;
+#endif
+}
+
+inline int thread_index() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+// body(r) for every row r < rows of `width` elements, the rows split evenly between the team's threads.
+template <typename Body>
+void for_rows(int64_t rows, int64_t width, Body body) {
+  const int threads = team_size(rows * width);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t r = 0; r < rows; ++r) body(r);
+}
+
+// body(begin, end) over [0, n) in blocks (each a loop the compiler vectorises), split between the team's threads.
+template <typename Body>
+void for_blocks(int64_t n, Body body) {
+  constexpr int64_t kBlock = 4096;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int threads = team_size(n);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t b = 0; b < blocks; ++b) body(b * kBlock, std::min(n, (b + 1) * kBlock));
+}
 
 void check_float32_cpu(const paddle::Tensor& t, const char* name) {
   PD_CHECK(t.is_cpu(), name, " must be on the CPU");
@@ -159,9 +204,9 @@ std::vector<paddle::Tensor> norm_forward(const paddle::Tensor& x, const paddle::
   const float *a = x.data<float>(), *b = residual ? residual->data<float>() : nullptr;
   const float *w = weight.data<float>(), *c = bias.data<float>();
   float *o = out.data<float>(), *m = mean.data<float>(), *s = inv_std.data<float>();
-  for (int64_t r = 0; r < rows; ++r) {
+  for_rows(rows, width, [&](int64_t r) {
     norm_row(a + r * width, b ? b + r * width : nullptr, w, c, epsilon, width, o + r * width, m + r, s + r);
-  }
+  });
   return {out, mean, inv_std};
 }
 
@@ -177,17 +222,32 @@ std::vector<paddle::Tensor> norm_backward(const paddle::Tensor& x, const paddle:
   const float *a = x.data<float>(), *b = residual ? residual->data<float>() : nullptr, *w = weight.data<float>();
   const float *m = mean.data<float>(), *s = inv_std.data<float>(), *g = grad_out.data<float>();
   float* gx = grad_x.data<float>();
-  std::vector<double> weight_acc(width, 0.0), bias_acc(width, 0.0);  // sums over many rows: kept in double
-  std::vector<float> normalised(width);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t at = r * width;
-    norm_row_backward(a + at, b ? b + at : nullptr, w, m[r], s[r], g + at, width, gx + at, weight_acc.data(),
-                      bias_acc.data(), normalised.data());
+  // the weight's and bias's gradients are sums over every row: each thread sums its rows (in double), and the
+  // threads' sums are added in thread order, the same result on every run with the same number of threads
+  const int threads = team_size(rows * width);
+  std::vector<double> sums(2 * width * threads, 0.0);
+  std::vector<float> scratch(width * threads);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int t = thread_index();
+    double *weight_acc = sums.data() + 2 * width * t, *bias_acc = weight_acc + width;
+    float* normalised = scratch.data() + width * t;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t at = r * width;
+      norm_row_backward(a + at, b ? b + at : nullptr, w, m[r], s[r], g + at, width, gx + at, weight_acc, bias_acc,
+                        normalised);
+    }
   }
   float *gw = grad_weight.data<float>(), *gb = grad_bias.data<float>();
   for (int64_t j = 0; j < width; ++j) {
-    gw[j] = static_cast<float>(weight_acc[j]);
-    gb[j] = static_cast<float>(bias_acc[j]);
+    double weight_sum = 0.0, bias_sum = 0.0;
+    for (int t = 0; t < threads; ++t) {
+      weight_sum += sums[2 * width * t + j];
+      bias_sum += sums[2 * width * t + width + j];
+    }
+    gw[j] = static_cast<float>(weight_sum);
+    gb[j] = static_cast<float>(bias_sum);
   }
   return {grad_x, grad_weight, grad_bias};
 }
@@ -218,7 +278,11 @@ std::vector<paddle::Tensor> AddLayerNormBackward(const paddle::Tensor& x, const 
                                                  const paddle::Tensor& inv_std, const paddle::Tensor& grad_out) {
   auto grads = norm_backward(x, &residual, weight, mean, inv_std, grad_out);
   auto grad_residual = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
-  std::memcpy(grad_residual.data<float>(), grads[0].data<float>(), x.numel() * sizeof(float));
+  const float* from = grads[0].data<float>();
+  float* to = grad_residual.data<float>();
+  for_blocks(x.numel(), [&](int64_t begin, int64_t end) {
+    std::memcpy(to + begin, from + begin, (end - begin) * sizeof(float));
+  });
   return {grads[0], grad_residual, grads[1], grads[2]};
 }
 
@@ -287,7 +351,9 @@ std::vector<paddle::Tensor> GeluForward(const paddle::Tensor& x) {
   const float* a = x.data<float>();
   float* o = out.data<float>();
   const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) o[i] = 0.5f * a[i] * (1.f + fast_erf(a[i] * kInvSqrt2));
+  for_blocks(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) o[i] = 0.5f * a[i] * (1.f + fast_erf(a[i] * kInvSqrt2));
+  });
   return {out};
 }
 
@@ -298,11 +364,13 @@ std::vector<paddle::Tensor> GeluBackward(const paddle::Tensor& x, const paddle::
   const float *a = x.data<float>(), *g = grad_out.data<float>();
   float* gx = grad_x.data<float>();
   const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = a[i];
-    const float cdf = 0.5f * (1.f + fast_erf(v * kInvSqrt2));
-    gx[i] = g[i] * (cdf + v * kInvSqrt2Pi * fast_exp(-0.5f * v * v));
-  }
+  for_blocks(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = a[i];
+      const float cdf = 0.5f * (1.f + fast_erf(v * kInvSqrt2));
+      gx[i] = g[i] * (cdf + v * kInvSqrt2Pi * fast_exp(-0.5f * v * v));
+    }
+  });
   return {grad_x};
 }
 
@@ -328,13 +396,13 @@ std::vector<paddle::Tensor> MaskedSoftmaxForward(const paddle::Tensor& scores, c
   auto out = paddle::empty(shape, paddle::DataType::FLOAT32, paddle::CPUPlace());
   const float *a = scores.data<float>(), *m = mask.data<float>();
   float* o = out.data<float>();
-  for (int64_t r = 0; r < rows; ++r) {
+  for_rows(rows, keys, [&](int64_t r) {
     const float *ar = a + r * keys, *mr = m + (r / rows_per_text) * keys;
     float* orow = o + r * keys;
     const float top = lane_max(keys, [&](int64_t j) { return orow[j] = ar[j] + mr[j]; });
     const float inv = 1.f / lane_sum(keys, [&](int64_t j) { return orow[j] = fast_exp(orow[j] - top); });
     for (int64_t j = 0; j < keys; ++j) orow[j] *= inv;
-  }
+  });
   return {out};
 }
 
@@ -345,12 +413,12 @@ std::vector<paddle::Tensor> MaskedSoftmaxBackward(const paddle::Tensor& out, con
   auto grad_scores = paddle::empty(out.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
   const float *y = out.data<float>(), *g = grad_out.data<float>();
   float* gs = grad_scores.data<float>();
-  for (int64_t r = 0; r < rows; ++r) {
+  for_rows(rows, keys, [&](int64_t r) {
     const float *yr = y + r * keys, *gr = g + r * keys;
     float* gsr = gs + r * keys;
     const float dot = lane_sum(keys, [&](int64_t j) { return gr[j] * yr[j]; });
     for (int64_t j = 0; j < keys; ++j) gsr[j] = yr[j] * (gr[j] - dot);
-  }
+  });
   return {grad_scores};
 }
 
@@ -493,7 +561,9 @@ std::vector<paddle::Tensor> DropoutBackward(const paddle::Tensor& mask, const pa
   float* gx = grad_x.data<float>();
   const float keep_share = 1.f - p;
   const int64_t n = grad_out.numel();
-  for (int64_t i = 0; i < n; ++i) gx[i] = m[i] ? g[i] / keep_share : 0.f;
+  for_blocks(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) gx[i] = m[i] ? g[i] / keep_share : 0.f;
+  });
   return {grad_x};
 }
 

@@ -105,6 +105,55 @@ def test_dropout_draws_paddles_masks_and_leaves_its_generator_where_paddles_does
         assert (ours == 0).mean() == pytest.approx(p, abs=0.1)
 
 
+@pytest.fixture
+def math_threads():
+    """Set Paddle's math threads (the kernels' OpenMP team) for one test; afterwards the count training sets."""
+    from paddle_ft import runtime
+
+    yield paddle.base.core.set_num_threads
+    runtime.apply_cpu_settings()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tensors_large_enough_to_split_between_threads_give_paddles_results(threads, math_threads):
+    """Over the kernels' threshold (2^15 elements) the rows and blocks are split between Paddle's OpenMP threads,
+    and the weight and bias gradients of a layer norm are summed per thread: every output and gradient still agrees
+    with Paddle's composition, and dropout with Paddle's masks, on one thread and on two."""
+    math_threads(threads)
+    rng = np.random.default_rng(threads)
+    shape, width = (4, 70, 384), 384  # 107,520 elements
+    norm = paddle.nn.LayerNorm(width, epsilon=1e-12)
+    norm.bias.set_value(rng.normal(0, 0.2, width).astype("float32"))
+    x, residual = leaf(rng.normal(0, 2, shape)), leaf(rng.normal(1, 1, shape))
+    upstream = rng.normal(0, 1, shape).astype("float32")
+    inputs = [x, residual, norm.weight, norm.bias]
+    plain = outputs_and_gradients(lambda a, b, w, c: F.layer_norm(a + b, [width], w, c, 1e-12), inputs, upstream)
+    ours = outputs_and_gradients(lambda a, b, w, c: add_layer_norm(a, b, norm), inputs, upstream)
+    for name, expected, got in zip(["out", "grad x", "grad residual", "grad weight", "grad bias"], plain, ours):
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(got / scale, expected / scale, **TOLERANCE, err_msg=name)
+
+    hidden = leaf(rng.normal(0, 3, (2, 70, 1536)))
+    plain = outputs_and_gradients(lambda t: F.gelu(t, approximate=False), [hidden], upstream.repeat(4, axis=-1)[:2])
+    ours = outputs_and_gradients(gelu, [hidden], upstream.repeat(4, axis=-1)[:2])
+    for name, expected, got in zip(["gelu out", "gelu grad"], plain, ours):
+        np.testing.assert_allclose(got, expected, **TOLERANCE, err_msg=name)
+
+    scores = leaf(rng.normal(0, 3, (4, 12, 33, 33)))  # 52,272 elements, rows of 33
+    mask = paddle.to_tensor(np.array([[[[0.0] * n + [-1e4] * (33 - n)]] for n in (33, 20, 7, 1)], dtype="float32"))
+    upstream = rng.normal(0, 1, scores.shape).astype("float32")
+    plain = outputs_and_gradients(lambda t: F.softmax(t + mask), [scores], upstream)
+    ours = outputs_and_gradients(lambda t: masked_softmax(t, mask), [scores], upstream)
+    for name, expected, got in zip(["softmax out", "softmax grad"], plain, ours):
+        np.testing.assert_allclose(got, expected, **TOLERANCE, err_msg=name)
+
+    results = []
+    for function in (lambda t: F.dropout(t, 0.1, training=True), lambda t: dropout(t, 0.1, True)):
+        paddle.seed(5)
+        results.append(outputs_and_gradients(function, [scores], upstream))
+    assert all(np.array_equal(a, b) for a, b in zip(*results))
+
+
 @pytest.mark.parametrize("architecture", ["bert", "ernie", "roberta"])
 def test_encoder_layers_train_alike_with_and_without_the_fused_kernels(make_model, architecture):
     """Dropout on: the fused layer calls the same dropouts in the same order, so the masks are the same and the
