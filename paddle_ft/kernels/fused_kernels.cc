@@ -562,7 +562,11 @@ std::vector<paddle::Tensor> DropoutBackward(const paddle::Tensor& mask, const pa
   const float keep_share = 1.f - p;
   const int64_t n = grad_out.numel();
   for_blocks(n, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) gx[i] = m[i] ? g[i] / keep_share : 0.f;
+    // g[i] read and divided whatever the mask: GCC leaves a loop with a conditional load scalar here (2x slower)
+    for (int64_t i = begin; i < end; ++i) {
+      const float kept = g[i] / keep_share;
+      gx[i] = m[i] ? kept : 0.f;
+    }
   });
   return {grad_x};
 }
