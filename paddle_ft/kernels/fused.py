@@ -97,8 +97,13 @@ def _build(folder: Path, key: str, compile_flags: list[str], link_flags: list[st
             return ""  # nothing echoed: a failure is reported in one line that names the log
 
         with native_output_captured(keep_log):
-            return load(name=f"paddle_ft_fused_{key}", sources=[str(SOURCE)], extra_cxx_cflags=compile_flags,
-                        extra_ldflags=link_flags, build_directory=str(folder), verbose=False)
+            module = load(name=f"paddle_ft_fused_{key}", sources=[str(SOURCE)], extra_cxx_cflags=compile_flags,
+                          extra_ldflags=link_flags, build_directory=str(folder), verbose=False)
+        # Paddle writes a Python stub beside the library for every process that loads it (NAME_THREADID.py) and
+        # imports it; imported, it is not needed again, and kept it would pile up in the cache, one per run
+        for stub in Path(module.__file__).parent.glob(f"paddle_ft_fused_{key}_*.py"):
+            stub.unlink(missing_ok=True)
+        return module
 
 
 def add_layer_norm(x: paddle.Tensor, residual: paddle.Tensor, norm: nn.LayerNorm) -> paddle.Tensor:

@@ -1,5 +1,7 @@
 """The fused CPU kernels (`kernels/fused.py`) against the plain Paddle composition they replace: forward and
 gradients to 1e-5, whole encoder layers with dropout, and the fall-back where they cannot be built."""
+from pathlib import Path
+
 import numpy as np
 import paddle
 import paddle.nn.functional as F
@@ -16,6 +18,14 @@ TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 def built():
     module, why_not = kernels()
     assert module is not None, why_not  # this machine has a compiler: the kernels must build here
+
+
+def test_loading_the_kernels_leaves_no_stub_in_the_cache():
+    """Paddle writes a Python stub per loading process beside the library; the cache keeps the library only."""
+    module, _ = kernels()
+    folder = Path(module.__file__).parent  # the module was imported from this process's stub
+    libraries = list(folder.glob("paddle_ft_fused_*.so"))
+    assert len(libraries) == 1 and not list(folder.glob(f"{libraries[0].stem}_*.py"))
 
 
 def leaf(values) -> paddle.Tensor:
