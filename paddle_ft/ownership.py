@@ -96,10 +96,16 @@ def _check_claimable(folder: Path, kind: str, option: str) -> None:
                         f"folder")
     if owner is None:
         foreign = sorted(p.name for p in folder.iterdir()
-                         if p.name != LOCK_FILE and not (p.is_dir() and owner_of(p) is not None))
+                         if not _is_marker(p.name) and not (p.is_dir() and owner_of(p) is not None))
         if foreign:
             raise UserError(f"{option} {folder} holds files paddle_ft did not write ({', '.join(foreign[:3])}); give "
                             "a new or empty folder, so that nothing of yours is overwritten")
+
+
+def _is_marker(name: str) -> bool:
+    """The lock, or the owner marker a racing process is writing this instant (`.NAME.tmp-PID`, io's atomic
+    write): seen before this process takes the lock, that one must be refused as busy, not as foreign."""
+    return name == LOCK_FILE or name.startswith(f".{OWNER_FILE}.tmp-")
 
 
 def _lock(folder: Path, kind: str, option: str):

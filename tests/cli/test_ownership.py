@@ -108,6 +108,38 @@ def test_a_folder_in_use_by_a_live_process_is_refused_naming_its_pid_and_a_dead_
     assert (folder / LOCK_FILE).read_text() == ""  # released in order: no PID left behind
 
 
+MID_CLAIM = """
+import fcntl, os, sys, time
+from pathlib import Path
+folder = Path(sys.argv[1])
+folder.mkdir()
+lock = open(folder / ".paddle_ft-lock", "w")
+fcntl.flock(lock, fcntl.LOCK_EX)
+lock.write(f"{os.getpid()}\\n")
+lock.flush()
+(folder / f"..paddle_ft-owner.tmp-{os.getpid()}").write_text("")
+print("claiming", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow  # starts a process that holds the lock
+def test_a_folder_another_process_is_claiming_this_instant_is_refused_as_busy_not_foreign(tmp_path):
+    """The race CI met: the winner holds the lock and its owner marker is still `.NAME.tmp-PID` (io's atomic write)
+    when the loser looks, before taking the lock: the loser must name the winner, not call the marker a user's file."""
+    folder = tmp_path / "run"
+    claimer = subprocess.Popen([sys.executable, "-c", MID_CLAIM, str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert claimer.stdout.readline().strip() == "claiming"
+        with pytest.raises(UserError, match=rf"output_dir {folder} is being written by another paddle_ft process "
+                                            rf"\(PID {claimer.pid}\)"):
+            with owned_folder(folder, "train", "output_dir"):
+                pass
+    finally:
+        claimer.kill()
+        claimer.wait()
+
+
 def test_the_lock_is_re_entrant_within_a_process(tmp_path):
     """cv and sweep run train on their own sub-folders, and a sweep may run a trial's folder again."""
     with owned_folder(tmp_path / "run", "train", "output_dir"):
