@@ -70,7 +70,8 @@ class Optimization:
         o = config.optimizer
         optimizer, scheduler = build_optimizer(model, o.learning_rate, o.weight_decay, plan.total_steps,
                                                plan.warmup_steps, o.layer_lr_decay, o.head_learning_rate)
-        runner = StepRunner(config.amp, config.optimizer.max_grad_norm)
+        on_cpu = paddle.device.get_device().startswith("cpu")
+        runner = StepRunner(config.amp, config.optimizer.max_grad_norm, config.runtime.fused_kernels and on_cpu)
         model, optimizer = runner.prepare(model, optimizer)
         return cls(model, optimizer, scheduler, runner, [p for p in model.parameters() if not p.stop_gradient])
 

@@ -22,6 +22,7 @@ class CpuSpeedups:
         """The clauses training's settings line adds (empty when nothing was applied)."""
         return ((", matmul-only linear gradients" if self.fast_linear else "")
                 + (f", fused CPU kernels (layer norm, GELU, softmax, dropout) in {self.fused_layers} layers"
+                   ", gradient clipping in one kernel"
                    if self.fused_layers else ""))
 
 

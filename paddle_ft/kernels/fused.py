@@ -187,6 +187,16 @@ def dropout(x: paddle.Tensor, p: float, training: bool) -> paddle.Tensor:
     return out
 
 
+def clip_grad_norm(grads: list[paddle.Tensor], max_norm: float) -> paddle.Tensor | None:
+    """`engine.amp.clip_grad_norm` over float32 CPU gradients in one kernel, in place: the global norm before
+    clipping, or None where the kernels could not be built."""
+    module, _ = kernels()
+    if module is None:
+        return None
+    # detached: the same storage, scaled in place, without the autograd check that refuses in-place ops on leaves
+    return module.paddle_ft_clip_by_global_norm([g.detach() for g in grads], float(max_norm))[1]
+
+
 def _layer_norm_forward(self: nn.LayerNorm, x: paddle.Tensor) -> paddle.Tensor:
     if not _training_on_cpu_fp32(self, x):
         return nn.LayerNorm.forward(self, x)

@@ -8,6 +8,7 @@ import paddle.nn.functional as F
 import pytest
 from conftest import DEMO, overrides
 
+from paddle_ft.engine.amp import clip_grad_norm
 from paddle_ft.kernels import fused
 from paddle_ft.kernels.fused import add_layer_norm, dropout, gelu, kernels, masked_softmax, use_fused_kernels
 
@@ -171,6 +172,45 @@ def test_tensors_large_enough_to_split_between_threads_give_paddles_results(thre
     assert all(np.array_equal(a, b) for a, b in zip(*results))
 
 
+def gradients(shapes: list[tuple], scale: float) -> list[paddle.Tensor]:
+    """Parameters of `shapes` holding random gradients as backward leaves them (tensors that do not stop gradient);
+    the word-embedding-sized one spans many kernel blocks."""
+    rng = np.random.default_rng(len(shapes))
+    parameters = [paddle.create_parameter(list(shape), "float32") for shape in shapes]
+    for parameter in parameters:
+        parameter.grad_ = paddle.to_tensor(rng.normal(0, scale, parameter.shape).astype("float32"),
+                                           stop_gradient=False)
+    return parameters
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e9])
+def test_clipping_by_the_global_norm_in_one_kernel_is_the_engines_clipping(max_norm, math_threads):
+    """The fused clip against amp.clip_grad_norm's Paddle ops: the norm within 1e-6 of a float64 one, the scaled
+    gradients within 1e-5 of the ops', and under the limit left exactly as they were; the same bits on one thread
+    and on two (the blocks' sums are added in block order)."""
+    shapes = [(21128, 256), (384, 1536), (384,), (33,)]
+    plain = gradients(shapes, 1e-2)
+    exact = float(np.sqrt(sum((p.grad_.numpy().astype(np.float64) ** 2).sum() for p in plain)))
+    expected_norm = clip_grad_norm(plain, max_norm)
+    results = []
+    for threads in (1, 2):
+        math_threads(threads)
+        fused_ones = gradients(shapes, 1e-2)
+        results.append((float(clip_grad_norm(fused_ones, max_norm, fused=True)), fused_ones))
+    (norm, fused_ones), (norm_two_threads, on_two_threads) = results
+    assert norm == pytest.approx(exact, rel=1e-6) and float(expected_norm) == pytest.approx(exact, rel=1e-6)
+    assert norm_two_threads == norm
+    for ours, theirs, twos in zip(fused_ones, plain, on_two_threads):
+        np.testing.assert_allclose(ours.grad_.numpy(), theirs.grad_.numpy(), **TOLERANCE)
+        assert np.array_equal(ours.grad_.numpy(), twos.grad_.numpy())
+    if max_norm > exact:
+        untouched = gradients(shapes, 1e-2)
+        assert all(np.array_equal(a.grad_.numpy(), b.grad_.numpy()) for a, b in zip(fused_ones, untouched))
+    else:
+        assert float(np.sqrt(sum((p.grad_.numpy().astype(np.float64) ** 2).sum() for p in fused_ones))) == \
+            pytest.approx(max_norm, rel=1e-5)
+
+
 @pytest.mark.parametrize("architecture", ["bert", "ernie", "roberta"])
 def test_encoder_layers_train_alike_with_and_without_the_fused_kernels(make_model, architecture):
     """Dropout on: the fused layer calls the same dropouts in the same order, so the masks are the same and the
@@ -210,7 +250,8 @@ def test_training_says_it_runs_the_fused_kernels(tiny_config_args, capsys):
 
     assert main(["train", "-c", DEMO, *overrides(tiny_config_args + ["train.epochs=1", "data.test=null"])]) == 0
     setup = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cpu: ")]
-    assert len(setup) == 1 and setup[0].endswith(", fused CPU kernels (layer norm, GELU, softmax, dropout) in 2 layers")
+    assert len(setup) == 1 and setup[0].endswith(
+        ", fused CPU kernels (layer norm, GELU, softmax, dropout) in 2 layers, gradient clipping in one kernel")
 
 
 def test_without_a_compiler_training_says_so_once_and_runs_paddles_kernels(monkeypatch, tiny_config_args, capsys):
