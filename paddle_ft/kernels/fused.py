@@ -38,6 +38,7 @@ FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
 # Paddle's math runs on the Intel OpenMP library it ships; the kernels' loops join the same thread team when they
 # are linked to it (fused_kernels.cc says why not GCC's own)
 INTEL_OPENMP = Path(paddle.__file__).parent / "libs" / "libiomp5.so"
+INTEL_MKL = INTEL_OPENMP.with_name("libmklml_intel.so")  # the sgemm the attention kernel calls
 CACHE_VARIABLE = "PADDLE_FT_KERNEL_CACHE"  # where built kernels are kept (default ~/.cache/paddle_ft/kernels)
 BUILD_LOG = "build.log"
 # the kernels loaded in this process, by cache key: Paddle registers a library's operators once per process, and a
@@ -76,10 +77,18 @@ def kernels() -> tuple[object | None, str | None]:
 def build_flags() -> tuple[list[str], list[str]]:
     """The compiler's and the linker's flags: OpenMP on Paddle's own Intel OpenMP library where Paddle ships one
     (GCC's OpenMP code calls GOMP_* entry points, which libiomp5 provides; no -fopenmp when linking, so that GCC's
-    libgomp is not linked in), the loops on the calling thread otherwise."""
-    if not INTEL_OPENMP.is_file():
-        return FLAGS, []
-    return [*FLAGS, "-fopenmp"], [f"-L{INTEL_OPENMP.parent}", "-liomp5", f"-Wl,-rpath,{INTEL_OPENMP.parent}"]
+    libgomp is not linked in), the loops on the calling thread otherwise; the attention kernel where Paddle ships
+    MKL's sgemm (its matmuls' own), none otherwise (attention then runs Paddle's ops)."""
+    compile_flags, libraries = list(FLAGS), []
+    if INTEL_OPENMP.is_file():
+        compile_flags.append("-fopenmp")
+        libraries.append("-liomp5")
+    if INTEL_MKL.is_file():
+        compile_flags.append("-DPADDLE_FT_MKL")
+        libraries.append("-lmklml_intel")
+    if not libraries:
+        return compile_flags, []
+    return compile_flags, [f"-L{INTEL_OPENMP.parent}", *libraries, f"-Wl,-rpath,{INTEL_OPENMP.parent}"]
 
 
 def _build(folder: Path, key: str, compile_flags: list[str], link_flags: list[str]):
@@ -156,8 +165,14 @@ def _forward(self: nn.TransformerEncoderLayer, src, src_mask=None, cache=None, o
 
 
 def _self_attention(attention: nn.MultiHeadAttention, src: paddle.Tensor, mask: paddle.Tensor | None):
-    """MultiHeadAttention.forward (Paddle 3.3's) for self-attention without a cache, `softmax(scores + mask)` fused:
-    the same operations in the same order otherwise, its dropout included."""
+    """MultiHeadAttention.forward (Paddle 3.3's) for self-attention without a cache: its core in one kernel
+    (`attention_core`) where the mask is a padding mask and the kernels have it, else `softmax(scores + mask)` fused
+    and the same operations in the same order otherwise, its dropout included."""
+    module, _ = kernels()
+    if hasattr(module, "paddle_ft_attention") and _padding_mask(mask, src):
+        context = attention_core(attention.q_proj(src), attention.k_proj(src), attention.v_proj(src), mask,
+                                 attention.num_heads, attention.dropout if attention.training else 0.0)
+        return attention.out_proj(context)
     q, k, v = attention._prepare_qkv(src, src, src, None)
     scores = paddle.matmul(x=q * (attention.head_dim**-0.5), y=k, transpose_y=True)
     weights = masked_softmax(scores, mask)
@@ -165,6 +180,21 @@ def _self_attention(attention: nn.MultiHeadAttention, src: paddle.Tensor, mask: 
         weights = dropout(weights, attention.dropout, attention.training)
     out = paddle.matmul(weights, v).transpose(perm=[0, 2, 1, 3])
     return attention.out_proj(out.reshape(shape=[0, 0, out.shape[2] * out.shape[3]]))
+
+
+def _padding_mask(mask: paddle.Tensor | None, src: paddle.Tensor) -> bool:
+    """A mask the kernels take: additive, [batch, 1, 1, length], in src's dtype."""
+    return mask is not None and list(mask.shape) == [src.shape[0], 1, 1, src.shape[1]] and mask.dtype == src.dtype
+
+
+def attention_core(q: paddle.Tensor, k: paddle.Tensor, v: paddle.Tensor, mask: paddle.Tensor, heads: int,
+                   p: float) -> paddle.Tensor:
+    """Attention between the projections q, k and v ([batch, length, heads x head_dim]) under a padding mask:
+    dropout(softmax(q k^T / sqrt(head_dim) + mask), p) v, heads side by side as q's are, in one kernel (forward and
+    backward), dropout's masks drawn from Paddle's generator as Paddle's dropout draws them."""
+    module, _ = kernels()
+    head_dim = q.shape[-1] // heads
+    return module.paddle_ft_attention(q, k, v, mask, int(heads), float(head_dim**-0.5), float(p))[0]
 
 
 def masked_softmax(scores: paddle.Tensor, mask: paddle.Tensor | None) -> paddle.Tensor:

@@ -384,6 +384,23 @@ PD_BUILD_GRAD_OP(paddle_ft_gelu)
     .Outputs({paddle::Grad("X")})
     .SetKernelFn(PD_KERNEL(GeluBackward));
 
+namespace {
+
+// out = softmax(scores + mask) over one row of `keys` (out may be scores)
+inline void masked_softmax_row(const float* scores, const float* mask, float* out, int64_t keys) {
+  const float top = lane_max(keys, [&](int64_t j) { return out[j] = scores[j] + mask[j]; });
+  const float inv = 1.f / lane_sum(keys, [&](int64_t j) { return out[j] = fast_exp(out[j] - top); });
+  for (int64_t j = 0; j < keys; ++j) out[j] *= inv;
+}
+
+// a softmax's backward over one row: d scores = y * (dy - sum(dy * y)) (grad_scores may be grad_out)
+inline void softmax_grad_row(const float* y, const float* grad_out, float* grad_scores, int64_t keys) {
+  const float dot = lane_sum(keys, [&](int64_t j) { return grad_out[j] * y[j]; });
+  for (int64_t j = 0; j < keys; ++j) grad_scores[j] = y[j] * (grad_out[j] - dot);
+}
+
+}  // namespace
+
 // softmax(scores + mask) over the last axis, for attention: scores [batch, heads, queries, keys], mask [batch, 1, 1,
 // keys] (PaddleNLP's padding mask, added to every head and query of its text).
 std::vector<paddle::Tensor> MaskedSoftmaxForward(const paddle::Tensor& scores, const paddle::Tensor& mask) {
@@ -397,11 +414,7 @@ std::vector<paddle::Tensor> MaskedSoftmaxForward(const paddle::Tensor& scores, c
   const float *a = scores.data<float>(), *m = mask.data<float>();
   float* o = out.data<float>();
   for_rows(rows, keys, [&](int64_t r) {
-    const float *ar = a + r * keys, *mr = m + (r / rows_per_text) * keys;
-    float* orow = o + r * keys;
-    const float top = lane_max(keys, [&](int64_t j) { return orow[j] = ar[j] + mr[j]; });
-    const float inv = 1.f / lane_sum(keys, [&](int64_t j) { return orow[j] = fast_exp(orow[j] - top); });
-    for (int64_t j = 0; j < keys; ++j) orow[j] *= inv;
+    masked_softmax_row(a + r * keys, m + (r / rows_per_text) * keys, o + r * keys, keys);
   });
   return {out};
 }
@@ -413,12 +426,7 @@ std::vector<paddle::Tensor> MaskedSoftmaxBackward(const paddle::Tensor& out, con
   auto grad_scores = paddle::empty(out.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
   const float *y = out.data<float>(), *g = grad_out.data<float>();
   float* gs = grad_scores.data<float>();
-  for_rows(rows, keys, [&](int64_t r) {
-    const float *yr = y + r * keys, *gr = g + r * keys;
-    float* gsr = gs + r * keys;
-    const float dot = lane_sum(keys, [&](int64_t j) { return gr[j] * yr[j]; });
-    for (int64_t j = 0; j < keys; ++j) gsr[j] = yr[j] * (gr[j] - dot);
-  });
+  for_rows(rows, keys, [&](int64_t r) { softmax_grad_row(y + r * keys, g + r * keys, gs + r * keys, keys); });
   return {grad_scores};
 }
 
@@ -515,41 +523,51 @@ uint64_t keep_threshold(float p) {
   return low;
 }
 
-}  // namespace
-
-// Paddle's CPU dropout (upscale_in_train) with the masks Paddle's would draw: one std::uniform_real_distribution<float>
-// (0, 1) draw per element from Paddle's CPU generator, in order, an element dropped where its draw is below p, the
-// kept ones divided by 1 - p; the generator left where Paddle's dropout leaves it. The draws are compared with the
-// threshold draw instead of converted one by one, and blocks of draws go through vectorised loops: over ten times
-// as fast as Paddle's kernel, for the same numbers.
-std::vector<paddle::Tensor> DropoutForward(const paddle::Tensor& x, float p) {
-  check_float32_cpu(x, "x");
-  PD_CHECK(p > 0.f && p < 1.f, "p must lie between 0 and 1 (in float32)");
+// Paddle's dropout masks: one std::uniform_real_distribution<float>(0, 1) draw per element from Paddle's CPU
+// generator, in order, an element kept (1) where its draw is not below p; the generator left where Paddle's dropout
+// leaves it. The draws are compared with the threshold draw instead of converted one by one, in blocks through
+// vectorised loops. The draws are one stream, so this runs on the calling thread; what the masks are applied to is
+// split between the threads.
+void draw_keep_masks(uint8_t* keep, int64_t n, float p) {
   const std::shared_ptr<std::mt19937_64> paddle_engine = phi::DefaultCPUGenerator()->GetCPUEngine();
   Mt19937_64 engine(*paddle_engine);
   const uint64_t threshold = keep_threshold(p);
-  auto out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
-  auto mask = paddle::empty(x.shape(), paddle::DataType::UINT8, paddle::CPUPlace());
-  const float* a = x.data<float>();
-  float* o = out.data<float>();
-  uint8_t* m = mask.data<uint8_t>();
-  const float keep_share = 1.f - p;
-  const int64_t n = x.numel();
   constexpr int64_t kBlock = 1024;
   uint64_t draws[kBlock];
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t count = std::min(kBlock, n - start);
     engine.draw(draws, count);
-    const float* ab = a + start;
-    float* ob = o + start;
-    uint8_t* mb = m + start;
-    for (int64_t i = 0; i < count; ++i) {  // (any other test in here keeps GCC from vectorising it: 3x slower)
-      const bool keep = draws[i] >= threshold;
-      mb[i] = keep;
-      ob[i] = keep ? ab[i] / keep_share : 0.f;
-    }
+    uint8_t* kb = keep + start;
+    for (int64_t i = 0; i < count; ++i) kb[i] = draws[i] >= threshold;
   }
   engine.store(paddle_engine.get());
+}
+
+// x's kept elements divided by keep_share, the others 0 (dropout's forward, and its backward on the gradient):
+// read and divided whatever the mask, since GCC leaves a loop with a conditional load scalar (2x slower)
+inline void apply_keep_mask(const float* x, const uint8_t* keep, float keep_share, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float kept = x[i] / keep_share;
+    out[i] = keep[i] ? kept : 0.f;
+  }
+}
+
+}  // namespace
+
+// Paddle's CPU dropout (upscale_in_train) with the masks Paddle's would draw (draw_keep_masks), the kept elements
+// divided by 1 - p: over ten times as fast as Paddle's kernel, for the same numbers.
+std::vector<paddle::Tensor> DropoutForward(const paddle::Tensor& x, float p) {
+  check_float32_cpu(x, "x");
+  PD_CHECK(p > 0.f && p < 1.f, "p must lie between 0 and 1 (in float32)");
+  auto out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto mask = paddle::empty(x.shape(), paddle::DataType::UINT8, paddle::CPUPlace());
+  const float* a = x.data<float>();
+  float* o = out.data<float>();
+  uint8_t* m = mask.data<uint8_t>();
+  draw_keep_masks(m, x.numel(), p);
+  for_blocks(x.numel(), [&](int64_t begin, int64_t end) {
+    apply_keep_mask(a + begin, m + begin, 1.f - p, o + begin, end - begin);
+  });
   return {out, mask};
 }
 
@@ -559,14 +577,8 @@ std::vector<paddle::Tensor> DropoutBackward(const paddle::Tensor& mask, const pa
   const uint8_t* m = mask.data<uint8_t>();
   const float* g = grad_out.data<float>();
   float* gx = grad_x.data<float>();
-  const float keep_share = 1.f - p;
-  const int64_t n = grad_out.numel();
-  for_blocks(n, [&](int64_t begin, int64_t end) {
-    // g[i] read and divided whatever the mask: GCC leaves a loop with a conditional load scalar here (2x slower)
-    for (int64_t i = begin; i < end; ++i) {
-      const float kept = g[i] / keep_share;
-      gx[i] = m[i] ? kept : 0.f;
-    }
+  for_blocks(grad_out.numel(), [&](int64_t begin, int64_t end) {
+    apply_keep_mask(g + begin, m + begin, 1.f - p, gx + begin, end - begin);
   });
   return {grad_x};
 }
@@ -590,6 +602,148 @@ PD_BUILD_GRAD_OP(paddle_ft_dropout)
     .Outputs({paddle::Grad("X")})
     .Attrs({"p: float"})
     .SetKernelFn(PD_KERNEL(DropoutBackward));
+
+// Attention's core in one kernel, for self-attention over the projections as the linear layers leave them
+// ([batch, length, heads x head_dim], no transposes): per text and head, scores = scale * q k^T, probabilities =
+// softmax(scores + mask), dropout on them (Paddle's masks, drawn in [batch, heads, queries, keys] order as the
+// composition's dropout draws them), context = probabilities v, written back in the same [batch, length, heads x
+// head_dim] layout. Each (text, head) tile fits in the core's cache and runs on one thread with MKL's sgemm (the
+// library Paddle's own matmuls call), the tiles split between the threads. The composition (two reshapes and
+// three transposes in, one out, a scale, two batched matmuls, the softmax and the dropout, and their backwards)
+// took 11-12 ms a layer at e5-small's shape, most of it moving [batch, heads, length, length] tensors through memory.
+#ifdef PADDLE_FT_MKL
+extern "C" void cblas_sgemm(int layout, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
+                            int lda, const float* b, int ldb, float beta, float* c, int ldc);
+
+namespace {
+
+constexpr int kRowMajor = 101, kNo = 111, kTransposed = 112;  // CBLAS's enum values
+
+// C (m x n, leading dimension ldc) = alpha * op(A) op(B), row-major, on the calling thread
+inline void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  cblas_sgemm(kRowMajor, transpose_a ? kTransposed : kNo, transpose_b ? kTransposed : kNo, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+              0.f, c, static_cast<int>(ldc));
+}
+
+struct AttentionShape {
+  int64_t batch, length, heads, head_dim, width;  // width = heads x head_dim, a row of q, k, v and the output
+
+  AttentionShape(const paddle::Tensor& q, int64_t num_heads) {
+    const auto& shape = q.shape();
+    PD_CHECK(shape.size() == 3, "q, k and v must be [batch, length, heads x head_dim]");
+    batch = shape[0], length = shape[1], width = shape[2], heads = num_heads;
+    PD_CHECK(heads > 0 && width % heads == 0, "the width of q must divide into the heads");
+    head_dim = width / heads;
+  }
+  int64_t tiles() const { return batch * heads; }
+  int64_t tile_size() const { return length * length; }
+  // where (text, head) of tile t starts in a [batch, length, width] tensor
+  int64_t offset(int64_t t) const { return (t / heads) * length * width + (t % heads) * head_dim; }
+};
+
+// body(tile, scratch) for every (text, head) tile, split between the threads; scratch holds two tiles
+template <typename Body>
+void for_tiles(const AttentionShape& shape, Body body) {
+  const int threads = team_size(shape.tiles() * shape.tile_size());
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<float> scratch(2 * shape.tile_size());
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < shape.tiles(); ++t) body(t, scratch.data());
+  }
+}
+
+}  // namespace
+
+std::vector<paddle::Tensor> AttentionForward(const paddle::Tensor& q, const paddle::Tensor& k,
+                                             const paddle::Tensor& v, const paddle::Tensor& mask, int64_t heads,
+                                             float scale, float p) {
+  for (const auto* t : {&q, &k, &v, &mask}) check_float32_cpu(*t, "q, k, v and mask");
+  const AttentionShape shape(q, heads);
+  PD_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), "q, k and v must have the same shape");
+  PD_CHECK(mask.numel() == shape.batch * shape.length, "mask must be [batch, 1, 1, length]");
+  PD_CHECK(p >= 0.f && p < 1.f, "p must lie in [0, 1) (in float32)");
+  const int64_t L = shape.length, W = shape.width, D = shape.head_dim;
+  auto out = paddle::empty(q.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto probs = paddle::empty({shape.batch, heads, L, L}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto keep = paddle::empty({p > 0.f ? shape.tiles() * shape.tile_size() : 0}, paddle::DataType::UINT8,
+                            paddle::CPUPlace());
+  if (p > 0.f) draw_keep_masks(keep.data<uint8_t>(), keep.numel(), p);
+  const float *qd = q.data<float>(), *kd = k.data<float>(), *vd = v.data<float>(), *md = mask.data<float>();
+  float *od = out.data<float>(), *pd = probs.data<float>();
+  const uint8_t* kp = keep.data<uint8_t>();
+  for_tiles(shape, [&](int64_t t, float* scratch) {
+    float* y = pd + t * shape.tile_size();
+    gemm(false, true, L, L, D, scale, qd + shape.offset(t), W, kd + shape.offset(t), W, y, L);
+    const float* mask_row = md + (t / heads) * L;
+    for (int64_t i = 0; i < L; ++i) masked_softmax_row(y + i * L, mask_row, y + i * L, L);
+    const float* weights = y;
+    if (p > 0.f) {
+      apply_keep_mask(y, kp + t * shape.tile_size(), 1.f - p, scratch, shape.tile_size());
+      weights = scratch;
+    }
+    gemm(false, false, L, D, L, 1.f, weights, L, vd + shape.offset(t), W, od + shape.offset(t), W);
+  });
+  return {out, probs, keep};
+}
+
+std::vector<paddle::Tensor> AttentionBackward(const paddle::Tensor& q, const paddle::Tensor& k,
+                                              const paddle::Tensor& v, const paddle::Tensor& probs,
+                                              const paddle::Tensor& keep, const paddle::Tensor& grad_out,
+                                              int64_t heads, float scale, float p) {
+  check_float32_cpu(grad_out, "grad_out");
+  const AttentionShape shape(q, heads);
+  const int64_t L = shape.length, W = shape.width, D = shape.head_dim;
+  auto grad_q = paddle::empty(q.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto grad_k = paddle::empty(q.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto grad_v = paddle::empty(q.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const float *qd = q.data<float>(), *kd = k.data<float>(), *vd = v.data<float>(), *pd = probs.data<float>();
+  const float* go = grad_out.data<float>();
+  float *gq = grad_q.data<float>(), *gk = grad_k.data<float>(), *gv = grad_v.data<float>();
+  const uint8_t* kp = keep.data<uint8_t>();
+  for_tiles(shape, [&](int64_t t, float* scratch) {
+    const int64_t at = shape.offset(t);
+    const float* y = pd + t * shape.tile_size();
+    float *weights = scratch, *grad = scratch + shape.tile_size();
+    if (p > 0.f) apply_keep_mask(y, kp + t * shape.tile_size(), 1.f - p, weights, shape.tile_size());
+    gemm(true, false, L, D, L, 1.f, p > 0.f ? weights : y, L, go + at, W, gv + at, W);  // d v = weights^T d out
+    gemm(false, true, L, L, D, 1.f, go + at, W, vd + at, W, grad, L);                   // d weights = d out v^T
+    if (p > 0.f) apply_keep_mask(grad, kp + t * shape.tile_size(), 1.f - p, grad, shape.tile_size());
+    for (int64_t i = 0; i < L; ++i) softmax_grad_row(y + i * L, grad + i * L, grad + i * L, L);  // d scores
+    gemm(false, false, L, D, L, scale, grad, L, kd + at, W, gq + at, W);  // d q = scale d scores k
+    gemm(true, false, L, D, L, scale, grad, L, qd + at, W, gk + at, W);   // d k = scale d scores^T q
+  });
+  return {grad_q, grad_k, grad_v};
+}
+
+std::vector<std::vector<int64_t>> AttentionShapes(const std::vector<int64_t>& q, const std::vector<int64_t>&,
+                                                  const std::vector<int64_t>&, const std::vector<int64_t>&,
+                                                  int64_t heads, float, float p) {
+  const int64_t tile_elements = q[0] * heads * q[1] * q[1];
+  return {q, {q[0], heads, q[1], q[1]}, {p > 0.f ? tile_elements : 0}};
+}
+
+std::vector<paddle::DataType> AttentionDtypes(const paddle::DataType& q, const paddle::DataType&,
+                                              const paddle::DataType&, const paddle::DataType&) {
+  return {q, q, paddle::DataType::UINT8};
+}
+
+PD_BUILD_OP(paddle_ft_attention)
+    .Inputs({"Q", "K", "V", "Mask"})
+    .Outputs({"Out", "Probs", "Keep"})
+    .Attrs({"heads: int64_t", "scale: float", "p: float"})
+    .SetKernelFn(PD_KERNEL(AttentionForward))
+    .SetInferShapeFn(PD_INFER_SHAPE(AttentionShapes))
+    .SetInferDtypeFn(PD_INFER_DTYPE(AttentionDtypes));
+
+PD_BUILD_GRAD_OP(paddle_ft_attention)
+    .Inputs({"Q", "K", "V", "Probs", "Keep", paddle::Grad("Out")})
+    .Outputs({paddle::Grad("Q"), paddle::Grad("K"), paddle::Grad("V")})
+    .Attrs({"heads: int64_t", "scale: float", "p: float"})
+    .SetKernelFn(PD_KERNEL(AttentionBackward));
+#endif  // PADDLE_FT_MKL
 
 // Clipping by the global norm (the optimizer step's `clip_grad_norm`), in place over every gradient at once: the
 // squares summed in blocks of kClipBlock (each block in float lanes, the blocks added in double, in block order:

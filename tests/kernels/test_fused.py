@@ -10,7 +10,8 @@ from conftest import DEMO, overrides
 
 from paddle_ft.engine.amp import clip_grad_norm
 from paddle_ft.kernels import fused
-from paddle_ft.kernels.fused import add_layer_norm, dropout, gelu, kernels, masked_softmax, use_fused_kernels
+from paddle_ft.kernels.fused import (add_layer_norm, attention_core, dropout, gelu, kernels, masked_softmax,
+                                     use_fused_kernels)
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -104,6 +105,44 @@ def test_masked_softmax_is_paddles_softmax_of_scores_plus_the_padding_mask(keys)
     for name, expected, got in zip(["out", "grad"], plain, ours):
         np.testing.assert_allclose(got, expected, **TOLERANCE, err_msg=name)
     assert float(ours[0][2, :, :, 1:].max()) == 0.0  # the single token's text attends to it alone
+
+
+def composed_attention(q, k, v, mask, heads: int, p: float) -> paddle.Tensor:
+    """Attention's core as MultiHeadAttention composes it from Paddle's ops (heads split off by reshape and
+    transpose, scaled q, matmuls, softmax of scores plus mask, dropout), on [batch, length, heads x head_dim]."""
+    head_dim = q.shape[-1] // heads
+    split = lambda t: t.reshape([0, 0, heads, head_dim]).transpose([0, 2, 1, 3])  # noqa: E731
+    weights = F.softmax(paddle.matmul(split(q) * head_dim**-0.5, split(k), transpose_y=True) + mask)
+    if p:
+        weights = F.dropout(weights, p, training=True)
+    return paddle.matmul(weights, split(v)).transpose([0, 2, 1, 3]).reshape([0, 0, q.shape[-1]])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("p, length, heads", [(0.0, 37, 12), (0.1, 37, 12), (0.1, 64, 4), (0.5, 5, 2)])
+def test_the_attention_kernel_is_paddles_attention_with_its_dropout(p, length, heads, threads, math_threads):
+    """The attention kernel against the composition it replaces: outputs and the gradients of q, k and v to 1e-5,
+    the same dropout masks (Paddle's generator, drawn in the composition's order) and the generator left where
+    Paddle's dropout leaves it, on one thread and on two; padded keys get no weight."""
+    math_threads(threads)
+    rng = np.random.default_rng(length + heads)
+    batch, width = 4, heads * 32
+    q, k, v = (leaf(rng.normal(0, 1, (batch, length, width))) for _ in range(3))
+    mask = padding_mask([length, max(1, length // 2), 3 if length > 3 else 1, 1], length)
+    upstream = rng.normal(0, 1, (batch, length, width)).astype("float32")
+    results = []
+    for function in (composed_attention, attention_core):
+        paddle.seed(11)
+        results.append(outputs_and_gradients(lambda a, b, c: function(a, b, c, mask, heads, p), [q, k, v], upstream)
+                       + [paddle.rand([4]).numpy()])
+    (plain, ours) = results
+    for name, expected, got in zip(["out", "grad q", "grad k", "grad v"], plain, ours):
+        np.testing.assert_allclose(got, expected, **TOLERANCE, err_msg=name)
+    assert np.array_equal(plain[-1], ours[-1])  # the generator's next draws
+    v_padded = v.numpy().copy()
+    v_padded[3, 1:] = 1e3  # the last text has one token: what its padding holds changes nothing of its output
+    moved = attention_core(q, k, paddle.to_tensor(v_padded), mask, heads, 0.0).numpy()
+    np.testing.assert_allclose(moved[3], attention_core(q, k, v, mask, heads, 0.0).numpy()[3], **TOLERANCE)
 
 
 @pytest.mark.parametrize("p, shape, drawn_before", [
@@ -212,12 +251,14 @@ def test_clipping_by_the_global_norm_in_one_kernel_is_the_engines_clipping(max_n
 
 
 @pytest.mark.parametrize("architecture", ["bert", "ernie", "roberta"])
-def test_encoder_layers_train_alike_with_and_without_the_fused_kernels(make_model, architecture):
+def test_encoder_layers_train_alike_with_and_without_the_fused_kernels(make_model, architecture, monkeypatch):
     """Dropout on: the fused layer calls the same dropouts in the same order, so the masks are the same and the
-    logits and every gradient agree."""
+    logits and every gradient agree; attention runs in its kernel."""
     ids = np.random.default_rng(1).integers(5, 40, (4, 24))
     ids[1, 15:], ids[3, 4:] = 0, 0  # padding: the attention mask is not all zeros
     ids = paddle.to_tensor(ids)
+    attention_calls = []
+    monkeypatch.setattr(fused, "attention_core", lambda *args: attention_calls.append(1) or attention_core(*args))
     results = []
     for fuse in (False, True):
         model = make_model(seed=3, dropout=0.2, architecture=architecture)
@@ -230,6 +271,7 @@ def test_encoder_layers_train_alike_with_and_without_the_fused_kernels(make_mode
         results.append((logits.numpy(), {name: p.grad.numpy() for name, p in model.named_parameters()
                                          if p.grad is not None}))
     (plain_logits, plain_grads), (fused_logits, fused_grads) = results
+    assert len(attention_calls) == 2  # one per layer
     np.testing.assert_allclose(fused_logits, plain_logits, **TOLERANCE)
     assert plain_grads.keys() == fused_grads.keys() and len(plain_grads) > 30
     for name, expected in plain_grads.items():
