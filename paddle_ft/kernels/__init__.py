@@ -1,6 +1,6 @@
 """CPU speed patches for training, kept apart from the engine: matmul-only gradients for `nn.Linear`
-(`cpu_linear.py`) and fused C++ kernels for layer norm, GELU, attention's masked softmax and dropout (`fused.py`,
-`fused_kernels.cc`). Each computes what Paddle's own ops compute (tests/kernels/ hold them to it, 1e-5 or bit for
+(`cpu_linear.py`) and fused C++ kernels for attention's core, layer norm, GELU, dropout, the linears' biases and
+gradient clipping (`fused.py`, `fused_kernels.cc`). Each computes what Paddle's own ops compute (tests/kernels/ hold them to it, 1e-5 or bit for
 bit); training applies them with one call, `speed_up_cpu_training`, and evaluation, export and inference run
 Paddle's own ops."""
 from __future__ import annotations
@@ -20,9 +20,9 @@ class CpuSpeedups:
 
     def describe(self) -> str:
         """The clauses training's settings line adds (empty when nothing was applied)."""
+        fused = ("attention, layer norm, GELU, dropout" + (", linear biases" if self.fast_linear else ""))
         return ((", matmul-only linear gradients" if self.fast_linear else "")
-                + (f", fused CPU kernels (layer norm, GELU, softmax, dropout) in {self.fused_layers} layers"
-                   ", gradient clipping in one kernel"
+                + (f", fused CPU kernels ({fused}) in {self.fused_layers} layers, gradient clipping in one kernel"
                    if self.fused_layers else ""))
 
 
@@ -30,9 +30,9 @@ def speed_up_cpu_training(model, fast_linear: bool, fused_kernels: bool) -> CpuS
     """Patches `model`'s layers for training on a CPU, as `train.runtime.fast_cpu_linear` and `.fused_kernels` say.
     Call it before activation recomputation, which recomputes each layer's forward as it is then."""
     from paddle_ft.kernels.cpu_linear import use_fast_linear
-    from paddle_ft.kernels.fused import use_fused_kernels
+    from paddle_ft.kernels.fused import kernels, use_fused_kernels
 
-    if fast_linear:
-        use_fast_linear(model)
     fused, why_not = use_fused_kernels(model) if fused_kernels else (0, None)
+    if fast_linear:  # with the fused kernels, the linears' biases are added by theirs
+        use_fast_linear(model, add_bias=kernels()[0].paddle_ft_add_bias if fused else None)
     return CpuSpeedups(fast_linear, fused, why_not)

@@ -8,6 +8,7 @@ mode only: evaluation, `paddle.jit.save` and the exported graph keep Paddle's ow
 """
 from __future__ import annotations
 
+import functools
 import types
 
 import paddle
@@ -17,14 +18,22 @@ from paddle.autograd import PyLayer
 
 class FastLinear(PyLayer):
     @staticmethod
-    def forward(ctx, x, weight, bias):
+    def forward(ctx, x, weight, bias, add_bias=None):
+        """add_bias: adds the bias to the matmul's output in place (the fused kernels' threaded one), instead of
+        Paddle's addmm, which broadcasts it into the output on one thread first."""
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
         # Paddle wants None for an input that needs no gradient: frozen weights (model.freeze_layers) and the
         # input of the first layer above frozen embeddings
         ctx.needs = (not x.stop_gradient, not weight.stop_gradient, bias is not None and not bias.stop_gradient)
         rows = x.reshape([-1, x.shape[-1]])  # [tokens, in]
-        out = paddle.addmm(bias, rows, weight) if bias is not None else paddle.matmul(rows, weight)
+        if bias is None:
+            out = paddle.matmul(rows, weight)
+        elif add_bias is not None:
+            out = paddle.matmul(rows, weight)
+            add_bias(out.detach(), bias)  # detached: the same storage, without the in-place check on leaves
+        else:
+            out = paddle.addmm(bias, rows, weight)
         return out.reshape(x.shape[:-1] + [weight.shape[1]])
 
     @staticmethod
@@ -41,16 +50,18 @@ class FastLinear(PyLayer):
         return grad_x, grad_weight, paddle.matmul(ones, grad_rows).reshape([-1]) if need_bias else None
 
 
-def _forward(self: paddle.nn.Linear, x):
+def _forward(self: paddle.nn.Linear, x, add_bias=None):
     # under auto_cast (a GPU matter) x and weight may differ in dtype: Paddle's linear handles that
     if self.training and paddle.in_dynamic_mode() and x.dtype == self.weight.dtype:
-        return FastLinear.apply(x, self.weight, self.bias)
+        return FastLinear.apply(x, self.weight, self.bias, add_bias if x.place.is_cpu_place() else None)
     return F.linear(x, self.weight, self.bias, name=self.name)
 
 
-def use_fast_linear(model: paddle.nn.Layer) -> int:
-    """Route every `nn.Linear` of `model` through `FastLinear` while training; returns how many."""
+def use_fast_linear(model: paddle.nn.Layer, add_bias=None) -> int:
+    """Route every `nn.Linear` of `model` through `FastLinear` while training; returns how many. add_bias(out, bias):
+    adds a CPU float32 bias in place (FastLinear.forward)."""
     linears = [layer for layer in model.sublayers(include_self=True) if isinstance(layer, paddle.nn.Linear)]
+    forward = functools.partial(_forward, add_bias=add_bias) if add_bias else _forward
     for layer in linears:
-        layer.forward = types.MethodType(_forward, layer)
+        layer.forward = types.MethodType(forward, layer)
     return len(linears)

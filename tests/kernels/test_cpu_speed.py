@@ -4,9 +4,11 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import paddle.nn.functional as F
+import pytest
 
 from paddle_ft import runtime
 from paddle_ft.kernels.cpu_linear import FastLinear, use_fast_linear
+from paddle_ft.kernels.fused import kernels
 
 
 def _leaf(*shape, seed):
@@ -24,14 +26,17 @@ def _grads(fn, leaves, upstream):
     return [out.numpy()] + [leaf.grad.numpy() for leaf in leaves]
 
 
-def test_fast_linear_gives_the_same_output_and_gradients_as_paddle_linear():
-    x, w, b = _leaf(4, 7, 16, seed=1), _leaf(16, 24, seed=2), _leaf(24, seed=3)
-    upstream = paddle.randn([4, 7, 24])
+@pytest.mark.parametrize("fused_bias", [False, True])
+def test_fast_linear_gives_the_same_output_and_gradients_as_paddle_linear(fused_bias):
+    """With the fused kernels' bias add too (a 280 x 128 output: over their threshold, split between threads)."""
+    add_bias = kernels()[0].paddle_ft_add_bias if fused_bias else None
+    x, w, b = _leaf(4, 70, 32, seed=1), _leaf(32, 128, seed=2), _leaf(128, seed=3)
+    upstream = paddle.randn([4, 70, 128])
     expected = _grads(lambda: F.linear(x, w, b), [x, w, b], upstream)
-    got = _grads(lambda: FastLinear.apply(x, w, b), [x, w, b], upstream)
-    for name, e, g in zip(("out", "grad_x", "grad_w", "grad_b"), expected, got):
-        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6, err_msg=name)
-    no_bias = _grads(lambda: FastLinear.apply(x, w, None), [x, w], upstream)
+    got = _grads(lambda: FastLinear.apply(x, w, b, add_bias), [x, w, b], upstream)
+    for name, e, g in zip(("out", "grad_x", "grad_w", "grad_b"), expected, got):  # (grad_b: sums of 280 rows)
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5, err_msg=name)
+    no_bias = _grads(lambda: FastLinear.apply(x, w, None, add_bias), [x, w], upstream)
     for e, g in zip(_grads(lambda: F.linear(x, w), [x, w], upstream), no_bias):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
 

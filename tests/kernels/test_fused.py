@@ -293,7 +293,8 @@ def test_training_says_it_runs_the_fused_kernels(tiny_config_args, capsys):
     assert main(["train", "-c", DEMO, *overrides(tiny_config_args + ["train.epochs=1", "data.test=null"])]) == 0
     setup = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cpu: ")]
     assert len(setup) == 1 and setup[0].endswith(
-        ", fused CPU kernels (layer norm, GELU, softmax, dropout) in 2 layers, gradient clipping in one kernel")
+        ", fused CPU kernels (attention, layer norm, GELU, dropout, linear biases) in 2 layers, gradient clipping "
+        "in one kernel")
 
 
 def test_without_a_compiler_training_says_so_once_and_runs_paddles_kernels(monkeypatch, tiny_config_args, capsys):
