@@ -1,8 +1,9 @@
 // Fused CPU kernels for training (float32), built on first use by paddle_ft/kernels/fused.py through Paddle's
 // custom-operator support. Each replaces a composition of Paddle ops whose CPU kernels are slow for their size
 // (docs/performance.md has the profile): the post-norm residual step `layer_norm(x + residual)` and exact GELU,
-// forward and backward, attention's `softmax(scores + mask)`, and dropout drawing Paddle's own masks. They compute
-// the same function as the composition; tests/kernels/test_fused.py holds them to it (forward and gradients, 1e-5).
+// forward and backward, attention's `softmax(scores + mask)` and attention's whole core, dropout drawing Paddle's
+// own masks, a linear layer's bias and clipping by the global norm. They compute the same function as the
+// composition; tests/kernels/test_fused.py holds them to it (forward and gradients, 1e-5).
 // Their loops run on Paddle's own OpenMP threads: fused.py compiles them with -fopenmp and links them to the Intel
 // OpenMP library Paddle ships (libiomp5, whose GOMP_* entry points GCC's OpenMP code calls), so that they share the
 // thread team Paddle's matmuls use. A second pool (GCC's libgomp) fought that team's spinning threads for the cores
