@@ -128,6 +128,12 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def being_written(name: str) -> str | None:
+    """The name a file or folder called `name` is being written as (`.NAME.tmp-PID[.SUFFIX]` -> NAME), else None."""
+    match = _LEFTOVER.match(name)
+    return match["name"] if match and match["kind"] == "tmp" else None
+
+
 def recover_leftovers(folder: Path, log=None) -> None:
     """Undo what a killed process left in `folder`: delete half-written `.NAME.tmp-PID` folders and files, and
     put back a `.NAME.old-PID` whose replacement never arrived. What a live process writes is left alone."""

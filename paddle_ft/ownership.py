@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from paddle_ft.errors import UserError
-from paddle_ft.io import check_output_folder, open_own_file, write_text_atomically
+from paddle_ft.io import being_written, check_output_folder, open_own_file, write_text_atomically
 from paddle_ft.log import log
 
 OWNER_FILE, LOCK_FILE = ".paddle_ft-owner", ".paddle_ft-lock"
@@ -103,9 +103,9 @@ def _check_claimable(folder: Path, kind: str, option: str) -> None:
 
 
 def _is_marker(name: str) -> bool:
-    """The lock, or the owner marker a racing process is writing this instant (`.NAME.tmp-PID`, io's atomic
-    write): seen before this process takes the lock, that one must be refused as busy, not as foreign."""
-    return name == LOCK_FILE or name.startswith(f".{OWNER_FILE}.tmp-")
+    """The lock, or the owner marker a racing process is writing this instant (io's atomic write): seen before this
+    process takes the lock, that one must be refused as busy, not as foreign."""
+    return name == LOCK_FILE or being_written(name) == OWNER_FILE
 
 
 def _lock(folder: Path, kind: str, option: str):

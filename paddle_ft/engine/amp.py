@@ -76,7 +76,7 @@ def clip_grad_norm(parameters, max_norm: float, fused: bool = False) -> paddle.T
     bench model's gradients against 4 ms) and is the less exact (0.7% off on a word-embedding gradient, where a sum
     of squares is within 1e-6 of a float64 one; tests/engine/test_gpu_path.py). `fused`: float32 CPU gradients go
     through one C++ kernel (kernels/fused.py), the same function in one threaded pass, where the ops below dispatch
-    three per gradient: 3.9% of a training step at e5-small's shape.
+    three per gradient: 17.6-19.5 -> 6.9-7.0 ms a step for e5-small's gradients.
     """
     grads = [p.grad_ for p in parameters if p.grad_ is not None]  # grad_: the gradient itself, to scale in place
     if not grads:

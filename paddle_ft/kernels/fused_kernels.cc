@@ -769,10 +769,10 @@ PD_BUILD_GRAD_OP(paddle_ft_attention)
 #endif  // PADDLE_FT_MKL
 
 // Clipping by the global norm (the optimizer step's `clip_grad_norm`), in place over every gradient at once: the
-// squares summed in blocks of kClipBlock (each block in float lanes, the blocks added in double, in block order:
-// the same total on any number of threads, within 1e-7 of a float64 sum), then, where the norm exceeds max_norm,
+// squares (each rounded to float) summed in double, in blocks of kClipBlock added in block order (the same total on
+// any number of threads, within ~1e-7 of a float64 sum), then, where the norm exceeds max_norm,
 // every gradient scaled by max_norm / (norm + 1e-6). One kernel instead of three Paddle ops per gradient (square,
-// sum, multiply), each dispatched and run on one thread: 3.9% of a training step at e5-small's shape.
+// sum, multiply), each dispatched and run on one thread: 17.6-19.5 -> 6.9-7.0 ms a step for e5-small's gradients.
 namespace {
 
 constexpr int64_t kClipBlock = 1 << 14;

@@ -83,28 +83,34 @@ HOLD = """
 import sys, time
 from paddle_ft.ownership import owned_folder
 with owned_folder(sys.argv[1], "train", "output_dir"):
-    print("held", flush=True)
+    print("ready", flush=True)
     time.sleep(60)
 """
+
+
+def refused_as_busy_while(script: str, folder: Path) -> int:
+    """Start `script` on `folder` and, once it prints "ready", check that this process is refused the folder in one
+    line naming the script's PID; the script is then killed. Returns its PID."""
+    other = subprocess.Popen([sys.executable, "-c", script, str(folder)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert other.stdout.readline().strip() == "ready"
+        with pytest.raises(UserError, match=rf"output_dir {folder} is being written by another paddle_ft process "
+                                            rf"\(PID {other.pid}\); wait for it"):
+            with owned_folder(folder, "train", "output_dir"):
+                pass
+    finally:
+        other.kill()
+        other.wait()
+    return other.pid
 
 
 def test_a_folder_in_use_by_a_live_process_is_refused_naming_its_pid_and_a_dead_ones_lock_is_taken_over(
         tmp_path, capsys):
     folder = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True,
-                              cwd=ROOT)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(UserError, match=rf"output_dir {folder} is being written by another paddle_ft process "
-                                            rf"\(PID {holder.pid}\); wait for it"):
-            with owned_folder(folder, "train", "output_dir"):
-                pass
-    finally:
-        holder.kill()
-        holder.wait()
+    holder = refused_as_busy_while(HOLD, folder)
     with owned_folder(folder, "train", "output_dir"):  # the kernel dropped the dead holder's lock
         assert (folder / LOCK_FILE).read_text().strip() == str(os.getpid())
-    assert f"took over the lock that process {holder.pid} left" in capsys.readouterr().out
+    assert f"took over the lock that process {holder} left" in capsys.readouterr().out
     assert (folder / LOCK_FILE).read_text() == ""  # released in order: no PID left behind
 
 
@@ -118,7 +124,7 @@ fcntl.flock(lock, fcntl.LOCK_EX)
 lock.write(f"{os.getpid()}\\n")
 lock.flush()
 (folder / f"..paddle_ft-owner.tmp-{os.getpid()}").write_text("")
-print("claiming", flush=True)
+print("ready", flush=True)
 time.sleep(60)
 """
 
@@ -127,17 +133,7 @@ time.sleep(60)
 def test_a_folder_another_process_is_claiming_this_instant_is_refused_as_busy_not_foreign(tmp_path):
     """The race CI met: the winner holds the lock and its owner marker is still `.NAME.tmp-PID` (io's atomic write)
     when the loser looks, before taking the lock: the loser must name the winner, not call the marker a user's file."""
-    folder = tmp_path / "run"
-    claimer = subprocess.Popen([sys.executable, "-c", MID_CLAIM, str(folder)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert claimer.stdout.readline().strip() == "claiming"
-        with pytest.raises(UserError, match=rf"output_dir {folder} is being written by another paddle_ft process "
-                                            rf"\(PID {claimer.pid}\)"):
-            with owned_folder(folder, "train", "output_dir"):
-                pass
-    finally:
-        claimer.kill()
-        claimer.wait()
+    refused_as_busy_while(MID_CLAIM, tmp_path / "run")
 
 
 def test_the_lock_is_re_entrant_within_a_process(tmp_path):
