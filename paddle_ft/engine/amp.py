@@ -17,10 +17,15 @@ class StepRunner:
     shrinks. bfloat16 has float32's range, so it needs no scaling. With AMP off every call is plain fp32.
     """
 
-    def __init__(self, amp: AmpConfig, max_grad_norm: float | None, fused_clip: bool = False):
+    def __init__(self, amp: AmpConfig, max_grad_norm: float | None, fused_clip: bool = False,
+                 drop_grads: bool = False):
         self.amp = amp
         self.max_grad_norm = max_grad_norm
         self.fused_clip = fused_clip  # clip float32 CPU gradients with the fused kernel (train.runtime.fused_kernels)
+        # after a step, drop the gradients instead of filling them with zeros (on CPU): the fill runs on one thread,
+        # and the next backward then adds each first gradient into the zeros, where a dropped one is taken as it
+        # comes; 22 ms a step at e5-small's shape, length 50 (909 -> 887 ms in an in-process A/B: 1.025x)
+        self.drop_grads = drop_grads
         self.scaler = paddle.amp.GradScaler(enable=amp.enabled and amp.dtype == "float16",
                                             init_loss_scaling=amp.init_loss_scaling)
 
@@ -50,8 +55,11 @@ class StepRunner:
         # left its answer as a Python bool: taking it costs no second sync with the device
         overflow = self.scaler.is_enable() and bool(self.scaler._cache_found_inf)
         self.scaler.update()
-        optimizer.clear_grad()
+        self.clear_grads(optimizer)
         return grad_norm, overflow
+
+    def clear_grads(self, optimizer) -> None:
+        optimizer.clear_grad(set_to_zero=not self.drop_grads)
 
     def unscale_and_clip(self, optimizer, parameters) -> paddle.Tensor | None:
         self.scaler.unscale_(optimizer)

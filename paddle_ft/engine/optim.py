@@ -71,7 +71,8 @@ class Optimization:
         optimizer, scheduler = build_optimizer(model, o.learning_rate, o.weight_decay, plan.total_steps,
                                                plan.warmup_steps, o.layer_lr_decay, o.head_learning_rate)
         on_cpu = paddle.device.get_device().startswith("cpu")
-        runner = StepRunner(config.amp, config.optimizer.max_grad_norm, config.runtime.fused_kernels and on_cpu)
+        runner = StepRunner(config.amp, config.optimizer.max_grad_norm, config.runtime.fused_kernels and on_cpu,
+                            drop_grads=on_cpu)
         model, optimizer = runner.prepare(model, optimizer)
         return cls(model, optimizer, scheduler, runner, [p for p in model.parameters() if not p.stop_gradient])
 
@@ -85,7 +86,7 @@ class Optimization:
         if finite:
             grad_norm, skipped = self.runner.step(self.optimizer, self.trainable)
         else:
-            self.optimizer.clear_grad()
+            self.runner.clear_grads(self.optimizer)
             grad_norm, skipped = None, True
         self.scheduler.step()
         return grad_norm, skipped

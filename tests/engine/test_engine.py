@@ -101,6 +101,24 @@ def test_bf16_autocast_runs_on_cpu_and_stays_close_to_fp32(make_model, tokenizer
     assert np.abs(bf16_logits.astype("float32").numpy() - fp32_logits.numpy()).max() < 2e-2
 
 
+def test_dropping_the_gradients_after_a_step_trains_exactly_as_zero_filling_them(make_model, tokenizer):
+    """The runner on CPU drops the gradients after a step (drop_grads): two steps of two accumulated micro-batches
+    each leave the same weights, bit for bit, as Paddle's default zero fill."""
+    weights, grads_after_step = {}, {}
+    for drop in (False, True):
+        model = make_model(seed=5)
+        optimizer = paddle.optimizer.AdamW(parameters=model.parameters(), learning_rate=1e-2)
+        runner = StepRunner(AmpConfig(), max_grad_norm=1.0, drop_grads=drop)
+        for _ in range(2):
+            loss_and_backward(model, tokenizer, runner)
+            loss_and_backward(model, tokenizer, runner, scale=0.5)
+            runner.step(optimizer, model.parameters())
+        weights[drop] = {k: v.numpy() for k, v in model.state_dict().items()}
+        grads_after_step[drop] = {p.grad is None for p in model.parameters()}
+    assert all(np.array_equal(weights[False][k], weights[True][k]) for k in weights[False])
+    assert grads_after_step == {False: {False}, True: {True}}
+
+
 @pytest.fixture
 def scaler_on_cpu(monkeypatch):
     """Paddle switches GradScaler off unless the device is a GPU/XPU; its kernels run on CPU, so let
