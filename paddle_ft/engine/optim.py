@@ -71,7 +71,7 @@ class Optimization:
         optimizer, scheduler = build_optimizer(model, o.learning_rate, o.weight_decay, plan.total_steps,
                                                plan.warmup_steps, o.layer_lr_decay, o.head_learning_rate)
         on_cpu = paddle.device.get_device().startswith("cpu")
-        runner = StepRunner(config.amp, config.optimizer.max_grad_norm, config.runtime.fused_kernels and on_cpu,
+        runner = StepRunner(config.amp, config.optimizer.max_grad_norm, fused=config.runtime.fused_kernels and on_cpu,
                             drop_grads=on_cpu)
         model, optimizer = runner.prepare(model, optimizer)
         return cls(model, optimizer, scheduler, runner, [p for p in model.parameters() if not p.stop_gradient])

@@ -1,8 +1,9 @@
 """CPU speed patches for training, kept apart from the engine: matmul-only gradients for `nn.Linear`
-(`cpu_linear.py`) and fused C++ kernels for attention's core, layer norm, GELU, dropout, the linears' biases and
-gradient clipping (`fused.py`, `fused_kernels.cc`). Each computes what Paddle's own ops compute (tests/kernels/ hold them to it, 1e-5 or bit for
-bit); training applies them with one call, `speed_up_cpu_training`, and evaluation, export and inference run
-Paddle's own ops."""
+(`cpu_linear.py`) and fused C++ kernels for attention's core, layer norm, GELU, dropout, the linears' biases,
+gradient clipping and AdamW's update (`fused.py`, `fused_kernels.cc`). Each computes what Paddle's own ops compute
+(tests/kernels/ hold them to it, 1e-5 or bit for bit); training applies the layers' kernels with one call,
+`speed_up_cpu_training` (the engine's StepRunner the optimizer's), and evaluation, export and inference run Paddle's
+own ops."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ class CpuSpeedups:
         """The clauses training's settings line adds (empty when nothing was applied)."""
         fused = ("attention, layer norm, GELU, dropout" + (", linear biases" if self.fast_linear else ""))
         return ((", matmul-only linear gradients" if self.fast_linear else "")
-                + (f", fused CPU kernels ({fused}) in {self.fused_layers} layers, gradient clipping in one kernel"
-                   if self.fused_layers else ""))
+                + (f", fused CPU kernels ({fused}) in {self.fused_layers} layers, AdamW's update (with any clipping) "
+                   "in one kernel" if self.fused_layers else ""))
 
 
 def speed_up_cpu_training(model, fast_linear: bool, fused_kernels: bool) -> CpuSpeedups:

@@ -229,6 +229,55 @@ def clip_grad_norm(grads: list[paddle.Tensor], max_norm: float) -> paddle.Tensor
     return module.paddle_ft_clip_by_global_norm([g.detach() for g in grads], float(max_norm))[1]
 
 
+def adamw_update(optimizer: paddle.optimizer.Optimizer):
+    """`optimizer.step()` for Paddle's AdamW over float32 CPU parameters in one kernel, as update(grad_scale): every
+    gradient read times grad_scale (clipping folded in), on the optimizer's own moments and beta powers (its
+    state_dict and checkpoints are unchanged). None, with nothing done, where the kernel does not compute what
+    Paddle's step would: another optimizer, multi-precision, AMSGrad, lazy mode, lr_ratio, an optimizer's own
+    grad_clip or regularization, tensor-valued hyperparameters. A parameter's moments and beta powers are made by the
+    optimizer's own `_create_accumulators`, as its first step makes them (from a loaded checkpoint's values, after
+    set_state_dict): every step is the kernel's, so that a resumed run computes what an uninterrupted one does."""
+    module, _ = kernels()
+    if module is None or type(optimizer) is not paddle.optimizer.AdamW or optimizer._multi_precision \
+            or optimizer._amsgrad or optimizer._lr_ratio is not None or optimizer._grad_clip is not None \
+            or optimizer.regularization is not None or optimizer._name is not None:
+        return None
+    groups = optimizer._param_groups if isinstance(optimizer._parameter_list[0], dict) \
+        else [{"params": optimizer._parameter_list}]
+    learning_rate = np.float32(optimizer.get_lr())  # Paddle keeps the step's rate in a float32 tensor
+    stepped, settings = [], []
+    for group in groups:
+        options = {**optimizer._default_dict, **group}
+        hyper = [options["weight_decay"], options["beta1"], options["beta2"], options["epsilon"]]
+        if options["lazy_mode"] or options["grad_clip"] is not None or not all(isinstance(h, float) for h in hyper):
+            return None
+        ratio = group.get("learning_rate", 1.0)  # a group's share of the rate, as Paddle's _create_param_lr takes it
+        rate = learning_rate if ratio == 1.0 else np.float32(learning_rate * np.float32(ratio))
+        for param in group["params"]:
+            grad = param._grad_ivar()
+            if param.stop_gradient or grad is None:
+                continue
+            if param.dtype != paddle.float32 or not param.place.is_cpu_place() or grad.is_selected_rows():
+                return None
+            decays = optimizer._apply_decay_param_fun is None or optimizer._apply_decay_param_fun(param.name)
+            stepped.append((param, grad))
+            settings.append([rate, hyper[0] if decays else 0.0, *hyper[1:]])
+    made = optimizer._accumulators.get("moment1", {})
+    if any(param.name not in made for param, _ in stepped):
+        optimizer._create_accumulators(paddle.static.default_main_program().global_block(),
+                                       [param for param, _ in stepped])
+    state = [optimizer._accumulators[name] for name in ("moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc")]
+    # the parameters detached: the same storage, updated in place without autograd's check on leaves
+    tensors = [[param.detach() for param, _ in stepped], [grad for _, grad in stepped],
+               *[[moments[param.name] for param, _ in stepped] for moments in state]]
+
+    def update(grad_scale: float = 1.0) -> None:
+        if settings:
+            module.paddle_ft_adamw(*tensors, paddle.to_tensor(np.asarray(settings, dtype=np.float32)),
+                                   float(grad_scale))
+    return update
+
+
 def _layer_norm_forward(self: nn.LayerNorm, x: paddle.Tensor) -> paddle.Tensor:
     if not _training_on_cpu_fp32(self, x):
         return nn.LayerNorm.forward(self, x)

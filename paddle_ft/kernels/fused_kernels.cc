@@ -843,3 +843,92 @@ PD_BUILD_OP(paddle_ft_clip_by_global_norm)  // (no "_grad" in a forward op's nam
     .SetKernelFn(PD_KERNEL(ClipGradNorm))
     .SetInferShapeFn(PD_INFER_SHAPE(ClipGradNormShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(ClipGradNormDtype));
+
+// AdamW's step over every parameter at once, as Paddle's CPU adamw kernel computes each (its reference loop): with
+// the step's learning rate lr and the parameter's bias corrections b1p = beta1^t, b2p = beta2^t,
+//   param -= lr * coeff * param (decoupled weight decay; coeff 0 for a parameter without decay, Paddle's adam),
+//   m1 = beta1 m1 + (1 - beta1) g,  m2 = beta2 m2 + (1 - beta2) g g,
+//   param += -lr sqrt(1 - b2p) / (1 - b1p) * m1 / (sqrt(m2) + eps sqrt(1 - b2p)),
+// then b1p *= beta1, b2p *= beta2: the same tensors Paddle's optimizer keeps (its moments and beta powers), updated
+// in place, so that its state_dict, checkpoints and later steps go on from them. Paddle dispatches one kernel per
+// parameter from Python (~200 at e5-small's shape), the small ones on one thread; here the elements of all of them
+// are split in blocks between the threads. settings: [parameters, 5] = lr, coeff, beta1, beta2, epsilon. Every
+// gradient is read times grad_scale: clipping by the global norm folded in (the same products as gradients scaled in
+// place first, without the pass over them that writes them back).
+namespace {
+
+struct AdamWConstants {
+  float beta1, beta2, step_lr, step_eps, decay;
+};
+
+}  // namespace
+
+void AdamWStep(std::vector<paddle::Tensor>& params, const std::vector<paddle::Tensor>& grads,
+               std::vector<paddle::Tensor>& moment1, std::vector<paddle::Tensor>& moment2,
+               std::vector<paddle::Tensor>& beta1_pows, std::vector<paddle::Tensor>& beta2_pows,
+               const paddle::Tensor& settings, float grad_scale) {
+  const size_t n = params.size();
+  PD_CHECK(grads.size() == n && moment1.size() == n && moment2.size() == n && beta1_pows.size() == n &&
+               beta2_pows.size() == n && settings.numel() == static_cast<int64_t>(n) * 5,
+           "one gradient, two moments, two beta powers and a settings row per parameter");
+  check_float32_cpu(settings, "settings");
+  const float* rows = settings.data<float>();
+  std::vector<AdamWConstants> constants(n);
+  struct Block {
+    size_t param;
+    int64_t begin, end;
+  };
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < n; ++i) {
+    for (const paddle::Tensor* t : std::initializer_list<const paddle::Tensor*>{
+             &params[i], &grads[i], &moment1[i], &moment2[i], &beta1_pows[i], &beta2_pows[i]})
+      check_float32_cpu(*t, "parameters, gradients, moments and beta powers");
+    const int64_t size = params[i].numel();
+    PD_CHECK(grads[i].numel() == size && moment1[i].numel() == size && moment2[i].numel() == size,
+             "a gradient and the moments must have their parameter's size");
+    const float* row = rows + 5 * i;
+    const float lr = row[0], coeff = row[1], beta1 = row[2], beta2 = row[3], eps = row[4];
+    const float b1p = beta1_pows[i].data<float>()[0], b2p = beta2_pows[i].data<float>()[0];
+    constants[i] = {beta1, beta2, lr * (std::sqrt(1.f - b2p) / (1.f - b1p)), eps * std::sqrt(1.f - b2p),
+                    lr * 1.f * coeff};  // Paddle's old_lr * lr_ratio * coeff, lr_ratio 1
+    for (int64_t begin = 0; begin < size; begin += kClipBlock)
+      blocks.push_back({i, begin, std::min(size, begin + kClipBlock)});
+  }
+  const int64_t count = static_cast<int64_t>(blocks.size());
+  const int threads = team_size(count * kClipBlock);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t b = 0; b < count; ++b) {
+    const Block& block = blocks[b];
+    const AdamWConstants& c = constants[block.param];
+    float* p = params[block.param].data<float>();
+    const float* g = grads[block.param].data<float>();
+    float* m1 = moment1[block.param].data<float>();
+    float* m2 = moment2[block.param].data<float>();
+    for (int64_t j = block.begin; j < block.end; ++j) {
+      const float grad = g[j] * grad_scale;
+      const float decayed = p[j] - c.decay * p[j];
+      const float first = c.beta1 * m1[j] + (1.f - c.beta1) * grad;
+      const float second = c.beta2 * m2[j] + (1.f - c.beta2) * grad * grad;
+      m1[j] = first;
+      m2[j] = second;
+      p[j] = decayed + -c.step_lr * (first / (std::sqrt(second) + c.step_eps));
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    beta1_pows[i].data<float>()[0] *= constants[i].beta1;
+    beta2_pows[i].data<float>()[0] *= constants[i].beta2;
+  }
+}
+
+PD_BUILD_OP(paddle_ft_adamw)
+    .Inputs({paddle::Vec("Params"), paddle::Vec("Grads"), paddle::Vec("Moment1"), paddle::Vec("Moment2"),
+             paddle::Vec("Beta1Pows"), paddle::Vec("Beta2Pows"), "Settings"})
+    .Outputs({paddle::Vec("ParamsOut"), paddle::Vec("Moment1Out"), paddle::Vec("Moment2Out"),
+              paddle::Vec("Beta1PowsOut"), paddle::Vec("Beta2PowsOut")})
+    .Attrs({"grad_scale: float"})
+    .SetInplaceMap({{paddle::Vec("Params"), paddle::Vec("ParamsOut")},
+                    {paddle::Vec("Moment1"), paddle::Vec("Moment1Out")},
+                    {paddle::Vec("Moment2"), paddle::Vec("Moment2Out")},
+                    {paddle::Vec("Beta1Pows"), paddle::Vec("Beta1PowsOut")},
+                    {paddle::Vec("Beta2Pows"), paddle::Vec("Beta2PowsOut")}})
+    .SetKernelFn(PD_KERNEL(AdamWStep));

@@ -250,6 +250,71 @@ def test_clipping_by_the_global_norm_in_one_kernel_is_the_engines_clipping(max_n
             pytest.approx(max_norm, rel=1e-5)
 
 
+def adamw_training(fused_step: bool, math_threads):
+    """Four steps of a small model under the engine's StepRunner (max_grad_norm 1, gradients dropped after a step):
+    AdamW with two learning-rate groups, weight decay on the weights only, PaddleNLP's warmup schedule; gradients
+    scaled so that clipping cuts the 1st and 3rd steps and not the others. Returns (weights, the optimizer's
+    state_dict, the pre-clip norms, whether the kernel took each step)."""
+    from paddlenlp.transformers import LinearDecayWithWarmup
+
+    from paddle_ft.config import AmpConfig
+    from paddle_ft.engine.amp import StepRunner
+
+    math_threads(2)  # the blocks of the larger weight split between two threads
+    paddle.seed(1)
+    model = paddle.nn.Sequential(paddle.nn.Linear(48, 300), paddle.nn.LayerNorm(300), paddle.nn.Linear(300, 250))
+    schedule = LinearDecayWithWarmup(1e-2, 20, 2)
+    decayed = {p.name for name, p in model.named_parameters() if name.endswith("weight") and name[0] != "1"}
+    groups = [{"params": model[0].parameters(), "learning_rate": 0.7},
+              {"params": model[1].parameters() + model[2].parameters()}]
+    optimizer = paddle.optimizer.AdamW(learning_rate=schedule, parameters=groups, weight_decay=0.1,
+                                       apply_decay_param_fun=lambda name: name in decayed)
+    runner = StepRunner(AmpConfig(), max_grad_norm=1.0, fused=fused_step, drop_grads=True)
+    x = paddle.to_tensor(np.random.default_rng(0).normal(size=(8, 48)).astype("float32"))
+    norms, kernel_applies = [], []
+    for scale in (30.0, 0.01, 30.0, 0.01):
+        (model(x) ** 2 * scale).mean().backward()
+        if fused_step:  # (the plain run is left to Paddle's own code entirely)
+            kernel_applies.append(fused.adamw_update(optimizer) is not None)
+        norms.append(float(runner.step(optimizer, model.parameters())[0]))
+        schedule.step()
+    state = {key: value.numpy() for key, value in optimizer.state_dict().items() if isinstance(value, paddle.Tensor)}
+    return {k: v.numpy() for k, v in model.state_dict().items()}, state, norms, kernel_applies
+
+
+def test_adamw_in_one_kernel_is_paddles_adamw_after_the_engines_clipping(math_threads):
+    """AdamW's update in one kernel with clipping folded in (StepRunner with the fused kernels, on two threads)
+    against the clip kernel followed by Paddle's AdamW: weights, moments and beta powers within 1e-5 over four steps
+    (two of them clipped), in the optimizer's own state_dict under the same keys; every step the kernel's, the
+    first too (the moments made by the optimizer's own code)."""
+    runs = []
+    for fused_step in (False, True):
+        with paddle.utils.unique_name.guard():  # the same parameter and moment names, so the same state_dict keys
+            runs.append(adamw_training(fused_step, math_threads))
+    (weights, state, norms, _), (fused_weights, fused_state, fused_norms, fused_applies) = runs
+    assert fused_applies == [True] * 4
+    assert norms[0] > 1 and norms[1] < 1 and fused_norms == pytest.approx(norms, rel=1e-6)
+    assert weights.keys() == fused_weights.keys() and state.keys() == fused_state.keys()
+    assert {key.rsplit("_", 2)[-2] for key in state if "_pow_" not in key} == {"moment1", "moment2"}
+    for expected, actual in ((weights, fused_weights), (state, fused_state)):
+        for key in expected:
+            np.testing.assert_allclose(actual[key], expected[key], **TOLERANCE, err_msg=key)
+
+
+def test_adamw_in_one_kernel_leaves_what_it_does_not_compute_to_paddle():
+    """AMSGrad, lazy mode, Adam itself: the kernel declines (None) and the engine runs Paddle's step."""
+    layer = paddle.nn.Linear(4, 3)
+    (layer(paddle.ones([2, 4])).sum()).backward()
+    for optimizer in (paddle.optimizer.AdamW(parameters=layer.parameters(), amsgrad=True),
+                      paddle.optimizer.AdamW(parameters=layer.parameters(), lazy_mode=True),
+                      paddle.optimizer.Adam(parameters=layer.parameters())):
+        optimizer.step()  # Paddle's step makes the moments
+        assert fused.adamw_update(optimizer) is None
+    plain = paddle.optimizer.AdamW(parameters=layer.parameters())
+    plain.step()
+    assert fused.adamw_update(plain) is not None
+
+
 @pytest.mark.parametrize("architecture", ["bert", "ernie", "roberta"])
 def test_encoder_layers_train_alike_with_and_without_the_fused_kernels(make_model, architecture, monkeypatch):
     """Dropout on: the fused layer calls the same dropouts in the same order, so the masks are the same and the
@@ -293,8 +358,8 @@ def test_training_says_it_runs_the_fused_kernels(tiny_config_args, capsys):
     assert main(["train", "-c", DEMO, *overrides(tiny_config_args + ["train.epochs=1", "data.test=null"])]) == 0
     setup = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cpu: ")]
     assert len(setup) == 1 and setup[0].endswith(
-        ", fused CPU kernels (attention, layer norm, GELU, dropout, linear biases) in 2 layers, gradient clipping "
-        "in one kernel")
+        ", fused CPU kernels (attention, layer norm, GELU, dropout, linear biases) in 2 layers, AdamW's update (with "
+        "any clipping) in one kernel")
 
 
 def test_without_a_compiler_training_says_so_once_and_runs_paddles_kernels(monkeypatch, tiny_config_args, capsys):
