@@ -10,6 +10,7 @@
 // and halved the bench's training speed on 2 cores. Built without OpenMP (no libiomp5 beside Paddle), they run on
 // the calling thread, the same numbers.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -527,21 +528,75 @@ uint64_t keep_threshold(float p) {
 // Paddle's dropout masks: one std::uniform_real_distribution<float>(0, 1) draw per element from Paddle's CPU
 // generator, in order, an element kept (1) where its draw is not below p; the generator left where Paddle's dropout
 // leaves it. The draws are compared with the threshold draw instead of converted one by one, in blocks through
-// vectorised loops. The draws are one stream, so this runs on the calling thread; what the masks are applied to is
-// split between the threads.
-void draw_keep_masks(uint8_t* keep, int64_t n, float p) {
-  const std::shared_ptr<std::mt19937_64> paddle_engine = phi::DefaultCPUGenerator()->GetCPUEngine();
-  Mt19937_64 engine(*paddle_engine);
-  const uint64_t threshold = keep_threshold(p);
-  constexpr int64_t kBlock = 1024;
-  uint64_t draws[kBlock];
-  for (int64_t start = 0; start < n; start += kBlock) {
-    const int64_t count = std::min(kBlock, n - start);
-    engine.draw(draws, count);
-    uint8_t* kb = keep + start;
-    for (int64_t i = 0; i < count; ++i) kb[i] = draws[i] >= threshold;
+// vectorised loops. MaskDrawer draws them in units (a tile, a block) and tells how many units are drawn.
+class MaskDrawer {
+ public:
+  // the masks of n elements, in units of unit_size (the last one may be shorter)
+  MaskDrawer(uint8_t* keep, int64_t n, int64_t unit_size, float p)
+      : paddle_engine_(phi::DefaultCPUGenerator()->GetCPUEngine()), engine_(*paddle_engine_), keep_(keep), n_(n),
+        unit_size_(unit_size), threshold_(keep_threshold(p)) {}
+
+  int64_t units() const { return (n_ + unit_size_ - 1) / unit_size_; }
+
+  // draws every unit in order, counting each for wait_for, then leaves Paddle's generator after the last draw
+  void draw() {
+    constexpr int64_t kBlock = 1024;
+    uint64_t draws[kBlock];
+    const uint64_t threshold = threshold_;  // locals: a store through uint8_t* could alias the members, which would
+    const int64_t unit_size = unit_size_, n = n_;  // be read again at every element, and the loop not vectorised
+    for (int64_t u = 0; u < units(); ++u) {
+      const int64_t end = std::min(n, (u + 1) * unit_size);
+      for (int64_t start = u * unit_size; start < end; start += kBlock) {
+        const int64_t count = std::min(kBlock, end - start);
+        engine_.draw(draws, count);
+        uint8_t* kb = keep_ + start;
+        for (int64_t i = 0; i < count; ++i) kb[i] = draws[i] >= threshold;
+      }
+      drawn_.store(u + 1, std::memory_order_release);
+    }
+    engine_.store(paddle_engine_.get());
   }
-  engine.store(paddle_engine.get());
+
+  // returns once unit u's mask is drawn
+  void wait_for(int64_t u) const {
+    while (drawn_.load(std::memory_order_acquire) <= u) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+
+ private:
+  std::shared_ptr<std::mt19937_64> paddle_engine_;
+  Mt19937_64 engine_;
+  uint8_t* keep_;
+  const int64_t n_, unit_size_;
+  const uint64_t threshold_;
+  std::atomic<int64_t> drawn_{0};
+};
+
+// Work over the units of n elements (unit_size each, the last one may be shorter) that each need their dropout mask
+// part-way (p > 0), with the masks drawn while the work runs: the draws are one stream, so one thread (the team's
+// first) draws them, unit after unit, and then joins the others, which meanwhile take units in turn; before(u,
+// scratch) runs for a unit before its mask is needed, after(u, scratch) once it is drawn (scratch: scratch_size
+// floats of the thread's own). Each unit is computed the same whichever thread takes it. (Units are taken from an
+// atomic counter: Intel OpenMP's dynamic schedule kept the other threads waiting until the drawing thread came.)
+template <typename Before, typename After>
+void with_masks_drawn_alongside(uint8_t* keep, int64_t n, int64_t unit_size, float p, int64_t scratch_size,
+                                int threads, Before before, After after) {
+  MaskDrawer drawer(keep, n, unit_size, p);
+  const int64_t units = drawer.units();
+  std::atomic<int64_t> next_unit{0};
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<float> scratch(scratch_size);
+    if (thread_index() == 0) drawer.draw();
+    for (int64_t u = next_unit++; u < units; u = next_unit++) {
+      before(u, scratch.data());
+      drawer.wait_for(u);
+      after(u, scratch.data());
+    }
+  }
 }
 
 // x's kept elements divided by keep_share, the others 0 (dropout's forward, and its backward on the gradient):
@@ -555,7 +610,7 @@ inline void apply_keep_mask(const float* x, const uint8_t* keep, float keep_shar
 
 }  // namespace
 
-// Paddle's CPU dropout (upscale_in_train) with the masks Paddle's would draw (draw_keep_masks), the kept elements
+// Paddle's CPU dropout (upscale_in_train) with the masks Paddle's would draw (MaskDrawer), the kept elements
 // divided by 1 - p: over ten times as fast as Paddle's kernel, for the same numbers.
 std::vector<paddle::Tensor> DropoutForward(const paddle::Tensor& x, float p) {
   check_float32_cpu(x, "x");
@@ -565,10 +620,15 @@ std::vector<paddle::Tensor> DropoutForward(const paddle::Tensor& x, float p) {
   const float* a = x.data<float>();
   float* o = out.data<float>();
   uint8_t* m = mask.data<uint8_t>();
-  draw_keep_masks(m, x.numel(), p);
-  for_blocks(x.numel(), [&](int64_t begin, int64_t end) {
-    apply_keep_mask(a + begin, m + begin, 1.f - p, o + begin, end - begin);
-  });
+  // in blocks, each applied by the other threads as soon as it is drawn
+  constexpr int64_t kBlock = 1 << 14;
+  const int64_t n = x.numel();
+  auto nothing_before = [](int64_t, float*) {};
+  auto apply = [&](int64_t b, float*) {
+    const int64_t begin = b * kBlock;
+    apply_keep_mask(a + begin, m + begin, 1.f - p, o + begin, std::min(kBlock, n - begin));
+  };
+  with_masks_drawn_alongside(m, n, kBlock, p, 0, team_size(n), nothing_before, apply);
   return {out, mask};
 }
 
@@ -693,22 +753,32 @@ std::vector<paddle::Tensor> AttentionForward(const paddle::Tensor& q, const padd
   auto probs = paddle::empty({shape.batch, heads, L, L}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   auto keep = paddle::empty({p > 0.f ? shape.tiles() * shape.tile_size() : 0}, paddle::DataType::UINT8,
                             paddle::CPUPlace());
-  if (p > 0.f) draw_keep_masks(keep.data<uint8_t>(), keep.numel(), p);
   const float *qd = q.data<float>(), *kd = k.data<float>(), *vd = v.data<float>(), *md = mask.data<float>();
   float *od = out.data<float>(), *pd = probs.data<float>();
-  const uint8_t* kp = keep.data<uint8_t>();
-  for_tiles(shape, [&](int64_t t, float* scratch) {
+  uint8_t* kp = keep.data<uint8_t>();
+  auto probabilities = [&](int64_t t, float*) {  // y = softmax(scale q k^T + mask), kept for the backward
     float* y = pd + t * shape.tile_size();
     gemm(false, true, L, L, D, scale, qd + shape.offset(t), W, kd + shape.offset(t), W, y, L);
     const float* mask_row = md + (t / heads) * L;
     for (int64_t i = 0; i < L; ++i) masked_softmax_row(y + i * L, mask_row, y + i * L, L);
-    const float* weights = y;
+  };
+  auto context = [&](int64_t t, float* scratch) {  // out = dropout(y) v
+    const float* weights = pd + t * shape.tile_size();
     if (p > 0.f) {
-      apply_keep_mask(y, kp + t * shape.tile_size(), 1.f - p, scratch, shape.tile_size());
+      apply_keep_mask(weights, kp + t * shape.tile_size(), 1.f - p, scratch, shape.tile_size());
       weights = scratch;
     }
     gemm(false, false, L, D, L, 1.f, weights, L, vd + shape.offset(t), W, od + shape.offset(t), W);
-  });
+  };
+  if (p > 0.f) {  // the masks drawn (0.6-0.7 ms a layer at e5-small's shape) while the other threads compute tiles
+    with_masks_drawn_alongside(kp, shape.tiles() * shape.tile_size(), shape.tile_size(), p, shape.tile_size(),
+                               team_size(shape.tiles() * shape.tile_size()), probabilities, context);
+  } else {
+    for_tiles(shape, [&](int64_t t, float* scratch) {
+      probabilities(t, scratch);
+      context(t, scratch);
+    });
+  }
   return {out, probs, keep};
 }
 
