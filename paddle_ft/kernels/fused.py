@@ -1,5 +1,5 @@
 """Fused CPU kernels for training (`train.runtime.fused_kernels`): the encoder layers' residual layer norm
-(`layer_norm(x + residual)`), exact GELU, attention's core (scores, `softmax(scores + mask)`, its dropout and the
+(`layer_norm(dropout(x) + residual)`), exact GELU, attention's core (scores, `softmax(scores + mask)`, its dropout and the
 context, per text and head, on the projections' own layout), dropout, forward and backward, the linears' biases and
 clipping by the global norm, in C++ (`fused_kernels.cc`).
 
@@ -160,10 +160,21 @@ def _forward(self: nn.TransformerEncoderLayer, src, src_mask=None, cache=None, o
 
     self.self_attn.need_weights = False
     src_mask = _convert_attention_mask(src_mask, src.dtype)
-    src = add_layer_norm(self.dropout1(_self_attention(self.self_attn, src, src_mask)), src, self.norm1)
+    src = _dropout_add_layer_norm(self.dropout1, _self_attention(self.self_attn, src, src_mask), src, self.norm1)
     hidden = self.linear1(src)
     hidden = gelu(hidden) if self.activation is F.gelu else self.activation(hidden)
-    return add_layer_norm(self.dropout2(self.linear2(self.dropout(hidden))), src, self.norm2)
+    return _dropout_add_layer_norm(self.dropout2, self.linear2(self.dropout(hidden)), src, self.norm2)
+
+
+def _dropout_add_layer_norm(drop: nn.Dropout, x: paddle.Tensor, residual: paddle.Tensor, norm: nn.LayerNorm):
+    """`norm(drop(x) + residual)`: in one kernel where `drop` is dropout as the kernels draw it (upscale in train,
+    0 < p < 1), the same masks in the same order; the dropout, then add_layer_norm, otherwise."""
+    if type(drop) is nn.Dropout and drop.mode == "upscale_in_train" and drop.axis is None and drop.training \
+            and 0 < drop.p and np.float32(drop.p) < 1:
+        module, _ = kernels()
+        return module.paddle_ft_dropout_add_layer_norm(x, residual, norm.weight, norm.bias, float(norm._epsilon),
+                                                       float(drop.p))[0]
+    return add_layer_norm(drop(x), residual, norm)
 
 
 def _self_attention(attention: nn.MultiHeadAttention, src: paddle.Tensor, mask: paddle.Tensor | None):

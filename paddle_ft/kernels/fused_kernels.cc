@@ -664,6 +664,85 @@ PD_BUILD_GRAD_OP(paddle_ft_dropout)
     .Attrs({"p: float"})
     .SetKernelFn(PD_KERNEL(DropoutBackward));
 
+// layer_norm(dropout(x, p) + residual): the encoder layers' residual step after attention and after the FFN, with
+// dropout's masks (Paddle's, as the dropout kernel draws them) drawn while the other threads take the rows whose
+// masks are drawn, each row dropped out, added and normalised in one go; the sum kept for the backward instead of
+// the dropped-out x. Two passes over memory fewer than dropout then add_layer_norm, and the norm's work done while
+// the masks are drawn.
+std::vector<paddle::Tensor> DropoutAddLayerNormForward(const paddle::Tensor& x, const paddle::Tensor& residual,
+                                                       const paddle::Tensor& weight, const paddle::Tensor& bias,
+                                                       float epsilon, float p) {
+  for (auto [t, name] : {std::pair{&x, "x"}, {&residual, "residual"}, {&weight, "weight"}, {&bias, "bias"}})
+    check_float32_cpu(*t, name);
+  PD_CHECK(x.shape() == residual.shape(), "x and residual differ in shape");
+  PD_CHECK(p > 0.f && p < 1.f, "p must lie between 0 and 1 (in float32)");
+  const int64_t width = x.shape().back(), n = x.numel(), rows = n / width;
+  PD_CHECK(weight.numel() == width && bias.numel() == width, "weight and bias must match the last axis");
+  auto out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto sum = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto mean = paddle::empty({rows}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto inv_std = paddle::empty({rows}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto keep = paddle::empty(x.shape(), paddle::DataType::UINT8, paddle::CPUPlace());
+  const float *a = x.data<float>(), *b = residual.data<float>(), *w = weight.data<float>(), *c = bias.data<float>();
+  float *o = out.data<float>(), *z = sum.data<float>(), *m = mean.data<float>(), *s = inv_std.data<float>();
+  uint8_t* k = keep.data<uint8_t>();
+  const int64_t unit_rows = std::max<int64_t>(1, (1 << 14) / width);  // rows of about 2^14 elements a unit
+  auto nothing_before = [](int64_t, float*) {};
+  auto rows_of_unit = [&](int64_t u, float*) {
+    for (int64_t r = u * unit_rows; r < std::min(rows, (u + 1) * unit_rows); ++r) {
+      const int64_t at = r * width;
+      apply_keep_mask(a + at, k + at, 1.f - p, z + at, width);  // dropout(x), then + residual: the same roundings
+      for (int64_t j = 0; j < width; ++j) z[at + j] += b[at + j];
+      norm_row(z + at, nullptr, w, c, epsilon, width, o + at, m + r, s + r);
+    }
+  };
+  with_masks_drawn_alongside(k, n, unit_rows * width, p, 0, team_size(n), nothing_before, rows_of_unit);
+  return {out, mean, inv_std, keep, sum};
+}
+
+// The gradients of x (the sum's, through dropout's mask), residual (the sum's itself), weight and bias.
+std::vector<paddle::Tensor> DropoutAddLayerNormBackward(const paddle::Tensor& sum, const paddle::Tensor& weight,
+                                                        const paddle::Tensor& mean, const paddle::Tensor& inv_std,
+                                                        const paddle::Tensor& keep, const paddle::Tensor& grad_out,
+                                                        float p) {
+  auto grads = norm_backward(sum, nullptr, weight, mean, inv_std, grad_out);
+  auto grad_x = paddle::empty(sum.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const float* g = grads[0].data<float>();
+  const uint8_t* k = keep.data<uint8_t>();
+  float* gx = grad_x.data<float>();
+  for_blocks(sum.numel(), [&](int64_t begin, int64_t end) {
+    apply_keep_mask(g + begin, k + begin, 1.f - p, gx + begin, end - begin);
+  });
+  return {grad_x, grads[0], grads[1], grads[2]};
+}
+
+std::vector<std::vector<int64_t>> DropoutAddLayerNormShape(const std::vector<int64_t>& x,
+                                                           const std::vector<int64_t>&,
+                                                           const std::vector<int64_t>&,
+                                                           const std::vector<int64_t>&) {
+  auto shapes = norm_shapes(x);
+  return {shapes[0], shapes[1], shapes[2], x, x};
+}
+
+std::vector<paddle::DataType> DropoutAddLayerNormDtype(const paddle::DataType& x, const paddle::DataType&,
+                                                       const paddle::DataType&, const paddle::DataType&) {
+  return {x, paddle::DataType::FLOAT32, paddle::DataType::FLOAT32, paddle::DataType::UINT8, x};
+}
+
+PD_BUILD_OP(paddle_ft_dropout_add_layer_norm)
+    .Inputs({"X", "Residual", "Weight", "Bias"})
+    .Outputs({"Out", "Mean", "InvStd", "Keep", "Sum"})
+    .Attrs({"epsilon: float", "p: float"})
+    .SetKernelFn(PD_KERNEL(DropoutAddLayerNormForward))
+    .SetInferShapeFn(PD_INFER_SHAPE(DropoutAddLayerNormShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(DropoutAddLayerNormDtype));
+
+PD_BUILD_GRAD_OP(paddle_ft_dropout_add_layer_norm)
+    .Inputs({"Sum", "Weight", "Mean", "InvStd", "Keep", paddle::Grad("Out")})
+    .Outputs({paddle::Grad("X"), paddle::Grad("Residual"), paddle::Grad("Weight"), paddle::Grad("Bias")})
+    .Attrs({"p: float"})
+    .SetKernelFn(PD_KERNEL(DropoutAddLayerNormBackward));
+
 // A linear layer's bias added to its matmul's output in place, [rows, width] += bias, the rows split between the
 // threads. Paddle's addmm broadcasts the bias into the output on one thread first (Eigen), 3.6% of a training step
 // at e5-small's shape.

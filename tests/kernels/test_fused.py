@@ -211,6 +211,29 @@ def test_tensors_large_enough_to_split_between_threads_give_paddles_results(thre
     assert all(np.array_equal(a, b) for a, b in zip(*results))  # the generator left where Paddle's dropout leaves it
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_residual_steps_dropout_add_and_norm_in_one_kernel_are_paddles_dropout_then_the_norm(
+        threads, math_threads, monkeypatch):
+    """norm(dropout(x) + residual) in one kernel (the masks drawn while the rows are normalised) against Paddle's
+    dropout followed by add_layer_norm: the same bits, forward and every gradient, on one thread and on two, rows in
+    units of 42 with a shorter last one; the generator left where Paddle's dropout leaves it."""
+    math_threads(threads)
+    rng = np.random.default_rng(7)
+    shape, width = (3, 45, 384), 384  # 135 rows: three units of 42 and one of 9
+    norm = paddle.nn.LayerNorm(width, epsilon=1e-12)
+    norm.bias.set_value(rng.normal(0, 0.2, width).astype("float32"))
+    inputs = [leaf(rng.normal(0, 2, shape)), leaf(rng.normal(1, 1, shape)), norm.weight, norm.bias]
+    upstream = rng.normal(0, 1, shape).astype("float32")
+    drop = paddle.nn.Dropout(0.1)
+    composed = (lambda a, b, w, c: add_layer_norm(F.dropout(a, 0.1, training=True), b, norm))
+    results = []
+    for function in (composed, lambda a, b, w, c: fused._dropout_add_layer_norm(drop, a, b, norm)):
+        paddle.seed(5)
+        results.append([*outputs_and_gradients(function, inputs, upstream), paddle.rand([4]).numpy()])
+        monkeypatch.setattr(fused, "add_layer_norm", None)  # the second one runs the one kernel, not the two
+    assert all(np.array_equal(a, b) for a, b in zip(*results))
+
+
 def gradients(shapes: list[tuple], scale: float) -> list[paddle.Tensor]:
     """Parameters of `shapes` holding random gradients as backward leaves them (tensors that do not stop gradient);
     the word-embedding-sized one spans many kernel blocks."""
