@@ -1,7 +1,7 @@
-"""Fused CPU kernels for training (`train.runtime.fused_kernels`): the encoder layers' residual layer norm
-(`layer_norm(dropout(x) + residual)`), exact GELU, attention's core (scores, `softmax(scores + mask)`, its dropout and the
-context, per text and head, on the projections' own layout), dropout, forward and backward, the linears' biases and
-clipping by the global norm, in C++ (`fused_kernels.cc`).
+"""Fused CPU kernels for training (`train.runtime.fused_kernels`): the encoder layers' residual steps
+(`layer_norm(dropout(x) + residual)`), exact GELU, attention's core (scores, `softmax(scores + mask)`, its dropout
+and the context, per text and head, on the projections' own layout), dropout, forward and backward, the linears'
+biases, clipping by the global norm and AdamW's update, in C++ (`fused_kernels.cc`).
 
 Why: on CPU, Paddle's kernels for these are slow for their size (the profile of a training step in
 docs/performance.md: dropout 14-18%, layer-norm backward 10%, GELU 5.6%, the residual and mask adds 3.9%, softmax
