@@ -16,6 +16,7 @@ move.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -274,19 +275,33 @@ def adamw_update(optimizer: paddle.optimizer.Optimizer):
             stepped.append((param, grad))
             settings.append([rate, hyper[0] if decays else 0.0, *hyper[1:]])
     made = optimizer._accumulators.get("moment1", {})
-    if any(param.name not in made for param, _ in stepped):
+    if stepped and any(param.name not in made for param, _ in stepped):
         optimizer._create_accumulators(paddle.static.default_main_program().global_block(),
                                        [param for param, _ in stepped])
-    state = [optimizer._accumulators[name] for name in ("moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc")]
+    state = [optimizer._accumulators.get(name, {}) for name in ("moment1", "moment2", "beta1_pow_acc",
+                                                                "beta2_pow_acc")]
     # the parameters detached: the same storage, updated in place without autograd's check on leaves
     tensors = [[param.detach() for param, _ in stepped], [grad for _, grad in stepped],
                *[[moments[param.name] for param, _ in stepped] for moments in state]]
 
     def update(grad_scale: float = 1.0) -> None:
-        if settings:
+        if not settings:  # no gradient (every parameter frozen): Paddle's step changes nothing either
+            return
+        with _optimization_event():
             module.paddle_ft_adamw(*tensors, paddle.to_tensor(np.asarray(settings, dtype=np.float32)),
                                    float(grad_scale))
     return update
+
+
+def _optimization_event():
+    """Under paddle.profiler, the span Paddle's profiler gives an optimizer's step ("Optimization Step"), so that a
+    trace shows the kernel's update as a step of the optimizer, as it shows Paddle's; nothing otherwise."""
+    from paddle.profiler import RecordEvent, TracerEventType
+    from paddle.profiler.utils import in_profiler_mode
+
+    if not in_profiler_mode():
+        return contextlib.nullcontext()
+    return RecordEvent("Optimization Step", event_type=TracerEventType.Optimization)
 
 
 def _layer_norm_forward(self: nn.LayerNorm, x: paddle.Tensor) -> paddle.Tensor:

@@ -170,6 +170,7 @@ def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, data_dir, vocab_
     assert all(rate["gflops"] > 0 for rate in bench["limits"]["gemm"].values())
     assert bench["profile"]["steps"] > 0 and sum(bench["profile"]["shares"].values()) == pytest.approx(1, abs=1e-3)
     assert bench["profile"]["shares"]["matmul"] > 0.05
+    assert bench["profile"]["shares"]["optimizer and clipping"] > 0  # the fused update's span, as Paddle's step's
     assert all(bench["ratios"][f"infer_batch_{n}_auto_vs_fastest_fp32"] > 0 for n in (1, 8, 32))
     assert 0 < bench["ratios"]["train_useful_share_of_matmul"] < 1
     assert (out / "bench.png").is_file() and "| paddle_ft engine |" in (out / "bench.md").read_text(encoding="utf-8")

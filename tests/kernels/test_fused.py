@@ -325,7 +325,8 @@ def test_adamw_in_one_kernel_is_paddles_adamw_after_the_engines_clipping(math_th
 
 
 def test_adamw_in_one_kernel_leaves_what_it_does_not_compute_to_paddle():
-    """AMSGrad, lazy mode, Adam itself: the kernel declines (None) and the engine runs Paddle's step."""
+    """AMSGrad, lazy mode, Adam itself: the kernel declines (None) and the engine runs Paddle's step; with no
+    gradient it changes nothing."""
     layer = paddle.nn.Linear(4, 3)
     (layer(paddle.ones([2, 4])).sum()).backward()
     for optimizer in (paddle.optimizer.AdamW(parameters=layer.parameters(), amsgrad=True),
@@ -336,6 +337,10 @@ def test_adamw_in_one_kernel_leaves_what_it_does_not_compute_to_paddle():
     plain = paddle.optimizer.AdamW(parameters=layer.parameters())
     plain.step()
     assert fused.adamw_update(plain) is not None
+    untouched = paddle.nn.Linear(2, 2)  # no gradient yet (a frozen model): nothing to update, as in Paddle's step
+    before = untouched.weight.numpy()
+    fused.adamw_update(paddle.optimizer.AdamW(parameters=untouched.parameters()))(0.5)
+    assert np.array_equal(untouched.weight.numpy(), before)
 
 
 @pytest.mark.parametrize("architecture", ["bert", "ernie", "roberta"])
