@@ -261,7 +261,8 @@ def adamw_update(optimizer: paddle.optimizer.Optimizer):
     for group in groups:
         options = {**optimizer._default_dict, **group}
         hyper = [options["weight_decay"], options["beta1"], options["beta2"], options["epsilon"]]
-        if options["lazy_mode"] or options["grad_clip"] is not None or not all(isinstance(h, float) for h in hyper):
+        numbers = all(isinstance(h, (int, float)) for h in hyper)  # not Tensors, which Paddle's AdamW also takes
+        if options["lazy_mode"] or options["grad_clip"] is not None or not numbers:
             return None
         ratio = group.get("learning_rate", 1.0)  # a group's share of the rate, as Paddle's _create_param_lr takes it
         rate = learning_rate if ratio == 1.0 else np.float32(learning_rate * np.float32(ratio))

@@ -334,9 +334,10 @@ def test_adamw_in_one_kernel_leaves_what_it_does_not_compute_to_paddle():
                       paddle.optimizer.Adam(parameters=layer.parameters())):
         optimizer.step()  # Paddle's step makes the moments
         assert fused.adamw_update(optimizer) is None
-    plain = paddle.optimizer.AdamW(parameters=layer.parameters())
-    plain.step()
-    assert fused.adamw_update(plain) is not None
+    for plain in (paddle.optimizer.AdamW(parameters=layer.parameters()),
+                  paddle.optimizer.AdamW(parameters=layer.parameters(), weight_decay=0)):  # an int decay too
+        plain.step()
+        assert fused.adamw_update(plain) is not None
     untouched = paddle.nn.Linear(2, 2)  # no gradient yet (a frozen model): nothing to update, as in Paddle's step
     before = untouched.weight.numpy()
     fused.adamw_update(paddle.optimizer.AdamW(parameters=untouched.parameters()))(0.5)
