@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import contextlib
-import math
 
-import numpy as np
 import paddle
 
 from paddle_ft.config import AmpConfig
@@ -71,16 +69,16 @@ class StepRunner:
         optimizer.clear_grad(set_to_zero=not self.drop_grads)
 
     def _clip_into(self, update, parameters) -> paddle.Tensor | None:
-        """AdamW's update in one kernel (kernels/fused.adamw_update) with clipping folded in: the global norm taken
-        with nothing scaled, then every gradient scaled as the update reads it, by the factor the clip kernel would
-        have scaled it by in place (float32 arithmetic, as there); one pass over the gradients fewer, and one kernel
-        for the ~200 of Paddle's AdamW. Returns the pre-clip norm."""
+        """AdamW's update in one kernel (kernels/fused.adamw_update) with clipping folded in: the clip kernel takes
+        the global norm and its factor without scaling anything, and the update reads every gradient times that
+        factor; one pass over the gradients fewer, and one kernel for the ~200 of Paddle's AdamW. Returns the
+        pre-clip norm."""
         if self.max_grad_norm is None:
             update()
             return None
-        grad_norm = clip_grad_norm(parameters, math.inf, fused=True)  # an infinite limit scales nothing
-        scale = np.float32(self.max_grad_norm) / (np.float32(grad_norm) + np.float32(1e-6))
-        update(min(float(scale), 1.0))
+        grads = [p.grad_ for p in parameters if p.grad_ is not None]
+        grad_norm, factor = fused_kernels.clip_grad_norm(grads, self.max_grad_norm, in_place=False)
+        update(factor)
         return grad_norm
 
     def unscale_and_clip(self, optimizer, parameters) -> paddle.Tensor | None:
@@ -112,9 +110,9 @@ def clip_grad_norm(parameters, max_norm: float, fused: bool = False) -> paddle.T
     if not grads:
         return paddle.zeros([], dtype="float32")
     if fused and all(g.dtype == paddle.float32 and g.place.is_cpu_place() for g in grads):
-        total = fused_kernels.clip_grad_norm(grads, max_norm)
-        if total is not None:
-            return total
+        clipped = fused_kernels.clip_grad_norm(grads, max_norm)
+        if clipped is not None:
+            return clipped[0]
     squares = [paddle.sum(paddle.square(g.detach() if g.dtype == paddle.float32 else g.detach().astype("float32")))
                for g in grads]
     total = paddle.sqrt(paddle.add_n(squares))

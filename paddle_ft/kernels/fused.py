@@ -231,14 +231,20 @@ def dropout(x: paddle.Tensor, p: float, training: bool) -> paddle.Tensor:
     return out
 
 
-def clip_grad_norm(grads: list[paddle.Tensor], max_norm: float) -> paddle.Tensor | None:
-    """`engine.amp.clip_grad_norm` over float32 CPU gradients in one kernel, in place: the global norm before
-    clipping, or None where the kernels could not be built."""
+def clip_grad_norm(grads: list[paddle.Tensor], max_norm: float,
+                   in_place: bool = True) -> tuple[paddle.Tensor, float] | None:
+    """`engine.amp.clip_grad_norm` over float32 CPU gradients in one kernel: (the global norm before clipping, the
+    factor clipping scales every gradient by, min(1, max_norm / (norm + 1e-6))), the gradients scaled by it in place
+    unless in_place is False (AdamW's fused update then reads them times the factor); None where the kernels could
+    not be built."""
     module, _ = kernels()
     if module is None:
         return None
+    if not grads:  # (the kernel takes no empty list)
+        return paddle.zeros([], dtype="float32"), 1.0
     # detached: the same storage, scaled in place, without the autograd check that refuses in-place ops on leaves
-    return module.paddle_ft_clip_by_global_norm([g.detach() for g in grads], float(max_norm))[1]
+    _, norm, factor = module.paddle_ft_clip_by_global_norm([g.detach() for g in grads], float(max_norm), in_place)
+    return norm, float(factor)
 
 
 def adamw_update(optimizer: paddle.optimizer.Optimizer):

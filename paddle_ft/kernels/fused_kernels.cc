@@ -191,15 +191,22 @@ namespace {
 
 // out = layer_norm(x + residual) * weight + bias over the last axis (residual: null for layer_norm(x)); also the
 // rows' mean and 1/std, which the backward reads instead of recomputing them.
-std::vector<paddle::Tensor> norm_forward(const paddle::Tensor& x, const paddle::Tensor* residual,
-                                         const paddle::Tensor& weight, const paddle::Tensor& bias, float epsilon) {
+// checks a norm's inputs (residual: null where there is none)
+void check_norm_inputs(const paddle::Tensor& x, const paddle::Tensor* residual, const paddle::Tensor& weight,
+                       const paddle::Tensor& bias) {
   for (auto [t, name] : {std::pair{&x, "x"}, {&weight, "weight"}, {&bias, "bias"}}) check_float32_cpu(*t, name);
   if (residual) {
     check_float32_cpu(*residual, "residual");
     PD_CHECK(x.shape() == residual->shape(), "x and residual differ in shape");
   }
-  const int64_t width = x.shape().back(), rows = x.numel() / width;
+  const int64_t width = x.shape().back();
   PD_CHECK(weight.numel() == width && bias.numel() == width, "weight and bias must match the last axis");
+}
+
+std::vector<paddle::Tensor> norm_forward(const paddle::Tensor& x, const paddle::Tensor* residual,
+                                         const paddle::Tensor& weight, const paddle::Tensor& bias, float epsilon) {
+  check_norm_inputs(x, residual, weight, bias);
+  const int64_t width = x.shape().back(), rows = x.numel() / width;
   auto out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
   auto mean = paddle::empty({rows}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   auto inv_std = paddle::empty({rows}, paddle::DataType::FLOAT32, paddle::CPUPlace());
@@ -672,12 +679,9 @@ PD_BUILD_GRAD_OP(paddle_ft_dropout)
 std::vector<paddle::Tensor> DropoutAddLayerNormForward(const paddle::Tensor& x, const paddle::Tensor& residual,
                                                        const paddle::Tensor& weight, const paddle::Tensor& bias,
                                                        float epsilon, float p) {
-  for (auto [t, name] : {std::pair{&x, "x"}, {&residual, "residual"}, {&weight, "weight"}, {&bias, "bias"}})
-    check_float32_cpu(*t, name);
-  PD_CHECK(x.shape() == residual.shape(), "x and residual differ in shape");
+  check_norm_inputs(x, &residual, weight, bias);
   PD_CHECK(p > 0.f && p < 1.f, "p must lie between 0 and 1 (in float32)");
   const int64_t width = x.shape().back(), n = x.numel(), rows = n / width;
-  PD_CHECK(weight.numel() == width && bias.numel() == width, "weight and bias must match the last axis");
   auto out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
   auto sum = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
   auto mean = paddle::empty({rows}, paddle::DataType::FLOAT32, paddle::CPUPlace());
@@ -917,14 +921,15 @@ PD_BUILD_GRAD_OP(paddle_ft_attention)
     .SetKernelFn(PD_KERNEL(AttentionBackward));
 #endif  // PADDLE_FT_MKL
 
-// Clipping by the global norm (the optimizer step's `clip_grad_norm`), in place over every gradient at once: the
-// squares (each rounded to float) summed in double, in blocks of kClipBlock added in block order (the same total on
-// any number of threads, within ~1e-7 of a float64 sum), then, where the norm exceeds max_norm,
-// every gradient scaled by max_norm / (norm + 1e-6). One kernel instead of three Paddle ops per gradient (square,
-// sum, multiply), each dispatched and run on one thread: 17.6-19.5 -> 6.9-7.0 ms a step for e5-small's gradients.
+// Clipping by the global norm (the optimizer step's `clip_grad_norm`) over every gradient at once: the squares (each
+// rounded to float) summed in double, in blocks of kGradientBlock added in block order (the same total on any number
+// of threads, within ~1e-7 of a float64 sum); the factor min(1, max_norm / (norm + 1e-6)), and, where it is below 1
+// and in_place, every gradient scaled by it (not in place: AdamW's fused update reads the gradients times the factor).
+// One kernel instead of three Paddle ops per gradient (square, sum, multiply), each dispatched and run on one thread:
+// 17.6-19.5 -> 6.9-7.0 ms a step for e5-small's gradients.
 namespace {
 
-constexpr int64_t kClipBlock = 1 << 14;
+constexpr int64_t kGradientBlock = 1 << 14;  // the passes over every gradient (clipping, AdamW) split in blocks of it
 
 struct Span {
   float* data;
@@ -936,18 +941,18 @@ std::vector<Span> blocks_of(std::vector<paddle::Tensor>& tensors) {
   for (auto& t : tensors) {
     check_float32_cpu(t, "every gradient");
     float* data = t.data<float>();
-    for (int64_t begin = 0; begin < t.numel(); begin += kClipBlock)
-      spans.push_back({data + begin, std::min(kClipBlock, t.numel() - begin)});
+    for (int64_t begin = 0; begin < t.numel(); begin += kGradientBlock)
+      spans.push_back({data + begin, std::min(kGradientBlock, t.numel() - begin)});
   }
   return spans;
 }
 
 }  // namespace
 
-std::vector<paddle::Tensor> ClipGradNorm(std::vector<paddle::Tensor>& grads, float max_norm) {
+std::vector<paddle::Tensor> ClipGradNorm(std::vector<paddle::Tensor>& grads, float max_norm, bool in_place) {
   const std::vector<Span> spans = blocks_of(grads);
   const int64_t count = static_cast<int64_t>(spans.size());
-  const int threads = team_size(count * kClipBlock);
+  const int threads = team_size(count * kGradientBlock);
   std::vector<double> squares(spans.size());
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t b = 0; b < count; ++b) {
@@ -965,29 +970,31 @@ std::vector<paddle::Tensor> ClipGradNorm(std::vector<paddle::Tensor>& grads, flo
   double total = 0.0;
   for (double s : squares) total += s;
   auto norm = paddle::empty({}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto factor = paddle::empty({}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   const float global = static_cast<float>(std::sqrt(total));
-  norm.data<float>()[0] = global;
   const float scale = max_norm / (global + 1e-6f);
-  if (scale < 1.f) {
+  norm.data<float>()[0] = global;
+  factor.data<float>()[0] = std::min(scale, 1.f);
+  if (in_place && scale < 1.f) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t b = 0; b < count; ++b) {
       float* x = spans[b].data;
       for (int64_t j = 0; j < spans[b].size; ++j) x[j] *= scale;
     }
   }
-  return {norm};
+  return {norm, factor};
 }
 
-std::vector<std::vector<int64_t>> ClipGradNormShape(const std::vector<std::vector<int64_t>>&) { return {{}}; }
+std::vector<std::vector<int64_t>> ClipGradNormShape(const std::vector<std::vector<int64_t>>&) { return {{}, {}}; }
 
 std::vector<paddle::DataType> ClipGradNormDtype(const std::vector<paddle::DataType>&) {
-  return {paddle::DataType::FLOAT32};
+  return {paddle::DataType::FLOAT32, paddle::DataType::FLOAT32};
 }
 
 PD_BUILD_OP(paddle_ft_clip_by_global_norm)  // (no "_grad" in a forward op's name: Paddle takes it for a gradient op)
     .Inputs({paddle::Vec("Grads")})
-    .Outputs({paddle::Vec("GradsOut"), "Norm"})
-    .Attrs({"max_norm: float"})
+    .Outputs({paddle::Vec("GradsOut"), "Norm", "Factor"})
+    .Attrs({"max_norm: float", "in_place: bool"})
     .SetInplaceMap({{paddle::Vec("Grads"), paddle::Vec("GradsOut")}})
     .SetKernelFn(PD_KERNEL(ClipGradNorm))
     .SetInferShapeFn(PD_INFER_SHAPE(ClipGradNormShape))
@@ -1040,11 +1047,11 @@ void AdamWStep(std::vector<paddle::Tensor>& params, const std::vector<paddle::Te
     const float b1p = beta1_pows[i].data<float>()[0], b2p = beta2_pows[i].data<float>()[0];
     constants[i] = {beta1, beta2, lr * (std::sqrt(1.f - b2p) / (1.f - b1p)), eps * std::sqrt(1.f - b2p),
                     lr * 1.f * coeff};  // Paddle's old_lr * lr_ratio * coeff, lr_ratio 1
-    for (int64_t begin = 0; begin < size; begin += kClipBlock)
-      blocks.push_back({i, begin, std::min(size, begin + kClipBlock)});
+    for (int64_t begin = 0; begin < size; begin += kGradientBlock)
+      blocks.push_back({i, begin, std::min(size, begin + kGradientBlock)});
   }
   const int64_t count = static_cast<int64_t>(blocks.size());
-  const int threads = team_size(count * kClipBlock);
+  const int threads = team_size(count * kGradientBlock);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t b = 0; b < count; ++b) {
     const Block& block = blocks[b];

@@ -265,6 +265,12 @@ def test_clipping_by_the_global_norm_in_one_kernel_is_the_engines_clipping(max_n
     for ours, theirs, twos in zip(fused_ones, plain, on_two_threads):
         np.testing.assert_allclose(ours.grad_.numpy(), theirs.grad_.numpy(), **TOLERANCE)
         assert np.array_equal(ours.grad_.numpy(), twos.grad_.numpy())
+    measured_only = gradients(shapes, 1e-2)  # in_place=False: the norm and the factor, nothing scaled
+    unscaled_norm, factor = fused.clip_grad_norm([p.grad_ for p in measured_only], max_norm, in_place=False)
+    assert float(unscaled_norm) == norm and factor == pytest.approx(min(1.0, max_norm / (norm + 1e-6)), rel=1e-6)
+    assert all(np.array_equal(a.grad_.numpy(), b.grad_.numpy())
+               for a, b in zip(measured_only, gradients(shapes, 1e-2)))
+    assert fused.clip_grad_norm([], max_norm)[1] == 1.0  # no gradient: nothing to scale (the kernel takes no list)
     if max_norm > exact:
         untouched = gradients(shapes, 1e-2)
         assert all(np.array_equal(a.grad_.numpy(), b.grad_.numpy()) for a, b in zip(fused_ones, untouched))
