@@ -1,6 +1,7 @@
 """tools/bench.py: the summaries it computes, the report it writes, and one real (tiny) run of it."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from bench import report
 from bench.inference import ENGINES, _wait_for_quiet_threads
 from bench.serving import PLAIN_ONNX
 from bench.shape import step_windows, summarise_windows
+from conftest import write_splits
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,6 +32,34 @@ def test_windows_drop_the_warm_up_and_total_the_rest():
     assert summary["measured_steps"] == 16
     with pytest.raises(ValueError):
         summarise_windows(windows[:1])
+
+
+def test_every_engine_of_the_training_table_trains_on_the_same_texts_warm_up_apart(tmp_path, vocab_file):
+    """The texts every engine times are one sample of the train split, none of them among the warm-up texts; the
+    peers' token ids are those of the same texts (a window of each engine's own epoch timed other texts: the HF
+    sampler starts with the longest batches)."""
+    from bench.run import write_training_texts
+    from paddle_ft.errors import UserError
+
+    demo = write_splits(tmp_path / "data", (600, 10, 10))
+    shutil.copy(vocab_file, demo / "vocab.txt")
+    texts = write_training_texts(demo, tmp_path / "work", 320)
+    train = (demo / "train.tsv").read_text(encoding="utf-8").splitlines()
+    warmup = texts.warmup_tsv.read_text(encoding="utf-8").splitlines()
+    measured = texts.measured_tsv.read_text(encoding="utf-8").splitlines()
+    assert warmup[0] == measured[0] == train[0]  # the header
+    assert len(warmup) == 1 + 256 and len(measured) == 1 + 320 and texts.train_split == 600
+    assert not set(warmup[1:]) & set(measured[1:]) and set(warmup[1:] + measured[1:]) <= set(train[1:])
+    assert write_training_texts(demo, tmp_path / "again", 320) == \
+        dataclasses.replace(texts, **{f: tmp_path / "again" / getattr(texts, f).name for f in
+                                      ("warmup_tsv", "measured_tsv", "warmup_features", "measured_features")})
+    assert (tmp_path / "again" / "train_measured.tsv").read_text(encoding="utf-8") == "\n".join(measured) + "\n"
+    features = [json.loads(line) for line in texts.measured_features.read_text(encoding="utf-8").splitlines()]
+    first_text = measured[1].split("\t")[0]
+    vocab = (demo / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert len(features) == 320 and "".join(vocab[i] for i in features[0]["input_ids"][1:-1]) == first_text
+    with pytest.raises(UserError, match="has 600 texts; .* 256 to warm up and times 384 others: give fewer --windows"):
+        write_training_texts(demo, tmp_path / "work", 384)
 
 
 def test_each_engine_turn_waits_until_the_previous_engines_threads_stop_spinning():
@@ -92,7 +122,8 @@ def _results() -> dict:
                                                   {"batch": 64, "engine": "paddle"}]}},
                "settings": {"shape": {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024,
                                       "max_length": 128},
-                            "batch_size": 32, "train_steps": 56, "paddlenlp_trainer_steps": 32, "quick": False}}
+                            "batch_size": 32, "measured_texts": 1536, "warmup_steps": 8, "paddlenlp_trainer_steps": 32,
+                            "quick": False}}
     results["ratios"] = report.ratios(results)
     return results
 
@@ -138,7 +169,8 @@ def test_report_ratios_table_and_chart(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, data_dir, vocab_file):
+def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, vocab_file):
+    data_dir = write_splits(tmp_path / "data", (520, 60, 60))  # --quick: 256 texts to warm up on, 256 timed
     shutil.copy(vocab_file, data_dir / "vocab.txt")
     out = tmp_path / "bench"
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "--quick", "--model-shape", "1,32,2,64",
@@ -149,6 +181,7 @@ def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, data_dir, vocab_
     assert done.returncode == 0, done.stderr[-3000:]
     bench = json.loads((out / "bench.json").read_text(encoding="utf-8"))
     assert bench["train"]["paddle_ft"]["samples_per_s"] > 0
+    assert bench["train"]["paddle_ft"]["measured_steps"] == 8  # one epoch of the 256 timed texts, every window counted
     assert bench["train"]["paddlenlp_trainer"]["samples_per_s"] > 0
     for peer in ("hf_trainer", "hf_trainer_group_by_length"):
         assert bench["train"][peer]["samples_per_s"] is None and "make bench-peers" in bench["train"][peer]["skipped"]

@@ -22,8 +22,8 @@ def ratios(results: dict) -> dict:
     out = {}
     for name in TRAIN_ENGINES[1:]:
         out[f"train_vs_{name}"] = _ratio(train["paddle_ft"].get("samples_per_s"), train[name].get("samples_per_s"))
-        # per real token: each engine measures other batches of the epoch (its own order), so their mean lengths
-        # differ, and samples/s flatters whichever measured the shorter texts
+        # per real token: the same ratio where both timed the same texts (paddle_ft and the HF Trainers); PaddleNLP's
+        # Trainer times a window of its random batches, whose mean length differs
         out[f"train_vs_{name}_per_token"] = _ratio(train["paddle_ft"].get("real_tokens_per_s"),
                                                    train[name].get("real_tokens_per_s"))
     infer = results["infer"]
@@ -93,8 +93,9 @@ def markdown(results: dict) -> str:
              f"{m['paddle_version']}, PaddleNLP {m['paddlenlp_version']}; model {s['shape']['num_layers']} layers x "
              f"{s['shape']['hidden_size']} hidden x {s['shape']['num_heads']} heads (random weights, the demo's "
              f"character vocabulary), max length "
-             f"{s['shape']['max_length']}, batch {s['batch_size']}, fp32; {s['train_steps']} training steps per engine "
-             f"({s['paddlenlp_trainer_steps']} for PaddleNLP's Trainer), the first 8 of them warm-up; inference: "
+             f"{s['shape']['max_length']}, batch {s['batch_size']}, fp32; training: every engine one timed epoch over the "
+             f"same {s['measured_texts']:,} texts, after {s['warmup_steps']} steps on others (PaddleNLP's Trainer: "
+             f"{s['paddlenlp_trainer_steps']} steps of them, the first {s['warmup_steps']} warm-up); inference: "
              f"medians of repeated rounds{' QUICK RUN' if s['quick'] else ''}.", "",
              "| training | samples/s | real tokens/s | padded tokens/s | padding | peak RSS MB | paddle_ft is "
              "(samples) | (real tokens) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]

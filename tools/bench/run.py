@@ -9,13 +9,14 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from paddle_ft import runtime
 from bench import report, search
 from bench.search import ProbeFailed
-from bench.shape import (BATCH_SIZE, MAX_LENGTH, RESULT_MARK, SHAPE_VARIABLE, WINDOW_STEPS, model_shape,
-                                   train_steps)
+from bench.shape import (BATCH_SIZE, MAX_LENGTH, RESULT_MARK, SHAPE_VARIABLE, WINDOW_STEPS, measured_texts,
+                         model_shape, train_steps)
 from paddle_ft.errors import UserError
 from paddle_ft.io import write_text_atomically
 from paddle_ft.ownership import owned_folder
@@ -34,8 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default="data/demo", help="the demo corpus (tools/prepare_demo_data.py)")
     parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for every engine (default: all usable cores)")
     parser.add_argument("--windows", type=positive_int, default=6,
-                        help="measured training windows of 8 steps per engine, after one warm-up window "
-                             "(PaddleNLP's Trainer, the slowest by far, gets at most 3)")
+                        help="training texts timed, in windows of 8 batches: every engine trains one epoch over the "
+                             "same WINDOWS x 8 x 32 texts, after 8 warm-up steps on others (PaddleNLP's Trainer, the "
+                             "slowest by far, times at most 3 windows of them)")
     parser.add_argument("--peers-python", default=os.environ.get("PADDLE_FT_PEERS_PYTHON", DEFAULT_PEERS_PYTHON),
                         help="python of the peer environment with torch + transformers (make bench-peers)")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (fewer samples); numbers are rough")
@@ -69,16 +71,15 @@ def _bench(args: argparse.Namespace, demo: Path, output: Path) -> int:
     threads = args.threads or runtime.usable_cores()
     windows = 1 if args.quick else args.windows
     steps = train_steps(windows)
-    features = workdir / "train_features.jsonl"
-    train_examples = write_features(demo, features)
+    texts = write_training_texts(demo, workdir, measured_texts(windows))
     jobs = Jobs(output, threads)
     started = time.perf_counter()
 
     common = {"demo": str(demo), "workdir": str(workdir), "threads": threads, "steps": steps}
     results: dict = {"tokenizer": jobs.paddle("tokenizer", common)}
-    results["train"], slow_steps = train_rows(jobs, common, windows, features, demo, Path(args.peers_python),
+    results["train"], slow_steps = train_rows(jobs, common, windows, texts, demo, Path(args.peers_python),
                                               1 if args.quick else TRAIN_ROUNDS)
-    results["amp"] = amp_table(jobs, common, results["train"]["paddle_ft"], train_examples)
+    results["amp"] = amp_table(jobs, common, results["train"]["paddle_ft"], texts.train_split)
     results["limits"] = jobs.paddle("limits", {**common, "seconds_per_shape": 0.1 if args.quick else 0.5})
     results["profile"] = jobs.paddle("profile", {**common, "steps": train_steps(1 if args.quick else 2),
                                                  "skip_steps": WINDOW_STEPS})
@@ -98,7 +99,8 @@ def _bench(args: argparse.Namespace, demo: Path, output: Path) -> int:
     if args.serve:
         results["serve"] = serve_rows(workdir / "export", demo, threads, args.quick)
     results["machine"] = machine(threads, infer, results["train"].get("hf_trainer", {}))
-    results["settings"] = {"shape": model_shape(), "batch_size": BATCH_SIZE, "precision": "fp32", "train_steps": steps,
+    results["settings"] = {"shape": model_shape(), "batch_size": BATCH_SIZE, "precision": "fp32",
+                           "measured_texts": measured_texts(windows), "warmup_steps": WINDOW_STEPS,
                            "paddlenlp_trainer_steps": slow_steps,
                            "quick": args.quick, "seconds": round(time.perf_counter() - started, 1)}
     results["ratios"] = report.ratios(results)
@@ -124,26 +126,33 @@ def serve_rows(export: Path, demo: Path, threads: int, quick: bool) -> list[dict
     return load_test(export, texts, [1, 8, 32], 400, 60, threads)
 
 
-def train_rows(jobs: "Jobs", common: dict, windows: int, features: Path, demo: Path,
+def train_rows(jobs: "Jobs", common: dict, windows: int, texts: "TrainingTexts", demo: Path,
                peers_python: Path, train_rounds: int = TRAIN_ROUNDS) -> tuple[dict, int]:
     """The training table: our engine, PaddleNLP's Trainer, the HF Trainer twice (when the peer
     environment exists). Returns (rows, the steps PaddleNLP's Trainer ran).
 
-    paddle_ft and the HF Trainers run `train_rounds` times, taking turns, and each keeps its fastest run (by real
-    tokens/s; every run is in the row's "runs"): on this shared machine one engine's rate moved by 15% between bench
-    runs, and a neighbour's burst only ever slows a run down. PaddleNLP's Trainer, 8x slower, runs once."""
+    paddle_ft and the HF Trainers train on the same texts (`texts`): a few steps on the warm-up ones, then one timed
+    epoch over the measured ones, each in its own batch order; so their samples/s and real tokens/s stand in the
+    same ratio. (Timing a window of each engine's epoch instead measured other texts per engine: the HF sampler
+    starts with the longest batches, and its window averaged 59 real tokens a text to paddle_ft's 50.) They run
+    `train_rounds` times, taking turns, and each keeps its fastest run (by real tokens/s; every run is in the row's
+    "runs"): on this shared machine one engine's rate moved by 15% between bench runs, and a neighbour's burst only
+    ever slows a run down. PaddleNLP's Trainer, 8x slower, runs once, over a window of its random batches of the
+    measured texts."""
     rounds: dict[str, list[dict]] = {}
     for _ in range(train_rounds):
-        rounds.setdefault("paddle_ft", []).append(jobs.paddle("paddle_ft", common))
+        rounds.setdefault("paddle_ft", []).append(jobs.paddle("paddle_ft", {**common, "texts": {
+            "warmup": str(texts.warmup_tsv), "measured": str(texts.measured_tsv)}}))
         for name, flags in (("hf_trainer", []), ("hf_trainer_group_by_length", ["--group-by-length"])):
             if peers_python.is_file():
                 rounds.setdefault(name, []).append(jobs.run(
-                    name, [str(peers_python), str(HF_SCRIPT), str(features), str(demo / "vocab.txt"),
-                           str(common["steps"]), str(common["threads"]), *flags], runtime.environment_as_given()))
+                    name, [str(peers_python), str(HF_SCRIPT), str(texts.measured_features),
+                           str(texts.warmup_features), str(demo / "vocab.txt"), str(common["threads"]), *flags],
+                    runtime.environment_as_given()))
     rows = {name: _fastest(runs) for name, runs in rounds.items()}
     # PaddleNLP's Trainer as a user runs it: none of the settings paddle_ft applies at start-up
     slow_steps = train_steps(min(windows, PADDLENLP_WINDOWS))
-    rows["paddlenlp_trainer"] = jobs.paddle("paddlenlp_trainer", {**common, "features": str(features),
+    rows["paddlenlp_trainer"] = jobs.paddle("paddlenlp_trainer", {**common, "features": str(texts.measured_features),
                                                                   "steps": slow_steps},
                                             env=runtime.environment_as_given())
     for name in ("hf_trainer", "hf_trainer_group_by_length"):
@@ -195,23 +204,53 @@ def children_path() -> str:
     return os.pathsep.join([str(tools.parent), str(tools)])
 
 
-def write_features(demo: Path, path: Path) -> int:
-    """Token ids of the training split, written once, so the Trainer peers train on exactly our ids.
-    Returns how many examples it wrote."""
+@dataclass(frozen=True)
+class TrainingTexts:
+    """The training table's texts, drawn from the demo's train split: as TSV for paddle_ft's train command, and as
+    token ids (the same tokenizer and vocabulary) for the Trainer peers, so every engine trains on exactly our ids."""
+    warmup_tsv: Path
+    measured_tsv: Path
+    warmup_features: Path
+    measured_features: Path
+    train_split: int
+    """texts in the whole train split (the AMP table's epoch)"""
+
+
+def write_training_texts(demo: Path, workdir: Path, measured: int) -> TrainingTexts:
+    """A seeded sample of the train split, written under workdir: WINDOW_STEPS batches to warm up on, then
+    `measured` other texts to time."""
+    import numpy as np
+
+    lines = (demo / "train.tsv").read_text(encoding="utf-8").splitlines()
+    header, rows = lines[0], [line for line in lines[1:] if line.strip()]
+    warmup = WINDOW_STEPS * BATCH_SIZE
+    if len(rows) < warmup + measured:
+        raise UserError(f"{demo / 'train.tsv'} has {len(rows)} texts; the bench trains on {warmup} to warm up and "
+                        f"times {measured} others: give fewer --windows or a larger corpus")
+    order = np.random.default_rng(0).permutation(len(rows))
+    workdir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, chosen in (("warmup", order[:warmup]), ("measured", order[warmup:warmup + measured])):
+        paths[f"{name}_tsv"] = workdir / f"train_{name}.tsv"
+        write_text_atomically(paths[f"{name}_tsv"], "\n".join([header, *(rows[i] for i in chosen)]) + "\n")
+        paths[f"{name}_features"] = workdir / f"train_{name}_features.jsonl"
+        _write_features(paths[f"{name}_tsv"], demo / "vocab.txt", paths[f"{name}_features"])
+    return TrainingTexts(**paths, train_split=len(rows))
+
+
+def _write_features(tsv: Path, vocab: Path, path: Path) -> None:
+    """Token ids of a TSV's texts, and its labels' ids, one JSON line a text."""
     from paddlenlp.transformers import BertTokenizer
 
     from paddle_ft.data.labels import resolve_labels
     from paddle_ft.data.readers import Columns, read_examples
 
-    examples = read_examples(demo / "train.tsv", "tsv", Columns("text", None, "label"))[0]
+    examples = read_examples(tsv, "tsv", Columns("text", None, "label"))[0]
     labels = resolve_labels(None, [e.label for e in examples])
-    encoded = BertTokenizer(str(demo / "vocab.txt"))([e.text for e in examples], max_length=MAX_LENGTH,
-                                                     truncation=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
-        for ids, types, example in zip(encoded["input_ids"], encoded["token_type_ids"], examples):
-            out.write(json.dumps({"input_ids": ids, "token_type_ids": types, "label": labels.id(example.label)}) + "\n")
-    return len(examples)
+    encoded = BertTokenizer(str(vocab))([e.text for e in examples], max_length=MAX_LENGTH, truncation=True)
+    lines = [json.dumps({"input_ids": ids, "token_type_ids": types, "label": labels.id(example.label)})
+             for ids, types, example in zip(encoded["input_ids"], encoded["token_type_ids"], examples)]
+    write_text_atomically(path, "".join(line + "\n" for line in lines))
 
 
 AMP_ROWS = (("fp32", {}), ("fp16 (O1)", {"train.amp.enabled": True, "train.amp.dtype": "float16"}),

@@ -14,7 +14,7 @@ MAX_LENGTH = 128
 BATCH_SIZE = 32
 LEARNING_RATE = 5e-5
 WINDOW_STEPS = 8   # steps are timed in windows of this many ...
-WARMUP_WINDOWS = 1  # ... the first windows are warm-up and dropped
+WARMUP_WINDOWS = 1  # ... the first windows are warm-up and dropped (a run that warmed up on other texts drops none)
 RESULT_MARK = "BENCH_RESULT "
 
 
@@ -28,13 +28,18 @@ def train_steps(windows: int) -> int:
     return WINDOW_STEPS * (WARMUP_WINDOWS + windows)
 
 
-def summarise_windows(windows: list[dict]) -> dict:
-    """Throughput over the measured windows (the warm-up ones dropped), as totals over time: with
+def measured_texts(windows: int) -> int:
+    """The texts every engine of the training table trains on for one timed epoch: `windows` windows of batches."""
+    return windows * WINDOW_STEPS * BATCH_SIZE
+
+
+def summarise_windows(windows: list[dict], warmup_windows: int = WARMUP_WINDOWS) -> dict:
+    """Throughput over the measured windows (the first `warmup_windows` dropped), as totals over time: with
     length-grouped batches, windows differ in length on purpose (the Hugging Face sampler even starts
     with the longest batches), so the rate over all of them is what an epoch would see. Each window is
     {"seconds", "samples", "real_tokens", "padded_tokens"}; padded = real + pad tokens, what the
     matmuls actually process."""
-    measured = windows[WARMUP_WINDOWS:]
+    measured = windows[warmup_windows:]
     if not measured:
         raise ValueError("no window after warm-up: train for more steps")
     seconds = sum(w["seconds"] for w in measured)
@@ -84,8 +89,9 @@ class StepRecorder:
 
         return StepClock()
 
-    def summary(self) -> dict:
-        return summarise_windows(step_windows(self.ends, self.started, self.samples, self.real, self.padded))
+    def summary(self, warmup_windows: int = WARMUP_WINDOWS) -> dict:
+        return summarise_windows(step_windows(self.ends, self.started, self.samples, self.real, self.padded),
+                                 warmup_windows)
 
 
 def peak_rss_mb() -> float:
