@@ -353,32 +353,36 @@ PD_BUILD_GRAD_OP(paddle_ft_layer_norm)
     .Outputs({paddle::Grad("X"), paddle::Grad("Weight"), paddle::Grad("Bias")})
     .SetKernelFn(PD_KERNEL(LayerNormBackward));
 
-// Exact GELU: x * (1 + erf(x / sqrt 2)) / 2.
+namespace {
+
+// Exact GELU: x * (1 + erf(x / sqrt 2)) / 2
+inline float gelu(float x) { return 0.5f * x * (1.f + fast_erf(x * kInvSqrt2)); }
+
+// d gelu / dx = (1 + erf(x / sqrt 2)) / 2 + x * exp(-x^2 / 2) / sqrt(2 pi)
+inline float gelu_derivative(float x) {
+  return 0.5f * (1.f + fast_erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * fast_exp(-0.5f * x * x);
+}
+
+}  // namespace
+
 std::vector<paddle::Tensor> GeluForward(const paddle::Tensor& x) {
   check_float32_cpu(x, "x");
   auto out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
   const float* a = x.data<float>();
   float* o = out.data<float>();
-  const int64_t n = x.numel();
-  for_blocks(n, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) o[i] = 0.5f * a[i] * (1.f + fast_erf(a[i] * kInvSqrt2));
+  for_blocks(x.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) o[i] = gelu(a[i]);
   });
   return {out};
 }
 
-// d gelu / dx = (1 + erf(x / sqrt 2)) / 2 + x * exp(-x^2 / 2) / sqrt(2 pi)
 std::vector<paddle::Tensor> GeluBackward(const paddle::Tensor& x, const paddle::Tensor& grad_out) {
   check_float32_cpu(grad_out, "grad_out");
   auto grad_x = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
   const float *a = x.data<float>(), *g = grad_out.data<float>();
   float* gx = grad_x.data<float>();
-  const int64_t n = x.numel();
-  for_blocks(n, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float v = a[i];
-      const float cdf = 0.5f * (1.f + fast_erf(v * kInvSqrt2));
-      gx[i] = g[i] * (cdf + v * kInvSqrt2Pi * fast_exp(-0.5f * v * v));
-    }
+  for_blocks(x.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) gx[i] = g[i] * gelu_derivative(a[i]);
   });
   return {grad_x};
 }
@@ -392,6 +396,64 @@ PD_BUILD_GRAD_OP(paddle_ft_gelu)
     .Inputs({"X", paddle::Grad("Out")})
     .Outputs({paddle::Grad("X")})
     .SetKernelFn(PD_KERNEL(GeluBackward));
+
+// gelu(x + bias), x [..., width]: the FFN's first linear's bias added inside GELU (the matmul's output read once,
+// not once by the bias and again by GELU), and in the backward the bias's gradient, the column sums of d(x + bias),
+// summed while they are written (not read again by a matmul with a row of ones).
+std::vector<paddle::Tensor> BiasGeluForward(const paddle::Tensor& x, const paddle::Tensor& bias) {
+  check_float32_cpu(x, "x");
+  check_float32_cpu(bias, "bias");
+  const int64_t width = bias.numel(), rows = x.numel() / width;
+  PD_CHECK(x.shape().back() == width, "x's last axis must be the bias's length");
+  auto out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const float *a = x.data<float>(), *b = bias.data<float>();
+  float* o = out.data<float>();
+  for_rows(rows, width, [&](int64_t r) {
+    const float* in = a + r * width;
+    float* row = o + r * width;
+    for (int64_t j = 0; j < width; ++j) row[j] = gelu(in[j] + b[j]);
+  });
+  return {out};
+}
+
+std::vector<paddle::Tensor> BiasGeluBackward(const paddle::Tensor& x, const paddle::Tensor& bias,
+                                             const paddle::Tensor& grad_out) {
+  check_float32_cpu(grad_out, "grad_out");
+  const int64_t width = bias.numel(), rows = x.numel() / width;
+  auto grad_x = paddle::empty(x.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto grad_bias = paddle::empty(bias.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const float *a = x.data<float>(), *b = bias.data<float>(), *g = grad_out.data<float>();
+  float *gx = grad_x.data<float>(), *gb = grad_bias.data<float>();
+  const int threads = team_size(rows * width);
+  std::vector<float> sums(threads * width, 0.f);  // each thread's column sums over its rows, added up after
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* mine = sums.data() + thread_index() * width;
+    const float *in = a + r * width, *up = g + r * width;
+    float* row = gx + r * width;
+    for (int64_t j = 0; j < width; ++j) {
+      const float d = up[j] * gelu_derivative(in[j] + b[j]);
+      row[j] = d;
+      mine[j] += d;
+    }
+  }
+  for (int64_t j = 0; j < width; ++j) {
+    float total = 0.f;
+    for (int t = 0; t < threads; ++t) total += sums[t * width + j];
+    gb[j] = total;
+  }
+  return {grad_x, grad_bias};
+}
+
+PD_BUILD_OP(paddle_ft_bias_gelu)
+    .Inputs({"X", "Bias"})
+    .Outputs({"Out"})
+    .SetKernelFn(PD_KERNEL(BiasGeluForward));
+
+PD_BUILD_GRAD_OP(paddle_ft_bias_gelu)
+    .Inputs({"X", "Bias", paddle::Grad("Out")})
+    .Outputs({paddle::Grad("X"), paddle::Grad("Bias")})
+    .SetKernelFn(PD_KERNEL(BiasGeluBackward));
 
 namespace {
 

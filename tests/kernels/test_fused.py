@@ -10,8 +10,8 @@ from conftest import DEMO, overrides
 
 from paddle_ft.engine.amp import clip_grad_norm
 from paddle_ft.kernels import fused
-from paddle_ft.kernels.fused import (add_layer_norm, attention_core, dropout, gelu, kernels, masked_softmax,
-                                     use_fused_kernels)
+from paddle_ft.kernels.fused import (add_layer_norm, attention_core, bias_gelu, dropout, gelu, kernels,
+                                     masked_softmax, use_fused_kernels)
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -82,7 +82,7 @@ def padding_mask(lengths: list[int], keys: int) -> paddle.Tensor:
     return paddle.to_tensor(np.array([[[[0.0] * n + [-1e4] * (keys - n)]] for n in lengths], dtype="float32"))
 
 
-def test_gelu_is_paddles_exact_gelu_over_its_whole_range():
+def test_gelu_is_paddles_exact_gelu_over_its_whole_range_with_and_without_a_bias():
     # every region of the erf and exp approximations: the tails (clamped at |x| = 4 / 5.66), the middle, zero
     values = np.concatenate([np.linspace(-12, 12, 4801), [0.0, -0.0, 1e-8, -1e-8, 40, -40]]).astype("float32")
     x = leaf(values.reshape(1, -1))
@@ -91,6 +91,14 @@ def test_gelu_is_paddles_exact_gelu_over_its_whole_range():
     ours = outputs_and_gradients(gelu, [x], upstream)
     for name, expected, got in zip(["out", "grad"], plain, ours):
         np.testing.assert_allclose(got, expected, **TOLERANCE, err_msg=name)
+    # with the FFN's bias added inside: x + bias over the same range, rows of 7
+    rows = leaf(values[:4802].reshape(-1, 7) - np.linspace(-1, 1, 7, dtype="float32"))
+    bias = leaf(np.linspace(-1, 1, 7))
+    upstream = upstream[:, :4802].reshape(rows.shape)
+    plain = outputs_and_gradients(lambda t, b: F.gelu(t + b, approximate=False), [rows, bias], upstream)
+    ours = outputs_and_gradients(bias_gelu, [rows, bias], upstream)
+    for name, expected, got in zip(["out", "grad x", "grad bias"], plain, ours):
+        np.testing.assert_allclose(got, expected, **TOLERANCE, err_msg=f"with a bias: {name}")
 
 
 @pytest.mark.parametrize("keys", [5, 64, 131])
@@ -194,6 +202,12 @@ def test_tensors_large_enough_to_split_between_threads_give_paddles_results(thre
     plain = outputs_and_gradients(lambda t: F.gelu(t, approximate=False), [hidden], upstream.repeat(4, axis=-1)[:2])
     ours = outputs_and_gradients(gelu, [hidden], upstream.repeat(4, axis=-1)[:2])
     for name, expected, got in zip(["gelu out", "gelu grad"], plain, ours):
+        np.testing.assert_allclose(got, expected, **TOLERANCE, err_msg=name)
+    bias = leaf(rng.normal(0, 1, 1536))  # the bias's gradient: each thread's rows summed, then the threads' sums
+    plain = outputs_and_gradients(lambda t, b: F.gelu(t + b, approximate=False), [hidden, bias],
+                                  upstream.repeat(4, axis=-1)[:2])
+    ours = outputs_and_gradients(bias_gelu, [hidden, bias], upstream.repeat(4, axis=-1)[:2])
+    for name, expected, got in zip(["bias gelu out", "bias gelu grad x", "bias gelu grad bias"], plain, ours):
         np.testing.assert_allclose(got, expected, **TOLERANCE, err_msg=name)
 
     scores = leaf(rng.normal(0, 3, (4, 12, 33, 33)))  # 52,272 elements, rows of 33
