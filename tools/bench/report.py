@@ -92,9 +92,8 @@ def markdown(results: dict) -> str:
     lines = [f"Machine: {m['cpu']} ({flags}), {m['usable_cores']} usable cores, {m['threads']} threads; Paddle "
              f"{m['paddle_version']}, PaddleNLP {m['paddlenlp_version']}; model {s['shape']['num_layers']} layers x "
              f"{s['shape']['hidden_size']} hidden x {s['shape']['num_heads']} heads (random weights, the demo's "
-             f"character vocabulary), max length "
-             f"{s['shape']['max_length']}, batch {s['batch_size']}, fp32; training: every engine one timed epoch over the "
-             f"same {s['measured_texts']:,} texts, after {s['warmup_steps']} steps on others (PaddleNLP's Trainer: "
+             f"character vocabulary), max length {s['shape']['max_length']}, batch {s['batch_size']}, fp32; "
+             f"training: every engine one timed epoch over the same {s['measured_texts']:,} texts, after {s['warmup_steps']} steps on others (PaddleNLP's Trainer: "
              f"{s['paddlenlp_trainer_steps']} steps of them, the first {s['warmup_steps']} warm-up); inference: "
              f"medians of repeated rounds{' QUICK RUN' if s['quick'] else ''}.", "",
              "| training | samples/s | real tokens/s | padded tokens/s | padding | peak RSS MB | paddle_ft is "

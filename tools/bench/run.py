@@ -133,12 +133,11 @@ def train_rows(jobs: "Jobs", common: dict, windows: int, texts: "TrainingTexts",
 
     paddle_ft and the HF Trainers train on the same texts (`texts`): a few steps on the warm-up ones, then one timed
     epoch over the measured ones, each in its own batch order; so their samples/s and real tokens/s stand in the
-    same ratio. (Timing a window of each engine's epoch instead measured other texts per engine: the HF sampler
-    starts with the longest batches, and its window averaged 59 real tokens a text to paddle_ft's 50.) They run
-    `train_rounds` times, taking turns, and each keeps its fastest run (by real tokens/s; every run is in the row's
-    "runs"): on this shared machine one engine's rate moved by 15% between bench runs, and a neighbour's burst only
-    ever slows a run down. PaddleNLP's Trainer, 8x slower, runs once, over a window of its random batches of the
-    measured texts."""
+    same ratio. (Timing a window of each engine's epoch instead measured other texts per engine: paddle_ft's window
+    averaged 50 real tokens a text, HF's 59, the split 61.) They run `train_rounds` times, taking turns, and each
+    keeps its fastest run (by real tokens/s; every run is in the row's "runs"): on this shared machine one engine's
+    rate moved by 15% between bench runs, and a neighbour's burst only ever slows a run down. PaddleNLP's Trainer,
+    10x slower, runs once, over a window of its random batches of the measured texts."""
     rounds: dict[str, list[dict]] = {}
     for _ in range(train_rounds):
         rounds.setdefault("paddle_ft", []).append(jobs.paddle("paddle_ft", {**common, "texts": {
