@@ -137,7 +137,7 @@ def train_rows(jobs: "Jobs", common: dict, windows: int, texts: "TrainingTexts",
     averaged 50 real tokens a text, HF's 59, the split 61.) They run `train_rounds` times, taking turns, and each
     keeps its fastest run (by real tokens/s; every run is in the row's "runs"): on this shared machine one engine's
     rate moved by 15% between bench runs, and a neighbour's burst only ever slows a run down. PaddleNLP's Trainer,
-    10x slower, runs once, over a window of its random batches of the measured texts."""
+    11x slower, runs once, over a window of its random batches of the measured texts."""
     rounds: dict[str, list[dict]] = {}
     for _ in range(train_rounds):
         rounds.setdefault("paddle_ft", []).append(jobs.paddle("paddle_ft", {**common, "texts": {
