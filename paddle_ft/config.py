@@ -263,8 +263,8 @@ class RuntimeConfig:
     """On CPU, compute the gradients of linear layers with matmuls only (same values, ~1.2x faster steps)."""
     fused_kernels: bool = True
     """On CPU, run attention's core, layer norms, GELU, dropout, the linears' biases, gradient clipping and AdamW's
-    update through paddle_ft's fused C++ kernels (built once on first use; the same values to 1e-5 and the same dropout masks;
-    1.4-1.7x faster steps, more at e5-small's shape; Paddle's kernels where no compiler is)."""
+    update through paddle_ft's fused C++ kernels (built once on first use; the same values to 1e-5 and the same
+    dropout masks; 1.4-1.7x faster steps, more at e5-small's shape; Paddle's kernels where no compiler is)."""
     recompute: bool = False
     """Recompute each encoder layer's activations in backward instead of keeping them (less memory, ~1/3
     more compute)."""

@@ -69,6 +69,26 @@ void for_blocks(int64_t n, Body body) {
   for (int64_t b = 0; b < blocks; ++b) body(b * kBlock, std::min(n, (b + 1) * kBlock));
 }
 
+// body(r, sums, thread) for every row r < rows of `width` elements, the rows split evenly between the team's threads,
+// each thread adding into `columns` sums of its own (of type Sum); returns the threads' sums added in thread order:
+// the same result on every run with the same number of threads (the gradients of a bias or a norm's weight).
+template <typename Sum, typename Body>
+std::vector<Sum> for_rows_summing(int64_t rows, int64_t width, int64_t columns, Body body) {
+  const int threads = team_size(rows * width);
+  std::vector<Sum> sums(columns * threads, Sum(0));
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int t = thread_index();
+    Sum* mine = sums.data() + columns * t;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) body(r, mine, t);
+  }
+  std::vector<Sum> total(columns, Sum(0));
+  for (int t = 0; t < threads; ++t)
+    for (int64_t j = 0; j < columns; ++j) total[j] += sums[columns * t + j];
+  return total;
+}
+
 void check_float32_cpu(const paddle::Tensor& t, const char* name) {
   PD_CHECK(t.is_cpu(), name, " must be on the CPU");
   PD_CHECK(t.dtype() == paddle::DataType::FLOAT32, name, " must be float32");
@@ -231,32 +251,17 @@ std::vector<paddle::Tensor> norm_backward(const paddle::Tensor& x, const paddle:
   const float *a = x.data<float>(), *b = residual ? residual->data<float>() : nullptr, *w = weight.data<float>();
   const float *m = mean.data<float>(), *s = inv_std.data<float>(), *g = grad_out.data<float>();
   float* gx = grad_x.data<float>();
-  // the weight's and bias's gradients are sums over every row: each thread sums its rows (in double), and the
-  // threads' sums are added in thread order, the same result on every run with the same number of threads
-  const int threads = team_size(rows * width);
-  std::vector<double> sums(2 * width * threads, 0.0);
-  std::vector<float> scratch(width * threads);
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int t = thread_index();
-    double *weight_acc = sums.data() + 2 * width * t, *bias_acc = weight_acc + width;
-    float* normalised = scratch.data() + width * t;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t at = r * width;
-      norm_row_backward(a + at, b ? b + at : nullptr, w, m[r], s[r], g + at, width, gx + at, weight_acc, bias_acc,
-                        normalised);
-    }
-  }
+  // the weight's and bias's gradients are sums over every row (for_rows_summing)
+  std::vector<float> scratch(width * team_size(rows * width));
+  const auto sums = for_rows_summing<double>(rows, width, 2 * width, [&](int64_t r, double* weight_acc, int t) {
+    const int64_t at = r * width;
+    norm_row_backward(a + at, b ? b + at : nullptr, w, m[r], s[r], g + at, width, gx + at, weight_acc,
+                      weight_acc + width, scratch.data() + width * t);
+  });
   float *gw = grad_weight.data<float>(), *gb = grad_bias.data<float>();
   for (int64_t j = 0; j < width; ++j) {
-    double weight_sum = 0.0, bias_sum = 0.0;
-    for (int t = 0; t < threads; ++t) {
-      weight_sum += sums[2 * width * t + j];
-      bias_sum += sums[2 * width * t + width + j];
-    }
-    gw[j] = static_cast<float>(weight_sum);
-    gb[j] = static_cast<float>(bias_sum);
+    gw[j] = static_cast<float>(sums[j]);
+    gb[j] = static_cast<float>(sums[width + j]);
   }
   return {grad_x, grad_weight, grad_bias};
 }
@@ -424,24 +429,16 @@ std::vector<paddle::Tensor> BiasGeluBackward(const paddle::Tensor& x, const padd
   auto grad_bias = paddle::empty(bias.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
   const float *a = x.data<float>(), *b = bias.data<float>(), *g = grad_out.data<float>();
   float *gx = grad_x.data<float>(), *gb = grad_bias.data<float>();
-  const int threads = team_size(rows * width);
-  std::vector<float> sums(threads * width, 0.f);  // each thread's column sums over its rows, added up after
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* mine = sums.data() + thread_index() * width;
+  const auto sums = for_rows_summing<float>(rows, width, width, [&](int64_t r, float* bias_acc, int) {
     const float *in = a + r * width, *up = g + r * width;
     float* row = gx + r * width;
     for (int64_t j = 0; j < width; ++j) {
       const float d = up[j] * gelu_derivative(in[j] + b[j]);
       row[j] = d;
-      mine[j] += d;
+      bias_acc[j] += d;
     }
-  }
-  for (int64_t j = 0; j < width; ++j) {
-    float total = 0.f;
-    for (int t = 0; t < threads; ++t) total += sums[t * width + j];
-    gb[j] = total;
-  }
+  });
+  std::copy(sums.begin(), sums.end(), gb);
   return {grad_x, grad_bias};
 }
 
