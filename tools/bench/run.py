@@ -220,32 +220,32 @@ def write_training_texts(demo: Path, workdir: Path, measured: int) -> TrainingTe
     `measured` other texts to time."""
     import numpy as np
 
-    lines = (demo / "train.tsv").read_text(encoding="utf-8").splitlines()
-    header, rows = lines[0], [line for line in lines[1:] if line.strip()]
+    from paddle_ft.data.labels import resolve_labels
+    from paddle_ft.data.readers import Columns, read_examples, write_examples
+
+    columns = Columns("text", None, "label")
+    examples = read_examples(demo / "train.tsv", "tsv", columns)[0]
+    labels = resolve_labels(None, [e.label for e in examples])  # the split's, so both samples number them alike
     warmup = WINDOW_STEPS * BATCH_SIZE
-    if len(rows) < warmup + measured:
-        raise UserError(f"{demo / 'train.tsv'} has {len(rows)} texts; the bench trains on {warmup} to warm up and "
+    if len(examples) < warmup + measured:
+        raise UserError(f"{demo / 'train.tsv'} has {len(examples)} texts; the bench trains on {warmup} to warm up and "
                         f"times {measured} others: give fewer --windows or a larger corpus")
-    order = np.random.default_rng(0).permutation(len(rows))
+    order = np.random.default_rng(0).permutation(len(examples))
     workdir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, chosen in (("warmup", order[:warmup]), ("measured", order[warmup:warmup + measured])):
+        sample = [examples[i] for i in chosen]
         paths[f"{name}_tsv"] = workdir / f"train_{name}.tsv"
-        write_text_atomically(paths[f"{name}_tsv"], "\n".join([header, *(rows[i] for i in chosen)]) + "\n")
+        write_examples(paths[f"{name}_tsv"], "tsv", columns, sample)
         paths[f"{name}_features"] = workdir / f"train_{name}_features.jsonl"
-        _write_features(paths[f"{name}_tsv"], demo / "vocab.txt", paths[f"{name}_features"])
-    return TrainingTexts(**paths, train_split=len(rows))
+        _write_features(sample, labels, demo / "vocab.txt", paths[f"{name}_features"])
+    return TrainingTexts(**paths, train_split=len(examples))
 
 
-def _write_features(tsv: Path, vocab: Path, path: Path) -> None:
-    """Token ids of a TSV's texts, and its labels' ids, one JSON line a text."""
+def _write_features(examples: list, labels, vocab: Path, path: Path) -> None:
+    """Token ids of the examples' texts, and their labels' ids, one JSON line a text."""
     from paddlenlp.transformers import BertTokenizer
 
-    from paddle_ft.data.labels import resolve_labels
-    from paddle_ft.data.readers import Columns, read_examples
-
-    examples = read_examples(tsv, "tsv", Columns("text", None, "label"))[0]
-    labels = resolve_labels(None, [e.label for e in examples])
     encoded = BertTokenizer(str(vocab))([e.text for e in examples], max_length=MAX_LENGTH, truncation=True)
     lines = [json.dumps({"input_ids": ids, "token_type_ids": types, "label": labels.id(example.label)})
              for ids, types, example in zip(encoded["input_ids"], encoded["token_type_ids"], examples)]
