@@ -159,23 +159,34 @@ inline float lane_sum(int64_t n, Term term) {
   return total;
 }
 
-template <typename Term>
-inline float lane_max(int64_t n, Term term) {
-  float lanes[kLanes];
-  for (float& lane : lanes) lane = -INFINITY;
+// kLanes floats as one value, which GCC and Clang compile to the target's vector instructions. A maximum written
+// as `v > top ? v : top` over a float array stays scalar in GCC (without -ffinite-math-only it will not turn the
+// select into a vector max): 1.0 ns an element, against 0.27 on these.
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline Lanes load_lanes(const float* from) {
+  Lanes v;
+  std::memcpy(&v, from, sizeof v);
+  return v;
+}
+
+inline void store_lanes(float* to, const Lanes& v) { std::memcpy(to, &v, sizeof v); }
+
+// out = a + b over n elements, returning their maximum (exact: the same in any order)
+inline float add_and_max(const float* a, const float* b, float* out, int64_t n) {
+  Lanes tops = Lanes{} - INFINITY;
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const float v = term(j + l);
-      lanes[l] = v > lanes[l] ? v : lanes[l];
-    }
+    const Lanes v = load_lanes(a + j) + load_lanes(b + j);
+    store_lanes(out + j, v);
+    tops = v > tops ? v : tops;
   }
   float top = -INFINITY;
   for (; j < n; ++j) {
-    const float v = term(j);
+    const float v = out[j] = a[j] + b[j];
     top = v > top ? v : top;
   }
-  for (const float lane : lanes) top = lane > top ? lane : top;
+  for (int64_t l = 0; l < kLanes; ++l) top = tops[l] > top ? tops[l] : top;
   return top;
 }
 
@@ -456,7 +467,7 @@ namespace {
 
 // out = softmax(scores + mask) over one row of `keys` (out may be scores)
 inline void masked_softmax_row(const float* scores, const float* mask, float* out, int64_t keys) {
-  const float top = lane_max(keys, [&](int64_t j) { return out[j] = scores[j] + mask[j]; });
+  const float top = add_and_max(scores, mask, out, keys);
   const float inv = 1.f / lane_sum(keys, [&](int64_t j) { return out[j] = fast_exp(out[j] - top); });
   for (int64_t j = 0; j < keys; ++j) out[j] *= inv;
 }
