@@ -14,6 +14,7 @@ import pytest
 
 from bench import report
 from bench.inference import ENGINES, _wait_for_quiet_threads
+from bench.limits import profile_groups
 from bench.serving import PLAIN_ONNX
 from bench.shape import step_windows, summarise_windows
 from conftest import write_splits
@@ -32,6 +33,27 @@ def test_windows_drop_the_warm_up_and_total_the_rest():
     assert summary["measured_steps"] == 16
     with pytest.raises(ValueError):
         summarise_windows(windows[:1])
+
+
+def test_the_profile_counts_the_kernels_forward_spans_and_each_span_once(tmp_path):
+    """Two steps of 100 ms: a matmul with an operator nested in it, a fused kernel's forward (the span it leaves, as
+    the profiler records no operator for it) with an operator nested in it, the fused clip in the optimizer's step,
+    and 10 ms of nothing (Python)."""
+    def span(cat, name, ms, duration_ms):
+        return {"cat": cat, "name": f"{name}[{duration_ms} ms]", "ts": ms * 1000, "dur": duration_ms * 1000}
+    events = []
+    for start in (0, 100):
+        events += [span("Optimization", "Optimization Step", start, 5),
+                   span("Operator", "matmul", start + 5, 40), span("Operator", "full", start + 5, 3),
+                   span("PythonOp", "paddle_ft_attention", start + 45, 30), span("Operator", "empty", start + 45, 30),
+                   span("PythonOp", "paddle_ft_clip_by_global_norm", start + 75, 15)]
+    events.append(span("Optimization", "Optimization Step", 200, 5))
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}), encoding="utf-8")
+    profile = profile_groups(trace, skip_steps=0)
+    assert profile["steps"] == 2 and profile["seconds"] == 0.2
+    assert profile["shares"] == {"matmul": 0.4, "fused kernels (paddle_ft)": 0.3, "optimizer and clipping": 0.2,
+                                 "outside Paddle's operators": 0.1}
 
 
 def test_every_engine_of_the_training_table_trains_on_the_same_texts_warm_up_apart(tmp_path, vocab_file):

@@ -30,6 +30,23 @@ def test_loading_the_kernels_leaves_no_stub_in_the_cache():
     assert len(libraries) == 1 and not list(folder.glob(f"{libraries[0].stem}_*.py"))
 
 
+def test_under_the_profiler_a_kernels_forward_leaves_a_span_named_after_it(tmp_path):
+    """The profiler records the kernels' backward as operators but not their forward: each call leaves a span of
+    its own (the bench's profile counts the kernels' time from them)."""
+    import json
+
+    from paddle import profiler
+
+    x, bias = leaf(np.ones((4, 8))), leaf(np.zeros(8))
+    bias_gelu(x, bias)  # outside the profiler: no span, and nothing else either
+    with profiler.Profiler(targets=[profiler.ProfilerTarget.CPU],
+                           on_trace_ready=profiler.export_chrome_tracing(str(tmp_path))):
+        bias_gelu(x, bias).sum().backward()
+    events = json.loads(next(tmp_path.glob("*.json")).read_text(encoding="utf-8"))["traceEvents"]
+    spans = [event["name"].split("[")[0] for event in events if event.get("cat") == "PythonOp"]
+    assert spans == ["paddle_ft_bias_gelu"]
+
+
 def leaf(values) -> paddle.Tensor:
     tensor = paddle.to_tensor(values, dtype="float32")
     tensor.stop_gradient = False

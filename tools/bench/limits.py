@@ -102,6 +102,7 @@ OPTIMIZER = "optimizer and clipping"
 # Paddle's operator names (dygraph kernels, and the grad nodes of backward) by what they do
 PROFILE_GROUPS = (
     ("matmul", ("matmul", "addmm", "fastlinear", "linear", "bmm")),
+    (OPTIMIZER, ("paddle_ft_clip", "paddle_ft_adamw")),  # the fused kernels of the optimizer's step
     ("fused kernels (paddle_ft)", ("paddle_ft_", "customop")),
     ("dropout", ("dropout",)),
     ("layer norm", ("layer_norm", "layernorm")),
@@ -115,9 +116,9 @@ PROFILE_GROUPS = (
 def profile_groups(trace: Path, skip_steps: int) -> dict:
     """{group: share of the steps' wall time} over the optimizer steps of a Paddle profiler trace (Chrome format)
     after the first `skip_steps` (start-up and warm-up): top-level operators only, each in the first group whose
-    markers its name contains ("other" when none); "outside Paddle's operators" is the rest: Python, and the forward
-    calls of custom operators, which the profiler does not record as operators. "steps" and "seconds" say what was
-    summed."""
+    markers its name contains ("other" when none); the fused kernels' forwards, which the profiler does not record as
+    operators, by the spans paddle_ft's kernels leave (PythonOp events named after the operator); "outside Paddle's
+    operators" is the rest: Python and dispatch. "steps" and "seconds" say what was summed."""
     events = json.loads(trace.read_text(encoding="utf-8"))["traceEvents"]
     steps = sorted(e["ts"] for e in events if e.get("cat") == "Optimization")
     if len(steps) <= skip_steps + 1:
@@ -125,10 +126,9 @@ def profile_groups(trace: Path, skip_steps: int) -> dict:
     begin, end = steps[skip_steps], steps[-1]
     totals: collections.Counter = collections.Counter()
     reach = -1.0  # the end of the last top-level operator: what starts before it is nested inside it
-    # an optimizer step's span holds its operators (Paddle's AdamW, one per parameter) or the fused kernel's update,
-    # which, as a custom operator's forward, the profiler does not record as an operator
-    spans = (e for e in events if e.get("cat") in ("Operator", "Optimization"))
-    for event in sorted(spans, key=lambda e: (e["ts"], e.get("cat") != "Optimization")):
+    # an optimizer step's span holds its operators (Paddle's AdamW, one per parameter) or the fused kernel's update
+    spans = (e for e in events if e.get("cat") in ("Operator", "Optimization", "PythonOp"))
+    for event in sorted(spans, key=lambda e: (e["ts"], -e["dur"])):  # of two starting together, the outer first
         if event["ts"] < reach:
             continue
         reach = event["ts"] + event["dur"]
