@@ -159,7 +159,7 @@ inline float lane_sum(int64_t n, Term term) {
   return total;
 }
 
-// kLanes floats as one value, which GCC and Clang compile to the target's vector instructions. A maximum written
+// kLanes floats as one value (GCC's vector extension), compiled to the target's vector instructions. A maximum written
 // as `v > top ? v : top` over a float array stays scalar in GCC (without -ffinite-math-only it will not turn the
 // select into a vector max): 1.0 ns an element, against 0.27 on these.
 typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));

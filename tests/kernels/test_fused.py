@@ -38,7 +38,7 @@ def test_under_the_profiler_a_kernels_forward_leaves_a_span_named_after_it(tmp_p
     from paddle import profiler
 
     x, bias = leaf(np.ones((4, 8))), leaf(np.zeros(8))
-    bias_gelu(x, bias)  # outside the profiler: no span, and nothing else either
+    bias_gelu(x, bias)  # before the profiler starts: not in its trace
     with profiler.Profiler(targets=[profiler.ProfilerTarget.CPU],
                            on_trace_ready=profiler.export_chrome_tracing(str(tmp_path))):
         bias_gelu(x, bias).sum().backward()
