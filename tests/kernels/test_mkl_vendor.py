@@ -1,0 +1,87 @@
+"""MKL's AVX-512 path on AMD (paddle_ft.mkl_vendor): chosen only where it applies, loaded before Paddle, and the
+matmuls it runs give the same numbers."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from paddle_ft import mkl_vendor, runtime
+
+
+@pytest.mark.parametrize("flags, environ, expected", [
+    ({"avx2", "avx512f"}, {}, True),
+    ({"avx2"}, {}, False),  # no AVX-512: MKL_DEBUG_CPU_TYPE=5's AVX2 path is the fastest there is
+    ({"avx2", "avx512f"}, {mkl_vendor.OPT_OUT_VARIABLE: "0"}, False),
+    ({"avx2", "avx512f"}, {mkl_vendor.OPT_OUT_VARIABLE: "1"}, True),
+])
+def test_the_avx512_path_is_wanted_only_with_avx512_and_no_opt_out(flags, environ, expected):
+    assert mkl_vendor.wanted(flags, environ) is expected
+
+
+@pytest.fixture
+def amd_cpu(monkeypatch):
+    """runtime on an AMD CPU with `flags`, no MKL_DEBUG_CPU_TYPE given, nothing chosen yet; the environment
+    restored afterwards."""
+    monkeypatch.setattr(runtime, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(runtime, "_mkl_path", None)
+    monkeypatch.setattr(runtime, "_variables_set", set())
+    monkeypatch.setenv("MKL_DEBUG_CPU_TYPE", "placeholder")
+    monkeypatch.delenv("MKL_DEBUG_CPU_TYPE")  # recorded, so whatever configure() sets is undone
+
+    def with_flags(flags: str):
+        monkeypatch.setattr(runtime, "_cpuinfo_field", lambda name: flags if name == "flags" else "")
+    return with_flags
+
+
+def test_without_avx512_an_amd_cpu_gets_mkls_avx2_path(amd_cpu):
+    amd_cpu("sse4_2 avx2 fma")
+    runtime._choose_mkl_path()
+    assert os.environ["MKL_DEBUG_CPU_TYPE"] == "5" and runtime._mkl_path == "avx2"
+    assert "MKL_DEBUG_CPU_TYPE" not in runtime.environment_as_given()
+
+
+def test_the_avx512_path_falls_back_to_avx2_and_says_why_once_paddle_is_loaded(amd_cpu):
+    import paddle  # noqa: F401  (this process's MKL has done its vendor check: too late to load the library)
+
+    amd_cpu("avx2 avx512f")
+    runtime._choose_mkl_path()
+    assert os.environ["MKL_DEBUG_CPU_TYPE"] == "5"
+    assert runtime._mkl_path == "avx2 (not AVX-512: paddle was imported before paddle_ft.runtime.configure())"
+
+
+def test_a_users_mkl_debug_cpu_type_wins(amd_cpu, monkeypatch):
+    amd_cpu("avx2 avx512f")
+    monkeypatch.setenv("MKL_DEBUG_CPU_TYPE", "4")
+    runtime._choose_mkl_path()
+    assert os.environ["MKL_DEBUG_CPU_TYPE"] == "4" and runtime._mkl_path is None
+
+
+@pytest.mark.slow
+def test_the_library_loads_before_paddle_and_paddles_matmuls_agree_with_numpy(tmp_path):
+    """In a fresh process: the library is built into the cache, MKL's vendor check resolves to it, a second
+    process reuses the build, and Paddle's matmul (MKL's sgemm, AVX-512 on an AMD CPU that has it) matches float64
+    numpy within 1e-5 relative."""
+    script = textwrap.dedent("""
+        import ctypes, numpy as np
+        from paddle_ft import mkl_vendor
+        assert mkl_vendor.load() is None
+        assert ctypes.CDLL(None).mkl_serv_intel_cpu_true() == 1
+        import paddle
+        paddle.set_device("cpu")
+        rng = np.random.default_rng(0)
+        a, b = rng.standard_normal((512, 384)), rng.standard_normal((384, 1536))
+        product = paddle.matmul(paddle.to_tensor(a, "float32"), paddle.to_tensor(b, "float32")).numpy()
+        exact = a.astype("float32").astype("float64") @ b.astype("float32").astype("float64")
+        print(float(np.abs(product - exact).max() / np.abs(exact).max()))
+        """)
+    env = {**os.environ, mkl_vendor.CACHE_VARIABLE: str(tmp_path), "OMP_NUM_THREADS": "2"}
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    [library] = tmp_path.glob("mkl-intel-cpu-true-*.so")
+    built_at = library.stat().st_mtime_ns
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert library.stat().st_mtime_ns == built_at
+    assert float(first.stdout.split()[-1]) < 1e-5 and float(second.stdout.split()[-1]) < 1e-5
