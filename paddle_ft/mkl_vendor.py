@@ -37,8 +37,10 @@ def load() -> str | None:
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:
         return f"no C compiler ({compiler}) on PATH"
-    cache = Path(os.environ.get(CACHE_VARIABLE) or os.path.expanduser("~/.cache/paddle_ft/kernels"))
-    library = cache / f"mkl-intel-cpu-true-{hashlib.sha256(SOURCE.encode()).hexdigest()[:12]}.so"
+    cache = os.environ.get(CACHE_VARIABLE) or os.path.expanduser("~/.cache/paddle_ft/kernels")
+    if cache.startswith("~"):  # no home directory: nowhere to keep the build (never a folder named ~ in the cwd)
+        return f"no home directory to keep the library in; set {CACHE_VARIABLE} to a writable folder"
+    library = Path(cache) / f"mkl-intel-cpu-true-{hashlib.sha256(SOURCE.encode()).hexdigest()[:12]}.so"
     try:
         if not library.is_file():
             _build(compiler, library)

@@ -60,6 +60,15 @@ def test_a_users_mkl_debug_cpu_type_wins(amd_cpu, monkeypatch):
     assert os.environ["MKL_DEBUG_CPU_TYPE"] == "4" and runtime._mkl_path is None
 
 
+def test_without_a_home_directory_the_library_is_not_built_in_the_working_directory(monkeypatch, tmp_path):
+    monkeypatch.delitem(sys.modules, "paddle", raising=False)  # as before paddle loads; restored afterwards
+    monkeypatch.delenv(mkl_vendor.CACHE_VARIABLE, raising=False)
+    monkeypatch.setattr(os.path, "expanduser", lambda path: path)  # what it returns where HOME is unknown
+    monkeypatch.chdir(tmp_path)
+    assert mkl_vendor.load().startswith("no home directory to keep the library in")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_the_library_loads_before_paddle_and_paddles_matmuls_agree_with_numpy(tmp_path):
     """In a fresh process: the library is built into the cache, MKL's vendor check resolves to it, a second
