@@ -119,6 +119,14 @@ def atomic_path(final: str | Path) -> Iterator[Path]:
         raise
 
 
+def user_cache_folder(variable: str, name: str) -> Path | None:
+    """Where paddle_ft keeps what it builds or measures once per machine: the folder the environment `variable`
+    names, else ~/.cache/paddle_ft/NAME; None where there is no home directory (never a folder named ~ in the
+    working directory)."""
+    folder = os.environ.get(variable) or os.path.expanduser(f"~/.cache/paddle_ft/{name}")
+    return None if folder.startswith("~") else Path(folder)
+
+
 def file_sha256(path: Path) -> str:
     """The SHA-256 of a file's bytes, read in 1 MiB blocks (a checkpoint's files, the data a cv or sweep used)."""
     digest = hashlib.sha256()

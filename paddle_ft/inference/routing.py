@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from paddle_ft.io import write_text_atomically
+from paddle_ft.io import user_cache_folder, write_text_atomically
 
 # (batch size, tokens per text) of the measured calls, the width capped at the model's max_length; a crossover placed
 # within a factor of 4 costs little (the engines' times are close near it). One width for all sizes was not enough:
@@ -238,15 +237,15 @@ def cache_file(export_files: list[Path], threads: int | None) -> Path | None:
 
     from paddle_ft.runtime import SHARED_SPIN_MS, cpu_identity, usable_cores
 
-    folder = os.environ.get(CACHE_VARIABLE) or os.path.expanduser("~/.cache/paddle_ft/routes")
-    if folder.startswith("~"):
+    folder = user_cache_folder(CACHE_VARIABLE, "routes")
+    if folder is None:
         return None
     files = [(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in export_files]
     key = json.dumps({"files": files, "cpu": cpu_identity(), "threads": threads, "cores": usable_cores(),
                       "versions": [paddle.__version__, onnxruntime.__version__], "calls": MEASURED_CALLS,
                       "rules": [PASSES, MAX_ROUNDS, PASS_BUDGET_S, BURST, STOP_AFTER_S, LONG_CALL_S,
                                 SHARED_SPIN_MS]})
-    return Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+    return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
 
 
 def read_cached(path: Path | None) -> Route | None:

@@ -34,8 +34,9 @@ from paddle import nn
 from paddle.profiler import RecordEvent, TracerEventType
 from paddle.profiler.utils import in_profiler_mode
 
-from paddle_ft.io import open_own_file
+from paddle_ft.io import open_own_file, user_cache_folder
 from paddle_ft.log import native_output_captured
+from paddle_ft.mkl_vendor import CACHE_VARIABLE  # where built kernels are kept (default ~/.cache/paddle_ft/kernels)
 from paddle_ft.runtime import cpu_identity
 
 SOURCE = Path(__file__).with_name("fused_kernels.cc")
@@ -45,7 +46,6 @@ FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
 # are linked to it (fused_kernels.cc says why not GCC's own)
 INTEL_OPENMP = Path(paddle.__file__).parent / "libs" / "libiomp5.so"
 INTEL_MKL = INTEL_OPENMP.with_name("libmklml_intel.so")  # the sgemm the attention kernel calls
-CACHE_VARIABLE = "PADDLE_FT_KERNEL_CACHE"  # where built kernels are kept (default ~/.cache/paddle_ft/kernels)
 BUILD_LOG = "build.log"
 # the kernels loaded in this process, by cache key: Paddle registers a library's operators once per process, and a
 # second load() of the same library returns a module without them
@@ -64,10 +64,10 @@ def kernels() -> tuple[object | None, str | None]:
                                     *link_flags, cpu_identity()]).encode()).hexdigest()[:16]
     if key in _LOADED:
         return _LOADED[key], None
-    cache = os.environ.get(CACHE_VARIABLE) or os.path.expanduser("~/.cache/paddle_ft/kernels")
-    if cache.startswith("~"):  # no home directory (a container's user without one): nowhere to keep a build
+    cache = user_cache_folder(CACHE_VARIABLE, "kernels")
+    if cache is None:  # no home directory (a container's user without one): nowhere to keep a build
         return None, f"no home directory to keep the built kernels in; set {CACHE_VARIABLE} to a writable folder"
-    folder = Path(cache) / key
+    folder = cache / key
     try:
         module = _build(folder, key, compile_flags, link_flags)
     except Exception as exc:  # a compiler error, missing headers, a read-only cache: Paddle's kernels instead
