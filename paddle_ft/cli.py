@@ -63,13 +63,25 @@ COMMANDS = (
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    runtime.configure()  # environment and library noise, before a command's module imports paddle
+    if not configured():
+        return 2
     args = parser(argv[:1]).parse_args(argv)
     try:
         return execute(args)
     except KeyboardInterrupt:  # also a second Ctrl-C that lands while an error below is being reported
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def configured() -> bool:
+    """runtime.configure() (environment and library noise, before a command's module imports paddle), a mistake in
+    the environment it reads (PADDLE_FT_MKL_AVX512=yes) printed as one `error:` line: False then."""
+    try:
+        runtime.configure()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def parser(declared: list[str] | None = None) -> argparse.ArgumentParser:

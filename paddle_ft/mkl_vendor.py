@@ -19,16 +19,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_path, user_cache_folder
 
 SOURCE = "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
-OPT_OUT_VARIABLE = "PADDLE_FT_MKL_AVX512"  # 0: leave MKL's vendor check alone (MKL_DEBUG_CPU_TYPE=5 instead)
+OPT_OUT_VARIABLE = "PADDLE_FT_MKL_AVX512"  # 0: leave MKL's vendor check alone (MKL_DEBUG_CPU_TYPE=5 instead), 1: default
 CACHE_VARIABLE = "PADDLE_FT_KERNEL_CACHE"  # the fused kernels' cache (paddle_ft.kernels.fused), shared
+
+
+def opted_out(environ) -> bool:
+    """True where the user set PADDLE_FT_MKL_AVX512=0. Any value but 0 or 1 is a mistake ("false" would otherwise
+    leave the path on without a word), raised whatever the CPU, so that a setting is checked where it is written."""
+    value = environ.get(OPT_OUT_VARIABLE, "1")
+    if value not in ("0", "1"):
+        raise UserError(f"{OPT_OUT_VARIABLE}={value!r}: give 1 (MKL's AVX-512 path on an AMD CPU that has AVX-512, "
+                        f"the default) or 0 (MKL's AVX2 path there)")
+    return value == "0"
 
 
 def wanted(cpu_flags: set[str], environ) -> bool:
     """On an AMD CPU (the caller checks): True where it has AVX-512 and the user did not opt out."""
-    return "avx512f" in cpu_flags and environ.get(OPT_OUT_VARIABLE, "1") != "0"
+    return "avx512f" in cpu_flags and not opted_out(environ)
 
 
 def load() -> str | None:

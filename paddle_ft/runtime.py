@@ -92,6 +92,7 @@ def _choose_mkl_path() -> None:
     the CPU has AVX-512 (paddle_ft.mkl_vendor), else its AVX2 one (MKL_DEBUG_CPU_TYPE=5, ~2.7x the generic path's
     matmuls here). Before MKL loads; a user's MKL_DEBUG_CPU_TYPE wins."""
     global _mkl_path
+    mkl_vendor.opted_out(os.environ)  # a bad value raised on every CPU, not only where it would matter
     if cpu_vendor() != "AuthenticAMD" or "MKL_DEBUG_CPU_TYPE" in os.environ or _mkl_path == "avx512":
         return
     _mkl_path = "avx2"

@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from paddle_ft import mkl_vendor, runtime
+from paddle_ft import cli, mkl_vendor, runtime
+from paddle_ft.errors import UserError
 
 
 @pytest.mark.parametrize("flags, environ, expected", [
@@ -20,6 +21,23 @@ from paddle_ft import mkl_vendor, runtime
 ])
 def test_the_avx512_path_is_wanted_only_with_avx512_and_no_opt_out(flags, environ, expected):
     assert mkl_vendor.wanted(flags, environ) is expected
+
+
+@pytest.mark.parametrize("value", ["false", "yes", "", " 0"])
+def test_an_opt_out_other_than_0_or_1_is_one_line_naming_the_variable_and_its_values(value):
+    with pytest.raises(UserError) as raised:
+        mkl_vendor.opted_out({mkl_vendor.OPT_OUT_VARIABLE: value})
+    assert str(raised.value) == (f"PADDLE_FT_MKL_AVX512={value!r}: give 1 (MKL's AVX-512 path on an AMD CPU that "
+                                 f"has AVX-512, the default) or 0 (MKL's AVX2 path there)")
+
+
+def test_the_command_line_says_a_bad_opt_out_in_one_line_on_any_cpu(monkeypatch, capsys):
+    monkeypatch.setattr(runtime, "cpu_vendor", lambda: "GenuineIntel")  # where the variable changes nothing
+    monkeypatch.setenv(mkl_vendor.OPT_OUT_VARIABLE, "false")
+    assert cli.main(["train", "--help"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: PADDLE_FT_MKL_AVX512='false': give 1 (MKL's AVX-512 path on an AMD CPU that has AVX-512, the "
+        "default) or 0 (MKL's AVX2 path there)"]
 
 
 @pytest.fixture
