@@ -23,7 +23,7 @@ from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_path, user_cache_folder
 
 SOURCE = "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
-OPT_OUT_VARIABLE = "PADDLE_FT_MKL_AVX512"  # 0: leave MKL's vendor check alone (MKL_DEBUG_CPU_TYPE=5 instead), 1: default
+OPT_OUT_VARIABLE = "PADDLE_FT_MKL_AVX512"  # 1 (default) or 0: leave MKL's vendor check alone (MKL_DEBUG_CPU_TYPE=5)
 CACHE_VARIABLE = "PADDLE_FT_KERNEL_CACHE"  # the fused kernels' cache (paddle_ft.kernels.fused), shared
 
 
