@@ -79,7 +79,7 @@ def configured() -> bool:
     try:
         runtime.configure()
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _report(exc)
         return False
     return True
 
@@ -114,8 +114,7 @@ def execute(args) -> int:
         print(str(exc), file=sys.stderr)
         return exc.exit_code
     except UserError as exc:
-        for line in exc.lines():
-            print(f"error: {line}", file=sys.stderr)
+        _report(exc)
         return 2
     except ImportError:  # a package beside paddle_ft moved past a pin (huggingface_hub, ...): one line, the fix
         problem = runtime.broken_pin()
@@ -129,6 +128,11 @@ def execute(args) -> int:
             raise
         print(f"error: {problem}", file=sys.stderr)
         return 2
+
+
+def _report(exc: UserError) -> None:
+    for line in exc.lines():
+        print(f"error: {line}", file=sys.stderr)
 
 
 def _bench(args) -> int:
