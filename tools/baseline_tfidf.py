@@ -47,7 +47,7 @@ def main() -> int:
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, f1_score
 
-    from paddle_ft.build import read_dataset
+    from paddle_ft.workflows.build import read_dataset
     from paddle_ft.errors import UserError
 
     try:

@@ -20,6 +20,14 @@ PACKAGE = ROOT / "paddle_ft"
 ARTIFACT_FILES = ("results.json", "metrics.jsonl", "config.yaml", "export.json", "model.json", "model.pdmodel",
                   "model.pdiparams", "model.onnx", "label_map.json", "paddle_ft.json", "MODEL_CARD.md",
                   "model_state.pdparams", "manifest.json", "checksums.json", "shards.json")
+# the pipeline's layers, lowest first: a module may import from its own layer and those below it. A name is a
+# module or package under paddle_ft; a module takes the layer of the longest name that holds it (kernels.mkl_vendor
+# is set up before paddle is imported, so it sits with the base; models.hierarchy decodes answers for the inference
+# side too). inference sits below export because export proves itself with the Predictor (the parity check).
+LAYERS = [("errors", "arguments", "log", "io", "runtime", "kernels.mkl_vendor"),
+          ("text", "tokenization", "models.hierarchy"),
+          ("config",), ("data",), ("models",), ("artifacts",), ("engine", "kernels"), ("analysis",), ("inference",),
+          ("export",), ("serve",), ("workflows",), ("commands",), ("cli", "api", "__main__")]
 WIDE = 8  # parameters (self and cls aside) from which a signature counts as wide
 LARGE = 400  # lines from which a module counts as large
 
@@ -31,6 +39,17 @@ def module_name(path: Path) -> str:
 
 def modules() -> dict[str, ast.Module]:
     return {module_name(p): ast.parse(p.read_text(encoding="utf-8")) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of a paddle_ft module (by the longest name in LAYERS that holds it)."""
+    parts = module.split(".")[1:]
+    for end in range(len(parts), 0, -1):
+        name = ".".join(parts[:end])
+        for i, names in enumerate(LAYERS):
+            if name in names:
+                return i
+    raise KeyError(f"{module} is in no layer of tools/code_map.py's LAYERS")
 
 
 def imports_of(name: str, tree: ast.Module, known: set[str]) -> set[str]:

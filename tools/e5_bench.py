@@ -60,7 +60,7 @@ def main() -> int:
 def bench(args: argparse.Namespace) -> int:
     from paddle_ft import runtime
     from paddle_ft.config import load_config
-    from paddle_ft.ownership import owned_folder
+    from paddle_ft.artifacts.ownership import owned_folder
 
     phases = [p for p in args.phases.split(",") if p]
     if unknown := set(phases) - set(PHASES):

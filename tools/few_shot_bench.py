@@ -229,9 +229,9 @@ class FrozenEmbeddings:
     test texts are embedded once."""
 
     def __init__(self, backbone: str, test_rows):
-        from paddle_ft.build import build_encoder, build_tokenizer, resolve_backbone
+        from paddle_ft.workflows.build import build_encoder, build_tokenizer, resolve_backbone
         from paddle_ft.config import ModelConfig
-        from paddle_ft.model import BERTForTextClassification
+        from paddle_ft.models.networks import BERTForTextClassification
 
         model_config = resolve_backbone(ModelConfig(backbone=backbone, pooling="mean", text_prefix="query: "))
         self.tokenizer = build_tokenizer(model_config)

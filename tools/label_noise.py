@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paddle_ft.build import format_of_split, read_dataset  # noqa: E402
+from paddle_ft.workflows.build import format_of_split, read_dataset  # noqa: E402
 from paddle_ft.cli import main as paddle_ft  # noqa: E402
 from paddle_ft.config import load_config  # noqa: E402
 from paddle_ft.data.readers import Columns, write_examples  # noqa: E402

@@ -22,7 +22,7 @@ def one_step(layers: int, hidden: int, batch: int, length: int, recompute: bool)
     import paddle
 
     from paddle_ft.engine.recompute import use_recompute
-    from paddle_ft.model import BERTForTextClassification, scratch_encoder
+    from paddle_ft.models.networks import BERTForTextClassification, scratch_encoder
 
     paddle.seed(0)
     model = BERTForTextClassification(scratch_encoder("bert", 8000, hidden, layers, hidden // 64, hidden * 4, length,

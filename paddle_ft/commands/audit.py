@@ -10,11 +10,11 @@ from pathlib import Path
 
 from paddle_ft.analysis.audit import NO_PROBLEMS, audit, table
 from paddle_ft.analysis.report import table_html, write_page
-from paddle_ft.build import build_tokenizer, read_dataset, resolve_backbone
+from paddle_ft.workflows.build import build_tokenizer, read_dataset, resolve_backbone
 from paddle_ft.commands.flags import config_arguments
 from paddle_ft.config import load_config
 from paddle_ft.io import write_text_atomically
-from paddle_ft.ownership import owned_folder
+from paddle_ft.artifacts.ownership import owned_folder
 
 
 def run(config_path: str, overrides: list[str], output: str | None, strict: bool) -> int:

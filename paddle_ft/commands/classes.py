@@ -21,7 +21,7 @@ from paddle_ft.engine.prototypes import text_vectors
 from paddle_ft.errors import UserError
 from paddle_ft.io import check_output_folder, file_sha256
 from paddle_ft.log import elapsed, log
-from paddle_ft.model import BERTForTextClassification
+from paddle_ft.models.networks import BERTForTextClassification
 
 BOUNDARY_MARGIN = 0.05  # logits: past the last reference row that keeps its answer, when none is above it
 REFERENCE_ROWS = 500  # enough to place the bias at a share of 0.5% (the 3rd of 500); ~30 s of e5-small on 2 cores

@@ -1,9 +1,9 @@
-"""`convert`: a Hugging Face checkpoint folder as a PaddleNLP one (`paddle_ft/convert.py` does the work)."""
+"""`convert`: a Hugging Face checkpoint folder as a PaddleNLP one (`paddle_ft/models/convert.py` does the work)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from paddle_ft.convert import convert_hf_folder, is_hf_folder
+from paddle_ft.models.convert import convert_hf_folder, is_hf_folder
 from paddle_ft.errors import UserError
 from paddle_ft.io import check_output_folder
 

@@ -14,7 +14,7 @@ from paddle_ft.commands.folds import labelled_pool, train_folds
 from paddle_ft.config import load_config
 from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
-from paddle_ft.ownership import OUTPUT_DIR, clear, owned_folder
+from paddle_ft.artifacts.ownership import OUTPUT_DIR, clear, owned_folder
 
 FINGERPRINT = "cv-fingerprint.json"
 

@@ -11,7 +11,7 @@ import numpy as np
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.manifest import data_file
 from paddle_ft.artifacts.meta import MODEL_META, is_model_folder
-from paddle_ft.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
+from paddle_ft.workflows.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
 from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.report import write_run_report
 from paddle_ft.commands.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine, seal_best,

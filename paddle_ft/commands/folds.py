@@ -10,7 +10,7 @@ import numpy as np
 
 from paddle_ft.analysis.cv import stratified_folds
 from paddle_ft.artifacts.run import RunFiles
-from paddle_ft.build import Dataset, format_of_split, read_dataset
+from paddle_ft.workflows.build import Dataset, format_of_split, read_dataset
 from paddle_ft.commands import train
 from paddle_ft.config import Config
 from paddle_ft.data.readers import Columns, Example, write_examples

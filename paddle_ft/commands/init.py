@@ -21,8 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from paddle_ft.backbone import is_paddlenlp_name, looks_like_a_path
-from paddle_ft.build import read_dataset
+from paddle_ft.models.backbone import is_paddlenlp_name, looks_like_a_path
+from paddle_ft.workflows.build import read_dataset
 from paddle_ft.commands.recipe import encoder_facts, learning_rate_for, recipe_notes
 from paddle_ft.config import load_config, parse_override, set_dotted
 from paddle_ft.data.labels import read_label_descriptions
@@ -30,7 +30,7 @@ from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.sniff import Choices, Layout, propose_max_length, sniff_layout
 from paddle_ft.data.vocab import character_vocab
 from paddle_ft.errors import DataError, UserError
-from paddle_ft.hierarchy import Hierarchy
+from paddle_ft.models.hierarchy import Hierarchy
 from paddle_ft.io import atomic_path, check_output_file, write_text_atomically
 from paddle_ft.log import log
 from paddle_ft.runtime import cpu_supports_bf16

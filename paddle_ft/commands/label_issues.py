@@ -25,7 +25,7 @@ from paddle_ft.analysis.report import write_page
 from paddle_ft.arguments import positive_int
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.run import RunFiles
-from paddle_ft.build import format_of_split
+from paddle_ft.workflows.build import format_of_split
 from paddle_ft.commands import train
 from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.folds import Fold, Pool, labelled_pool, train_folds
@@ -37,7 +37,7 @@ from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.errors import ConfigError
 from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
-from paddle_ft.ownership import clear, owned_folder
+from paddle_ft.artifacts.ownership import clear, owned_folder
 from paddle_ft.tokenization import fastest
 
 FINGERPRINT = "label-issues-fingerprint.json"

@@ -32,7 +32,7 @@ from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor
 from paddle_ft.io import atomic_file, file_sha256, write_text_atomically
 from paddle_ft.log import log
-from paddle_ft.ownership import clear, owned_folder
+from paddle_ft.artifacts.ownership import clear, owned_folder
 
 FINGERPRINT, SHARD_LIST, MERGED, SHARDS = "predict-fingerprint.json", "shards.json", "predictions.jsonl", "shards"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from paddle_ft.backbone import PRETRAINING_HEAD, load_pretraining_weights
-from paddle_ft.build import build_encoder, build_tokenizer
+from paddle_ft.models.backbone import PRETRAINING_HEAD, load_pretraining_weights
+from paddle_ft.workflows.build import build_encoder, build_tokenizer
 from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.session import opened_run, ready_to_train, run_engine, shared_backbone
 from paddle_ft.config import Config, load_config
@@ -18,7 +18,7 @@ from paddle_ft.engine.objectives.masked_lm import MaskedLanguageModelling
 from paddle_ft.engine.trainer import train
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
-from paddle_ft.model import MaskedLanguageModel, ReplacedTokenDetection
+from paddle_ft.models.networks import MaskedLanguageModel, ReplacedTokenDetection
 
 
 def run(config_path: str, overrides: list[str]) -> int:

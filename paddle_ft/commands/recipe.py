@@ -62,7 +62,7 @@ def _documented_prefix(folder: Path) -> str:
 
 
 def _has_pooler(folder: Path) -> bool:
-    from paddle_ft.convert import PADDLE_WEIGHTS, SAFETENSORS, safetensors_names
+    from paddle_ft.models.convert import PADDLE_WEIGHTS, SAFETENSORS, safetensors_names
 
     if (folder / SAFETENSORS).is_file():
         return any(".pooler." in f".{name}" for name in safetensors_names(folder / SAFETENSORS))

@@ -25,7 +25,7 @@ from paddle_ft.config import load_config, save_config
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
-from paddle_ft.ownership import OUTPUT_DIR, clear, owned_folder
+from paddle_ft.artifacts.ownership import OUTPUT_DIR, clear, owned_folder
 
 HEARTBEAT_SECONDS = 10  # a trial whose process stops beating this long (x2) counts as cut off
 

@@ -7,7 +7,7 @@ from functools import partial
 
 from paddle_ft.analysis.audit import coverage_problem, leakage, unknown_shares
 from paddle_ft.artifacts.run import Results
-from paddle_ft.build import (build_model, build_splits, build_tokenizer, model_meta, read_dataset,
+from paddle_ft.workflows.build import (build_model, build_splits, build_tokenizer, model_meta, read_dataset,
                              start_at_label_priors)
 from paddle_ft.commands.flags import config_arguments
 from paddle_ft.commands.report import write_run_report
@@ -23,7 +23,7 @@ from paddle_ft.engine.objectives.multi_label import MultiLabelClassification
 from paddle_ft.engine.prototypes import start_prototypes
 from paddle_ft.engine.trainer import keep_untrained, train
 from paddle_ft.errors import ConfigError
-from paddle_ft.hierarchy import hierarchy_of
+from paddle_ft.models.hierarchy import hierarchy_of
 from paddle_ft.log import elapsed, log
 from paddle_ft.text import Truncation
 

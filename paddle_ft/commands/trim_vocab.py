@@ -1,15 +1,15 @@
-"""`trim-vocab`: a backbone folder with only the vocabulary pieces some texts use (`paddle_ft.trim`)."""
+"""`trim-vocab`: a backbone folder with only the vocabulary pieces some texts use (`paddle_ft.models.trim`)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from paddle_ft.arguments import non_negative_int
-from paddle_ft.backbone import WEIGHT_FILES, resolve
+from paddle_ft.models.backbone import WEIGHT_FILES, resolve
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.io import check_output_folder
 from paddle_ft.log import log
-from paddle_ft.trim import trim_folder
+from paddle_ft.models.trim import trim_folder
 
 
 def run(backbone: str, data: list[str], output: str, keep_top: int, text_column: str, cache_dir: str) -> int:

@@ -110,7 +110,7 @@ def with_levels(report: dict, hierarchy, gold: np.ndarray, answers: np.ndarray,
 
 
 def level_report(hierarchy, gold: np.ndarray, predicted: np.ndarray) -> list[dict]:
-    """Per level of a label tree (`paddle_ft.hierarchy.Hierarchy`), top first, the answers read at that level:
+    """Per level of a label tree (`paddle_ft.models.hierarchy.Hierarchy`), top first, the answers read at that level:
     accuracy and macro-F1 of leaf ids [texts], or micro-F1 and subset accuracy of leaf sets [texts, leaves] (the
     nodes above any chosen leaf). The last level is the whole path."""
     levels = []

@@ -13,7 +13,7 @@ import numpy as np
 from paddle_ft.artifacts.bundle import load_weights, save_bundle
 from paddle_ft.artifacts.meta import Decision, ModelMeta
 from paddle_ft.artifacts.run import Results, RunFiles
-from paddle_ft.backbone import load_pretraining_weights, save_backbone
+from paddle_ft.models.backbone import load_pretraining_weights, save_backbone
 from paddle_ft.config import Config, config_to_dict, flat_config, load_config, save_config
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine.checkpoint import newest_verified_checkpoint, verify_checkpoint

@@ -1,6 +1,6 @@
 """The traffic's health on /metrics: how far the last `window` texts have moved from the training data (PSI of the
 predicted labels against the training labels' shares, PSI of text lengths against the training lengths, both from
-the reference the export carries: `paddle_ft.drift`), the confidence histogram, the abstain rate, and the [UNK]
+the reference the export carries: `paddle_ft.inference.drift`), the confidence histogram, the abstain rate, and the [UNK]
 share of a sample of the texts against the training data's. Alert thresholds: docs/operations.md."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 from prometheus_client import Gauge, Histogram
 
 from paddle_ft.artifacts.manifest import MANIFEST, read_manifest
-from paddle_ft.drift import length_shares, psi, text_length
+from paddle_ft.inference.drift import length_shares, psi, text_length
 
 WINDOW = 500  # texts the gauges look back over
 MIN_TEXTS = 100  # fewer in the window: the PSI gauges say NaN rather than a number from too few texts

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import DEMO, LABELS, overrides, synthetic_rows, tiny_run_args, write_splits, write_tsv, write_vocab
 from paddle_ft.analysis.label_issues import find_label_issues
-from paddle_ft.build import read_dataset
+from paddle_ft.workflows.build import read_dataset
 from paddle_ft.cli import main
 from paddle_ft.config import load_config
 from paddle_ft.errors import DataError

@@ -72,7 +72,7 @@ def test_the_report_renders_in_a_browser_with_the_numbers_of_results_json(tiny_c
 def test_report_of_a_folder_that_is_not_a_finished_run_is_one_line(tmp_path, capsys):
     from paddle_ft.cli import main
 
-    from paddle_ft.ownership import owned_folder
+    from paddle_ft.artifacts.ownership import owned_folder
 
     assert main(["report", str(tmp_path)]) == 2
     assert f"{tmp_path} is no folder a paddle_ft command wrote; give report the output_dir of a training or " \

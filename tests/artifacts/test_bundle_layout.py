@@ -45,7 +45,7 @@ def test_a_model_paddlenlp_has_no_classifier_for_saves_an_encoder_it_loads_whole
     names the encoder class, and AutoModel loads every encoder weight from best/."""
     from paddlenlp.transformers import AutoModel
 
-    from paddle_ft.model import BERTForTextClassification
+    from paddle_ft.models.networks import BERTForTextClassification
 
     encoder = make_model(seed=4).encoder
     model = BERTForTextClassification(encoder, len(LABELS), 0.0, "cls")

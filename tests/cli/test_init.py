@@ -177,7 +177,7 @@ def one_line(capsys) -> str:
 
 
 def test_a_file_without_a_header_is_refused_then_read_whole_with_no_header(tmp_path, capsys):
-    from paddle_ft.build import read_dataset
+    from paddle_ft.workflows.build import read_dataset
 
     path = tmp_path / "train.csv"
     rows = [(f"{PHRASES[label][i % 3]}，第{i}条评论写得比较长一些", label) for i in range(60)

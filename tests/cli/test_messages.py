@@ -81,7 +81,7 @@ def test_augmentation_copies_are_bounded_before_any_row_is_made():
 
 
 def test_report_on_a_pretraining_run_says_it_is_one(tmp_path, capsys):
-    from paddle_ft.ownership import owned_folder
+    from paddle_ft.artifacts.ownership import owned_folder
 
     with owned_folder(tmp_path / "pre", "pretrain", "output_dir"):
         pass
@@ -102,7 +102,7 @@ def test_a_non_utf8_corpus_line_is_named_by_file_and_line(tiny_config_args, tmp_
 
 
 def test_without_data_format_each_file_is_read_by_its_extension(tmp_path):
-    from paddle_ft.build import read_dataset
+    from paddle_ft.workflows.build import read_dataset
 
     (tmp_path / "train.csv").write_text('text,label\n"好,棒",正面\n差,负面\n', encoding="utf-8")
     write_tsv(tmp_path / "dev.tsv", [("好", "正面"), ("差", "负面")])

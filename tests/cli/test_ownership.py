@@ -13,7 +13,7 @@ from conftest import DEMO, ROOT, export_tiny_model, overrides, synthetic_rows, w
 from paddle_ft.cli import main
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_file
-from paddle_ft.ownership import DESCRIPTIONS, LOCK_FILE, OWNER_FILE, owned_folder, owner_of
+from paddle_ft.artifacts.ownership import DESCRIPTIONS, LOCK_FILE, OWNER_FILE, owned_folder, owner_of
 
 SPACE = "sampler: random\ntrials: 1\nparams:\n  train.optimizer.learning_rate: {type: float, low: 1.0e-3, high: 3.0e-3}\n"
 
@@ -81,7 +81,7 @@ def test_paddle_ft_sub_folders_do_not_make_a_folder_foreign(tmp_path):
 
 HOLD = """
 import sys, time
-from paddle_ft.ownership import owned_folder
+from paddle_ft.artifacts.ownership import owned_folder
 with owned_folder(sys.argv[1], "train", "output_dir"):
     print("ready", flush=True)
     time.sleep(60)

@@ -195,7 +195,7 @@ def test_a_run_stopped_by_a_signal_resumes_in_process_to_the_same_weights(tuned,
                                                                           monkeypatch):
     import signal
 
-    from paddle_ft.build import freeze
+    from paddle_ft.workflows.build import freeze
     from paddle_ft.engine import trainer
     from paddle_ft.engine.interrupt import TrainingInterrupted
 

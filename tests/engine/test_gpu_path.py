@@ -215,7 +215,7 @@ def test_electra_noise_differs_per_example_and_is_the_same_however_examples_are_
     from paddle_ft.data.masking import Vocabulary
     from paddle_ft.engine.objectives.electra import ReplacedTokenDetecting
     from paddle_ft.engine.objectives.masked_lm import MaskedLanguageModelling
-    from paddle_ft.model import ReplacedTokenDetection
+    from paddle_ft.models.networks import ReplacedTokenDetection
 
     model = NoiseSeen(ReplacedTokenDetection(make_model(seed=1).encoder, make_model(seed=2).encoder))
     vocabulary = Vocabulary(len(tokenizer), tokenizer.mask_token_id, frozenset(range(5)))

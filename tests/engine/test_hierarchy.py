@@ -14,7 +14,7 @@ from paddle_ft.config import load_config
 from paddle_ft.engine.losses import level_loss
 from paddle_ft.engine.metrics import level_decision, level_report
 from paddle_ft.errors import ConfigError, DataError, UserError
-from paddle_ft.hierarchy import Hierarchy
+from paddle_ft.models.hierarchy import Hierarchy
 
 TREE = ("电子/手机/旗舰", "电子/手机/入门", "电子/电脑", "图书/小说", "图书/教材/大学", "其他")
 
@@ -211,5 +211,5 @@ def test_a_row_labelled_with_a_parent_names_its_file_and_line(tiny_config_args, 
     args = tiny_config_args + [f"data.train={data / 'train.tsv'}", "data.dev=null", "data.test=null",
                                "data.labels=null", "data.label_hierarchy=/"]
     with pytest.raises(DataError, match=r"train.tsv:4: label '正面' is both a label and the parent of '正面/甲'"):
-        from paddle_ft.build import read_dataset
+        from paddle_ft.workflows.build import read_dataset
         read_dataset(load_config(DEMO, args).data)

@@ -207,7 +207,7 @@ def test_the_http_service_answers_label_sets_and_its_schema_says_so(trained):
 def test_a_multi_label_head_starts_at_each_labels_share_of_train(make_model):
     """Of thousands of labels, sigmoids starting at 0.5 are pushed down by every text and never learn their few
     positives: tools/many_labels_bench.py's 5,000 labels scored micro-F1 0.001 so, 0.71 starting at the priors."""
-    from paddle_ft.build import start_at_label_priors
+    from paddle_ft.workflows.build import start_at_label_priors
 
     model = make_model()
     labels = np.zeros((10, 2), dtype=np.float32)

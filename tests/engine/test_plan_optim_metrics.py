@@ -57,7 +57,7 @@ def test_decay_grouping_selects_exactly_the_weight_matrices(make_model):
 
 
 def test_the_masked_lm_heads_bias_and_layer_norm_are_not_decayed(make_model):
-    from paddle_ft.model import MaskedLanguageModel
+    from paddle_ft.models.networks import MaskedLanguageModel
 
     names = [name for name, _ in MaskedLanguageModel(make_model().encoder).named_parameters()]
     assert "decoder_bias" in names and not uses_weight_decay("decoder_bias")

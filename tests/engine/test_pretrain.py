@@ -75,7 +75,7 @@ def test_word_groups_follow_jieba_on_the_token_offsets(tokenizer):
 
 
 def test_the_head_is_computed_on_masked_positions_only(tokenizer, make_model):
-    from paddle_ft.model import MaskedLanguageModel
+    from paddle_ft.models.networks import MaskedLanguageModel
 
     model = MaskedLanguageModel(make_model(seed=2).encoder)
     model.eval()
@@ -113,7 +113,7 @@ OBJECTIVES = {"mlm": ["train.evaluation.metric=masked_accuracy"],
 def test_a_stopped_pretraining_run_resumes_bit_identical_and_its_folder_is_a_backbone(objective, tiny_config_args,
                                                                                        corpus, tmp_path, monkeypatch,
                                                                                        capsys):
-    from paddle_ft.backbone import load_encoder
+    from paddle_ft.models.backbone import load_encoder
     from paddle_ft.engine import trainer
 
     assert main(["pretrain", *pretrain_args(tiny_config_args, corpus, tmp_path / "whole", *OBJECTIVES[objective])]) == 0
@@ -177,7 +177,7 @@ def test_the_discriminator_is_told_exactly_which_tokens_were_replaced(make_model
     from paddle_ft.data.features import Features
     from paddle_ft.engine.objectives.electra import ReplacedTokenDetecting
     from paddle_ft.engine.objectives.masked_lm import MaskedLanguageModelling
-    from paddle_ft.model import ReplacedTokenDetection
+    from paddle_ft.models.networks import ReplacedTokenDetection
 
     model = ReplacedTokenDetection(make_model(seed=1).encoder, make_model(seed=2).encoder)
     vocabulary = Vocabulary(len(tokenizer), tokenizer.mask_token_id, frozenset(range(5)))

@@ -1,4 +1,4 @@
-"""MKL's AVX-512 path on AMD (paddle_ft.mkl_vendor): chosen only where it applies, loaded before Paddle, and the
+"""MKL's AVX-512 path on AMD (paddle_ft.kernels.mkl_vendor): chosen only where it applies, loaded before Paddle, and the
 matmuls it runs give the same numbers."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from paddle_ft import cli, mkl_vendor, runtime
+from paddle_ft import cli, runtime
+from paddle_ft.kernels import mkl_vendor
 from paddle_ft.errors import UserError
 
 
@@ -94,7 +95,7 @@ def test_the_library_loads_before_paddle_and_paddles_matmuls_agree_with_numpy(tm
     numpy within 1e-5 relative."""
     script = textwrap.dedent("""
         import ctypes, numpy as np
-        from paddle_ft import mkl_vendor
+        from paddle_ft.kernels import mkl_vendor
         assert mkl_vendor.load() is None
         assert ctypes.CDLL(None).mkl_serv_intel_cpu_true() == 1
         import paddle

@@ -6,11 +6,11 @@ import paddle
 import pytest
 
 from conftest import ROOT
-from paddle_ft.build import build_model, build_tokenizer, freeze, resolve_backbone
+from paddle_ft.workflows.build import build_model, build_tokenizer, freeze, resolve_backbone
 from paddle_ft.config import load_config
 from paddle_ft.engine.optim import build_optimizer, learning_rate_ratio
 from paddle_ft.errors import ConfigError
-from paddle_ft.model import scratch_encoder
+from paddle_ft.models.networks import scratch_encoder
 
 
 def save_encoder(folder, tokenizer, encoder=None, drop=(), architecture="bert", seed=2, **shape):
@@ -57,7 +57,7 @@ def test_a_checkpoint_without_a_pooler_needs_cls_or_mean_pooling(tmp_path, token
 
 @pytest.mark.parametrize("missing", ["out/pretrain-demo/best", "./encoder", "~/no-such-encoder"])
 def test_a_backbone_path_that_does_not_exist_is_one_line_not_a_download_attempt(missing):
-    from paddle_ft.backbone import resolve
+    from paddle_ft.models.backbone import resolve
 
     with pytest.raises(ConfigError, match=f"'model.backbone': there is no model folder at '{missing}'"):
         resolve(missing, "unused", print)
@@ -194,7 +194,7 @@ def test_the_shipped_demo_encoder_is_the_one_its_manifest_describes():
 
     from conftest import ROOT
 
-    from paddle_ft.backbone import load_encoder
+    from paddle_ft.models.backbone import load_encoder
     from paddle_ft.config import load_config
     from paddle_ft.io import file_sha256
 

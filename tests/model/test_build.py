@@ -1,6 +1,6 @@
 import pytest
 
-from paddle_ft.build import build_tokenizer
+from paddle_ft.workflows.build import build_tokenizer
 from paddle_ft.config import load_config
 from paddle_ft.errors import ConfigError
 
@@ -27,5 +27,5 @@ def test_scoring_a_saved_model_imports_nothing_of_the_training_loop():
     assert "paddle_ft.engine.evaluate" in loaded
     for module in ("paddle_ft.engine.trainer", "paddle_ft.engine.checkpoint", "paddle_ft.engine.distributed",
                    "paddle_ft.engine.run_folder", "paddle_ft.engine.optim",
-                   "paddle_ft.commands.train", "paddle_ft.build"):
+                   "paddle_ft.commands.train", "paddle_ft.workflows.build"):
         assert module not in loaded, module

@@ -13,7 +13,7 @@ import paddle
 import pytest
 
 from conftest import ROOT
-from paddle_ft.backbone import load_encoder, resolve
+from paddle_ft.models.backbone import load_encoder, resolve
 from paddle_ft.text import pad_ids
 from paddle_ft.tokenization import load_tokenizer, readable
 

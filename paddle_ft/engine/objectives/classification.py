@@ -14,7 +14,7 @@ from paddle_ft.engine.losses import classification_loss, level_loss
 from paddle_ft.engine.metrics import (abstain_threshold, classification_report, decision_report,
                                       expected_calibration_error, fit_temperature, with_levels)
 from paddle_ft.engine.objectives import Objective
-from paddle_ft.hierarchy import Hierarchy
+from paddle_ft.models.hierarchy import Hierarchy
 from paddle_ft.text import softmax
 
 

@@ -11,7 +11,7 @@ from paddle_ft.data.features import Features
 from paddle_ft.engine.losses import multi_label_loss
 from paddle_ft.engine.metrics import multi_label_report, tune_thresholds, with_levels
 from paddle_ft.engine.objectives.classification import ClassifierObjective
-from paddle_ft.hierarchy import Hierarchy
+from paddle_ft.models.hierarchy import Hierarchy
 from paddle_ft.text import sigmoid
 
 
