@@ -31,14 +31,14 @@ def train(config: str | Path | None = None, overrides: dict | list[str] | None =
     `Results` (`.dev`, `.test`: every metric; `.best_step`); the run folder is the config's output_dir. Bad input
     raises `UserError` with the one-line message the command line prints."""
     from paddle_ft import runtime
-    from paddle_ft.commands.train import trained
+    from paddle_ft.workflows.training import train as train_as_configured
 
     runtime.configure()
     if config is not None and not isinstance(config, (str, Path)):
         raise UserError(f"train(config=...): give the path of a YAML config, not a {type(config).__name__}")
     if config is not None and Path(config).is_dir():
         raise UserError(f"train({str(config)!r}): that is a folder; give the YAML config file (e.g. configs/demo.yaml)")
-    return trained(None if config is None else str(config), override_list(overrides))
+    return train_as_configured(None if config is None else str(config), override_list(overrides))
 
 
 def override_list(overrides) -> list[str]:

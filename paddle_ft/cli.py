@@ -19,51 +19,55 @@ from paddle_ft.io import describe_os_error
 
 class Command(NamedTuple):
     name: str
-    module: str
-    """Its module in paddle_ft.commands."""
+    """Its module in paddle_ft.commands and its tools/ wrapper are the name with "_" for "-"."""
     help: str
-    prefix: str = ""
-    """Where a module holds several commands: `add_{prefix}arguments` and `{prefix}main` are this one's."""
+
+    @property
+    def module(self) -> str:
+        return self.name.replace("-", "_")
 
 
 COMMANDS = (
-    Command("init", "init", "write a training config from your own labelled files"),
-    Command("train", "train", "fine-tune a classifier from a YAML config"),
-    Command("pretrain", "pretrain", "pretrain an encoder on unlabeled text (masked LM)"),
-    Command("distill", "distill", "train a smaller student on a trained teacher's answers"),
-    Command("audit", "audit", "check a config's data: duplicates, leakage, conflicting labels, ..."),
-    Command("cv", "cv", "K-fold cross-validation of a config (mean ± std of every metric)"),
-    Command("label-issues", "label_issues",
-            "find probably mislabelled rows of train and dev (out-of-fold confident learning)"),
-    Command("sweep", "sweep", "hyperparameter search with Optuna (resumable; see docs/analysis.md)"),
-    Command("report", "report", "write OUT/report.html for a finished training run"),
-    Command("export-tasks", "annotation",
-            "texts with the model's answers as pre-annotations, as Label Studio or doccano tasks", "export_tasks_"),
-    Command("select", "annotation",
-            "the unlabelled texts worth labelling next (active learning), as export-tasks writes them", "select_"),
-    Command("import", "annotation", "a Label Studio or doccano export as rows train reads (or a label-issues review "
-                                    "answered there as data.corrections)", "import_"),
-    Command("eval", "evaluate", "score a trained model on a labelled file"),
-    Command("explain", "explain",
-            "why a trained model answers: token attributions (integrated gradients) and the nearest training texts"),
-    Command("convert", "convert_hf", "convert a Hugging Face checkpoint folder to a PaddleNLP one"),
-    Command("trim-vocab", "trim_vocab", "a copy of a backbone keeping only the vocabulary pieces your texts use "
-                                        "(SentencePiece: multilingual-e5, XLM-R, bge-m3)"),
-    Command("add-class", "classes", "a prototype-head model with one class more, without retraining: its prototype "
-                                    "from a few examples and/or a description", "add_class_"),
-    Command("remove-class", "classes", "a prototype-head model without one of its classes", "remove_class_"),
-    Command("export", "export", "export a trained model to a static graph for Paddle Inference"),
-    Command("quantize", "quantize", "quantize an export to int8 for ONNX Runtime, checked on labelled texts"),
-    Command("verify", "verify", "check that a saved model or an export is still what was written (every file, the "
-                                "engines, the score on a recorded data file)"),
-    Command("predict", "predict", "classify texts with an exported model"),
-    Command("serve", "serve", "serve an exported model over HTTP with dynamic batching"),
+    Command("init", "write a training config from your own labelled files"),
+    Command("train", "fine-tune a classifier from a YAML config"),
+    Command("pretrain", "pretrain an encoder on unlabeled text (masked LM)"),
+    Command("distill", "train a smaller student on a trained teacher's answers"),
+    Command("audit", "check a config's data: duplicates, leakage, conflicting labels, ..."),
+    Command("cv", "K-fold cross-validation of a config (mean ± std of every metric)"),
+    Command("label-issues", "find probably mislabelled rows of train and dev (out-of-fold confident learning)"),
+    Command("sweep", "hyperparameter search with Optuna (resumable; see docs/analysis.md)"),
+    Command("report", "write OUT/report.html for a finished training run"),
+    Command("export-tasks", "texts with the model's answers as pre-annotations, as Label Studio or doccano tasks"),
+    Command("select-texts", "the unlabelled texts worth labelling next (active learning), as export-tasks writes them"),
+    Command("import-annotations", "a Label Studio or doccano export as rows train reads (or a label-issues review "
+                                  "answered there as data.corrections)"),
+    Command("eval", "score a trained model on a labelled file"),
+    Command("explain", "why a trained model answers: token attributions (integrated gradients) and the nearest "
+                       "training texts"),
+    Command("convert", "convert a Hugging Face checkpoint folder to a PaddleNLP one"),
+    Command("trim-vocab", "a copy of a backbone keeping only the vocabulary pieces your texts use (SentencePiece: "
+                          "multilingual-e5, XLM-R, bge-m3)"),
+    Command("add-class", "a prototype-head model with one class more, without retraining: its prototype from a few "
+                         "examples and/or a description"),
+    Command("remove-class", "a prototype-head model without one of its classes"),
+    Command("export", "export a trained model to a static graph for Paddle Inference"),
+    Command("quantize", "quantize an export to int8 for ONNX Runtime, checked on labelled texts"),
+    Command("verify", "check that a saved model or an export is still what was written (every file, the engines, "
+                      "the score on a recorded data file)"),
+    Command("predict", "classify texts with an exported model"),
+    Command("serve", "serve an exported model over HTTP with dynamic batching"),
 )
+# commands of an earlier version, refused in one line that names the new one (never a silent alias)
+RENAMED = {"select": "select-texts", "import": "import-annotations"}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not configured():
+        return 2
+    if argv[:1] and argv[0] in RENAMED:
+        print(f"error: the command {argv[0]} is now {RENAMED[argv[0]]}: python -m paddle_ft {RENAMED[argv[0]]} "
+              f"{' '.join(argv[1:])}".rstrip(), file=sys.stderr)
         return 2
     args = parser(argv[:1]).parse_args(argv)
     try:
@@ -93,8 +97,8 @@ def parser(declared: list[str] | None = None) -> argparse.ArgumentParser:
         sub = commands.add_parser(command.name, help=command.help, description=command.help)
         if declared is None or command.name in declared:
             module = importlib.import_module(f"paddle_ft.commands.{command.module}")
-            getattr(module, f"add_{command.prefix}arguments")(sub)
-            sub.set_defaults(run=getattr(module, f"{command.prefix}main"))
+            module.add_arguments(sub)
+            sub.set_defaults(run=module.main)
     # the bench is a measuring tool of the checkout (tools/bench/), not part of the installed library
     # (no option prefix, so that whatever options follow reach the message below instead of argparse's)
     bench = commands.add_parser("bench", help="benchmark against PaddleNLP, HF and ONNX Runtime: run from a checkout",

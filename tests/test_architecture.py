@@ -19,7 +19,7 @@ INFERENCE_MAY_USE = {"paddle_ft", "paddle_ft.errors", "paddle_ft.arguments", "pa
                      # the tree of labels an answer is decoded on; the package's __init__ imports nothing
                      "paddle_ft.models", "paddle_ft.models.hierarchy",
                      "paddle_ft.tokenization", "paddle_ft.tokenization.fast", "paddle_ft.tokenization.readable",
-                     "paddle_ft.tokenization.unigram", "paddle_ft.tokenization.wordpiece",
+                     "paddle_ft.tokenization.sentencepiece", "paddle_ft.tokenization.wordpiece",
                      "paddle_ft.artifacts", "paddle_ft.artifacts.meta", "paddle_ft.artifacts.export_folder",
                      "paddle_ft.artifacts.manifest", "paddle_ft.artifacts.model_card"}
 # quantize checks accuracy on a labelled file, so it reads one (the only inference module that does)
@@ -33,7 +33,7 @@ OWNERS = {"results.json": "paddle_ft.artifacts.run", "metrics.jsonl": "paddle_ft
           "label_map.json": "paddle_ft.data.labels", "paddle_ft.json": "paddle_ft.artifacts.meta",
           "MODEL_CARD.md": "paddle_ft.artifacts.model_card", "model_state.pdparams": "paddle_ft.models.convert",
           "manifest.json": "paddle_ft.artifacts.manifest", "checksums.json": "paddle_ft.engine.checkpoint",
-          "shards.json": "paddle_ft.commands.predict_ray"}
+          "shards.json": "paddle_ft.workflows.predict_ray"}
 
 
 def test_imports_run_one_way_through_the_layers():

@@ -276,7 +276,7 @@ def _share(predicted, rows, indices) -> float:
 def init(output: Path, name: str, args: list, config: Path) -> None:
     config.unlink(missing_ok=True)
     config.parent.mkdir(parents=True, exist_ok=True)
-    run(output, f"init-{name}", [sys.executable, "-m", "paddle_ft", "init", *args, "--output", config])
+    run(output, f"init-{name}", [sys.executable, "-m", "paddle_ft", "init", *args, "--output-file", config])
 
 
 def train(output: Path, name: str, config: Path, overrides: list[str]) -> dict:

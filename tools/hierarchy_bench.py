@@ -104,7 +104,7 @@ def predicted(output: Path, name: str, test: Path) -> list[dict]:
         run(output, f"export-{name}", [sys.executable, "-m", "paddle_ft", "export", "--model", folder / "best",
                                        "--output", folder / "export", "--overwrite"])
         run(output, f"predict-{name}", [sys.executable, "-m", "paddle_ft", "predict", "--export", folder / "export",
-                                        "--input", test, "--output", answers])
+                                        "--input", test, "--output-file", answers])
     return [json.loads(line) for line in answers.read_text(encoding="utf-8").splitlines()]
 
 

@@ -66,7 +66,7 @@ def case(output: Path, name: str, labels: int, task: str) -> dict:
                                                       data / "test.tsv"])
     steps["export"] = measured(output, f"export-{name}", ["export", "--model", run_dir / "best", "--output", export])
     steps["predict"] = measured(output, f"predict-{name}", ["predict", "--export", export, "--input",
-                                                            data / "test.tsv", "--output", run_dir / "answers.jsonl"])
+                                                            data / "test.tsv", "--output-file", run_dir / "answers.jsonl"])
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))["test"]
     evaluated = json.loads(steps["eval"].pop("stdout"))
     for step in steps.values():

@@ -257,7 +257,7 @@ def write_hf_folder(e5: E5File, output: Path, readme: str) -> None:
     """The Hugging Face folder of the file, written atomically (a reader sees no half-written folder)."""
     from safetensors.numpy import save_file
 
-    from paddle_ft.tokenization.unigram import SentencePieceTokenizer
+    from paddle_ft.tokenization.sentencepiece import SentencePieceTokenizer
 
     specials = {"bos_token": e5.pieces[e5.specials["bos"]], "eos_token": e5.pieces[e5.specials["eos"]],
                 "unk_token": e5.pieces[e5.specials["unk"]], "sep_token": e5.pieces[e5.specials["eos"]],

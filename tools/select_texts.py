@@ -1,4 +1,4 @@
-"""Thin wrapper over `python -m paddle_ft select`; see docs/commands.md."""
+"""Thin wrapper over `python -m paddle_ft select-texts`; see docs/commands.md."""
 import sys
 from pathlib import Path
 
@@ -7,4 +7,4 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from paddle_ft.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(["select", *sys.argv[1:]]))
+    sys.exit(main(["select-texts", *sys.argv[1:]]))

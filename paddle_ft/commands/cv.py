@@ -1,52 +1,11 @@
-"""`cv`: K-fold cross-validation of a config: stratified folds of train (+ dev), one normal run folder per fold
-(OUT/fold-1 ... each resumable), then the mean ± std of every metric in OUT/cv.json and OUT/cv.md."""
+"""`cv`: K-fold cross-validation of a config (workflows.cv); the table of every metric on standard output."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from paddle_ft.analysis.cv import markdown, summarise
-from paddle_ft.analysis.fingerprint import check_same_work, fingerprint, read_work, write_work
-from paddle_ft.analysis.report import table_html, write_page
 from paddle_ft.arguments import positive_int
 from paddle_ft.commands.flags import config_arguments
-from paddle_ft.commands.folds import labelled_pool, train_folds
-from paddle_ft.config import load_config
-from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
-from paddle_ft.artifacts.ownership import OUTPUT_DIR, clear, owned_folder
-
-FINGERPRINT = "cv-fingerprint.json"
 
 
-def run(config_path: str, overrides: list[str], folds: int, restart: bool = False) -> int:
-    config = load_config(config_path, overrides)
-    with owned_folder(config.output_dir, "cv", OUTPUT_DIR) as root:
-        if restart:
-            clear(root)
-        work = fingerprint(config, folds=folds)
-        check_same_work(root, read_work(root / FINGERPRINT), work, "cross-validation")
-        return _cross_validate(config_path, overrides, config, folds, root, work)
-
-
-def _cross_validate(config_path: str, overrides: list[str], config, folds: int, root: Path, work: dict) -> int:
-    pool = labelled_pool(config, folds)
-    write_work(root / FINGERPRINT, work)  # what the folds are of
-    results = [fold.run.read_results() for fold in train_folds(config_path, overrides, config, pool, folds, root)]
-    summary = summarise(results)
-    write_text_atomically(root / "cv.json", json.dumps({"folds": folds, "summary": summary}, ensure_ascii=False,
-                                                       indent=2))
-    table = markdown(summary)
-    write_text_atomically(root / "cv.md", table)
-    links = "".join(f'<li><a href="fold-{i}/report.html">fold {i}</a></li>' for i in range(1, folds + 1))
-    page = write_page(root / "report.html", f"{folds}-fold cross-validation", [
-        "<h2>Every metric over the folds</h2>", table_html(table), f"<h2>The folds' own reports</h2><ul>{links}</ul>"])
-    print(table, end="")
-    log(f"wrote {root / 'cv.json'}, {root / 'cv.md'} and {page}")
-    return 0
-
-
-# the command line: `python -m paddle_ft cv` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     config_arguments(parser, "configs/demo.yaml")
     parser.add_argument("--folds", type=positive_int, default=5, help="number of folds (default 5)")
@@ -55,4 +14,9 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    return run(args.config, args.override, args.folds, args.restart)
+    from paddle_ft.workflows.cv import cross_validate
+
+    outcome = cross_validate(args.config, args.override, args.folds, args.restart)
+    print(outcome.table, end="")
+    log(f"wrote {', '.join(map(str, outcome.files[:-1]))} and {outcome.files[-1]}")
+    return 0

@@ -1,5 +1,6 @@
 """The flags several commands share, declared once so that each means one thing everywhere: `--model` a trained model
-folder (OUT/best), `--export` an export folder, `-c/--config` and `-o` a recipe and its overrides, and the
+folder (OUT/best), `--export` an export folder, `--output` a folder a command writes and `--output-file` a file,
+`-c/--config` and `-o` a recipe and its overrides, and the
 predictor's flags (`--device`, `--gpu-id`, `--threads`, `--precision`, `--tensorrt`, `--backend`, `--truncation`)
 wherever a predictor runs (tests/cli/test_cli.py::test_every_flag_has_one_meaning_across_the_commands)."""
 from __future__ import annotations
@@ -25,7 +26,14 @@ def model_argument(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def export_argument(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--export", required=True, help="an export folder (written by export or quantize)")
-    renamed(parser, "--model-dir", "--export")
+    renamed(parser, "--model-dir", "--export", "DIR")
+    return parser
+
+
+def output_file_argument(parser: argparse.ArgumentParser, what: str) -> argparse.ArgumentParser:
+    """`--output-file FILE`, the file a command writes; `--output`, which names a folder everywhere, refused."""
+    parser.add_argument("--output-file", required=True, metavar="FILE", help=what)
+    renamed(parser, "--output", "--output-file", "FILE")
     return parser
 
 
@@ -46,10 +54,10 @@ def inference_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     return parser
 
 
-def renamed(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+def renamed(parser: argparse.ArgumentParser, old: str, new: str, metavar: str) -> None:
     """`old`, a flag this command once took, refused in one line that names `new` (never a silent alias)."""
     class Refuse(argparse.Action):
         def __call__(self, parser, namespace, values, option_string=None):
-            parser.error(f"{old} is now {new}: give {new} DIR")
+            parser.error(f"{old} is now {new}: give {new} {metavar}")
 
     parser.add_argument(old, nargs="?", action=Refuse, help=argparse.SUPPRESS)

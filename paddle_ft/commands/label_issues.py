@@ -1,211 +1,11 @@
-"""`label-issues`: which rows of train and dev are probably mislabelled. Every row is scored by a model that did not
-train on it (K folds, trained as `cv` trains them: resumable, fingerprinted), confident learning ranks the rows over
-those out-of-fold probabilities (`analysis.label_issues`), and a person gets what reviewing takes:
-
-    OUT/label_issues.tsv   rank, file, line, given label, suggested label, confidence, the given label's probability
-    OUT/report.html        the same as a page, the most probable issues first
-    OUT/review.<format>    the flagged rows in the data's own format with an empty `decision` column; filled in, it is
-                           read back by training through `data.corrections` (data/corrections.py)
-    OUT/label_issues.json  the counts, and with --prune the comparison
-
-`--prune` trains the config twice more, with every row (OUT/all-rows) and without the flagged ones (OUT/pruned),
-and compares the two on test."""
+"""`label-issues`: the rows of train and dev that are probably mislabelled (workflows.label_issues)."""
 from __future__ import annotations
 
-import html
-import json
-from collections import Counter
-from pathlib import Path
-
-import numpy as np
-
-from paddle_ft.analysis.fingerprint import check_same_work, fingerprint, read_work, write_work
-from paddle_ft.analysis.label_issues import LabelIssue, find_label_issues
-from paddle_ft.analysis.report import write_page
 from paddle_ft.arguments import positive_int
-from paddle_ft.artifacts.bundle import load_bundle
-from paddle_ft.artifacts.run import RunFiles
-from paddle_ft.workflows.build import format_of_split
-from paddle_ft.commands import train
 from paddle_ft.commands.flags import config_arguments
-from paddle_ft.commands.folds import Fold, Pool, labelled_pool, train_folds
-from paddle_ft.config import TASK_METRICS, Config, load_config
-from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
-from paddle_ft.data.features import tokenize
-from paddle_ft.data.readers import Columns, one_line, write_examples, write_records
-from paddle_ft.engine.evaluate import evaluate
-from paddle_ft.errors import ConfigError
-from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
-from paddle_ft.artifacts.ownership import clear, owned_folder
-from paddle_ft.tokenization import fastest
-
-FINGERPRINT = "label-issues-fingerprint.json"
-OUT_OF_FOLD = "out-of-fold.json"  # beside each fold's data files (OUT/folds/fold-N/): its held-out rows' probabilities
-SHOWN_ON_THE_PAGE = 500
 
 
-def run(config_path: str | None, overrides: list[str], folds: int, output: str, prune: bool = False,
-        restart: bool = False, fold_reports: bool = False) -> int:
-    # each fold's report.html would cost tens of seconds and show a model nobody keeps: written only when asked
-    overrides = [*overrides, f"output_dir={output}", *([] if fold_reports else ["train.runtime.write_report=false"])]
-    config = load_config(config_path, overrides)
-    if prune and config.data.test is None:
-        raise ConfigError("data.test", "--prune compares a run with every row and one without the flagged rows on "
-                          "test: set data.test")
-    with owned_folder(config.output_dir, "label-issues", "--output") as root:
-        if restart:
-            clear(root)
-        work = fingerprint(config, folds=folds)
-        check_same_work(root, read_work(root / FINGERPRINT), work, "label-issues run")
-        pool = labelled_pool(config, folds)
-        write_work(root / FINGERPRINT, work)
-        probabilities = _out_of_fold(pool, train_folds(config_path, overrides, config, pool, folds, root), root,
-                                     config.train.evaluation.batch_size)
-        issues = _find(pool, probabilities, config.task == "multi_label")
-        summary = {"folds": folds, "rows": len(pool.examples), "flagged": len(issues),
-                   "given_to_suggested": _pairs(issues)}
-        _write_table(root / "label_issues.tsv", pool, issues)
-        review = _write_review(root, config, pool, issues)
-        if prune:
-            summary["prune"] = _prune(config_path, overrides, config, pool, issues, root)
-        write_text_atomically(root / "label_issues.json", json.dumps(summary, ensure_ascii=False, indent=2) + "\n")
-        page = _write_page(root / "report.html", pool, issues, summary)
-    share = len(issues) / len(pool.examples)
-    log(f"label-issues: {len(issues)} of {len(pool.examples)} rows ({share:.1%}) are probably mislabelled; wrote "
-        f"{root / 'label_issues.tsv'}, {page} and {review} (fill its {DECISION} column, then train with "
-        f"-o data.corrections={review})")
-    return 0
-
-
-def _out_of_fold(pool: Pool, folds: list[Fold], root: Path, batch_size: int) -> np.ndarray:
-    """[rows, labels]: each row's probabilities from the fold model that held it out (read back when a rerun finds
-    them written)."""
-    names = pool.dataset.label_map.names
-    probabilities = np.zeros((len(pool.examples), len(names)))
-    for fold in folds:
-        saved = root / "folds" / f"fold-{fold.number}" / OUT_OF_FOLD
-        if saved.is_file():
-            probabilities[fold.held_out] = json.loads(saved.read_text(encoding="utf-8"))
-            continue
-        bundle = load_bundle(fold.run.best_dir)
-        meta, tokenizer = bundle.meta, fastest(bundle.tokenizer)
-        features = tokenize([pool.examples[i] for i in fold.held_out], tokenizer, meta.max_length, bundle.label_map,
-                            meta.truncation_rule)
-        _, scored = evaluate(bundle.model, features, batch_size, tokenizer.pad_token_id, names,
-                             thresholds=meta.label_thresholds if meta.multi_label else None,
-                             temperature=meta.temperature)
-        probabilities[fold.held_out] = scored
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(saved, json.dumps(scored.tolist()))
-    return probabilities
-
-
-def _find(pool: Pool, probabilities: np.ndarray, multi_label: bool) -> list[LabelIssue]:
-    label_map = pool.dataset.label_map
-    if multi_label:
-        gold = np.zeros(probabilities.shape)
-        for row, example in enumerate(pool.examples):
-            gold[row, [label_map.id(name) for name in example.label_names]] = 1
-    else:
-        gold = np.array([label_map.id(e.label) for e in pool.examples])
-    return find_label_issues(gold, probabilities, label_map.names, multi_label)
-
-
-def _pairs(issues: list[LabelIssue]) -> dict[str, int]:
-    """How many flagged rows go from each given label to each suggested one, the most frequent first."""
-    counts = Counter(f"{','.join(i.given)} -> {','.join(i.suggested)}" for i in issues)
-    return dict(counts.most_common())
-
-
-def _write_table(path: Path, pool: Pool, issues: list[LabelIssue]) -> None:
-    rows = [{"rank": rank, FILE: pool.origins[i.row][0], LINE: pool.origins[i.row][1], "given": ",".join(i.given),
-             SUGGESTED: ",".join(i.suggested), "confidence": f"{i.confidence:.4f}",
-             "given_probability": f"{i.given_probability:.4f}", "text": one_line(pool.examples[i.row].text)}
-            for rank, i in enumerate(issues, start=1)]
-    write_records(path, "tsv", ["rank", FILE, LINE, "given", SUGGESTED, "confidence", "given_probability", "text"],
-                  rows)
-
-
-def _write_review(root: Path, config: Config, pool: Pool, issues: list[LabelIssue]) -> Path:
-    """The flagged rows in the data's format: its own columns (the given label in its label column), then
-    `suggested`, `confidence` and an empty `decision`."""
-    fmt = format_of_split(config.data, config.data.train)
-    columns = Columns.of(config.data, config.task == "multi_label")
-    delimiter = columns.label_delimiter or ","
-    names = [FILE, LINE, *(n for n in (columns.text, columns.text_pair, columns.label) if n), SUGGESTED,
-             "confidence", DECISION]
-    records = []
-    for issue in issues:
-        example = pool.examples[issue.row]
-        text = example.text if fmt != "tsv" else one_line(example.text)
-        record = {FILE: pool.origins[issue.row][0], LINE: pool.origins[issue.row][1], columns.text: text,
-                  columns.label: delimiter.join(issue.given), SUGGESTED: delimiter.join(issue.suggested),
-                  "confidence": round(issue.confidence, 4), DECISION: ""}
-        if columns.text_pair:
-            record[columns.text_pair] = example.text_pair
-        records.append(record)
-    path = root / f"review.{fmt}"
-    write_records(path, fmt, names, records)
-    return path
-
-
-def _prune(config_path: str | None, overrides: list[str], config: Config, pool: Pool, issues: list[LabelIssue],
-           root: Path) -> dict:
-    """Test scores of the config trained on every row (as it reads them, corrections included) and on the same
-    rows less the flagged ones, side by side."""
-    flagged = {pool.origins[i.row] for i in issues}
-    fmt = format_of_split(config.data, config.data.train)
-    columns, data = Columns.of(config.data, config.task == "multi_label"), root / "pruned-data"
-    data.mkdir(exist_ok=True)
-    pruned = ["data.corrections=null"]  # the rows written below already hold any corrections
-    for split in ("train", "dev"):
-        path = pool.dataset.paths.get(split)
-        if path is not None:
-            write_examples(data / f"{split}.{fmt}", fmt, columns, [e for e in pool.dataset.examples[split]
-                                                                   if (path, e.line) not in flagged])
-            pruned.append(f"data.{split}={data / f'{split}.{fmt}'}")
-    scores = {}
-    for name, data_overrides, folder in (("all_rows", [], root / "all-rows"), ("pruned", pruned, root / "pruned")):
-        run_files = RunFiles(folder)
-        if not run_files.finished:
-            log(f"label-issues --prune: training {name.replace('_', ' ')} in {folder}")
-            resume = ["train.resume=auto"] if run_files.started else []
-            train.run(config_path, [*overrides, f"output_dir={folder}", *data_overrides, *resume])
-        test = run_files.read_results().test
-        scores[name] = {metric: test[metric] for metric in TASK_METRICS[config.task]}
-    scores["rows_left_out"] = len(flagged)
-    return scores
-
-
-def _write_page(path: Path, pool: Pool, issues: list[LabelIssue], summary: dict) -> Path:
-    counts = "".join(f"<li>{html.escape(pair)}: {n}</li>" for pair, n in summary["given_to_suggested"].items())
-    rows = "".join(
-        f"<tr><td>{rank}</td><td>{html.escape(pool.origins[i.row][0])}:{pool.origins[i.row][1]}</td>"
-        f"<td>{html.escape(','.join(i.given))}</td><td>{html.escape(','.join(i.suggested))}</td>"
-        f"<td>{i.confidence:.3f}</td><td>{i.given_probability:.3f}</td>"
-        f"<td>{html.escape(pool.examples[i.row].text)}</td></tr>"
-        for rank, i in enumerate(issues[:SHOWN_ON_THE_PAGE], start=1))
-    sections = [f"<p>{summary['flagged']} of {summary['rows']} labelled rows of train and dev are probably "
-                f"mislabelled: each was scored by a model of {summary['folds']} folds that did not train on it, and "
-                "confident learning flagged those whose given label the model finds less likely than the labels' "
-                "own thresholds allow. Most probable first (the given label's probability, lowest first).</p>",
-                f"<h2>From which label to which</h2><ul>{counts}</ul>"]
-    if "prune" in summary:
-        prune = summary["prune"]
-        scores = "".join(f"<tr><td>{html.escape(m)}</td><td>{prune['all_rows'][m]:.4f}</td>"
-                         f"<td>{prune['pruned'][m]:.4f}</td></tr>" for m in prune["all_rows"])
-        sections.append(f"<h2>Trained without them</h2><p>The config trained again on every row and without the "
-                        f"{prune['rows_left_out']} flagged rows, scored on test:</p><table><tr><th>metric</th>"
-                        f"<th>every row</th><th>without the flagged</th></tr>{scores}</table>")
-    more = f" (the first {SHOWN_ON_THE_PAGE}; label_issues.tsv has all)" if len(issues) > SHOWN_ON_THE_PAGE else ""
-    sections.append(f"<h2>The rows{more}</h2><table><tr><th>rank</th><th>file:line</th><th>given</th>"
-                    f"<th>suggested</th><th>confidence</th><th>given label's probability</th><th>text</th></tr>"
-                    f"{rows}</table>")
-    return write_page(path, "Probable label issues", sections)
-
-
-# the command line: `python -m paddle_ft label-issues` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     config_arguments(parser, "configs/demo.yaml")
     parser.add_argument("--folds", type=positive_int, default=5, help="number of folds (default 5)")
@@ -220,4 +20,12 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    return run(args.config, args.override, args.folds, args.output, args.prune, args.restart, args.fold_reports)
+    from paddle_ft.data.corrections import DECISION
+    from paddle_ft.workflows.label_issues import find_issues
+
+    found = find_issues(args.config, args.override, args.folds, args.output, args.prune, args.restart,
+                        args.fold_reports)
+    log(f"label-issues: {found.flagged} of {found.rows} rows ({found.flagged / found.rows:.1%}) are probably "
+        f"mislabelled; wrote {found.table}, {found.page} and {found.review} (fill its {DECISION} column, then train "
+        f"with -o data.corrections={found.review})")
+    return 0

@@ -11,7 +11,7 @@ from paddle_ft.inference.quantize import quantize_export
 
 def add_arguments(parser) -> None:
     parser.add_argument("--export", required=True, help="an export folder with model.onnx (tools/export.py)")
-    renamed(parser, "--model", "--export")
+    renamed(parser, "--model", "--export", "DIR")
     parser.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file for the accuracy check")
     parser.add_argument("--output", required=True, help="the int8 export folder to create (new or empty)")
     parser.add_argument("--method", choices=("dynamic", "static"), default="dynamic",

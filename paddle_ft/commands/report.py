@@ -1,81 +1,13 @@
-"""`report`: the training report of a finished run (`OUT/report.html`); training writes it at its end too."""
+"""`report`: the training report of a finished run, OUT/report.html (workflows.run_report)."""
 from __future__ import annotations
 
-from pathlib import Path
 
-import numpy as np
-
-from paddle_ft.analysis.audit import audit
-from paddle_ft.analysis.explain import Explainer
-from paddle_ft.analysis.report import Answers, write_report
-from paddle_ft.artifacts.bundle import load_bundle
-from paddle_ft.artifacts.run import RunFiles
-from paddle_ft.workflows.build import Dataset, read_dataset
-from paddle_ft.config import Config, load_config
-from paddle_ft.data.features import tokenize
-from paddle_ft.engine.evaluate import evaluate
-from paddle_ft.artifacts.ownership import owned_folder, owner_of, require_owner
-from paddle_ft.tokenization import fastest
-
-CLASSIFIER_RUNS = ("train", "distill")  # the runs whose best/ is a classifier to report on
-EXPLAINED = 3  # the most confident mistakes the report explains
-NEIGHBOUR_POOL = 10_000  # training texts searched for their nearest, at most (and no more than the report scored)
-
-
-def run(run_dir: str) -> int:
-    folder = Path(run_dir)
-    require_owner(folder, CLASSIFIER_RUNS, "report the output_dir of a training or distillation run")
-    with owned_folder(folder, owner_of(folder), "OUT"):
-        run = RunFiles(folder)
-        run.read_results()  # a run that has not finished is refused before anything is read
-        config = load_config(run.config_file)
-        page = write_run_report(folder, config, read_dataset(config.data, config.task))
-    print(f"wrote {page}")
-    return 0
-
-
-def write_run_report(folder: Path, config: Config, dataset: Dataset) -> Path:
-    """The report of the run in `folder`: its best model's answers on test (else dev), and the data summary (with
-    how much of each split the model's tokenizer reads as [UNK])."""
-    bundle = load_bundle(RunFiles(folder).best_dir)
-    tokenizer = fastest(bundle.tokenizer)
-    summary = audit(dataset.examples, tokenizer, bundle.meta.max_length)
-    return write_report(folder, _answers(bundle, tokenizer, config, dataset), summary)
-
-
-def _answers(bundle, tokenizer, config: Config, dataset: Dataset) -> Answers | None:
-    split = "test" if "test" in dataset.examples else "dev" if "dev" in dataset.examples else None
-    if split is None or config.task == "multi_label":  # the pictures of answers are single-label ones
-        return None
-    rows = dataset.examples[split]
-    features = tokenize(rows, tokenizer, bundle.meta.max_length, bundle.label_map, bundle.meta.truncation_rule)
-    _, probabilities = evaluate(bundle.model, features, config.train.evaluation.batch_size, tokenizer.pad_token_id,
-                                bundle.label_map.names, temperature=bundle.meta.temperature)
-    gold = features.document_labels
-    return Answers(split, [e.text for e in rows], gold, probabilities, bundle.meta.labels,
-                   _explained_mistakes(bundle, rows, gold, probabilities, dataset.examples.get("train", [])))
-
-
-def _explained_mistakes(bundle, rows, gold: np.ndarray, probabilities: np.ndarray, train_rows) -> list:
-    """Explanations of the `EXPLAINED` most confident mistakes, each with its nearest training texts (among a seeded
-    sample of them, no larger than `NEIGHBOUR_POOL` nor than the split scored: the search then costs at most one more
-    pass of the kind the report already made, so a 12-layer encoder's report does not take as long as its training)."""
-    predicted = probabilities.argmax(axis=1)
-    wrong = np.flatnonzero(predicted != gold)
-    worst = wrong[np.argsort(-probabilities[wrong, predicted[wrong]], kind="stable")][:EXPLAINED]
-    if not len(worst):
-        return []
-    explainer = Explainer(bundle)
-    if train_rows:
-        chosen = np.random.default_rng(0).permutation(len(train_rows))[:min(NEIGHBOUR_POOL, len(rows))]
-        explainer.index([train_rows[i] for i in np.sort(chosen)])
-    return [explainer.explain(rows[i].text, rows[i].text_pair, neighbours=3 if train_rows else 0)[0] for i in worst]
-
-
-# the command line: `python -m paddle_ft report` (registered in paddle_ft/cli.py)
 def add_arguments(parser) -> None:
     parser.add_argument("run_dir", metavar="OUT", help="the output_dir of a finished run")
 
 
 def main(args) -> int:
-    return run(args.run_dir)
+    from paddle_ft.workflows.run_report import report_run
+
+    print(f"wrote {report_run(args.run_dir)}")
+    return 0

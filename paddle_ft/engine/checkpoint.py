@@ -130,7 +130,7 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int = 0) -> TrainState:
     """Restore everything `save_checkpoint` wrote into the given objects; returns the trainer state.
-    `path` is a checkpoint `verify_checkpoint` passed (`commands.train` picks it that way: hashing a
+    `path` is a checkpoint `verify_checkpoint` passed (`workflows.training` picks it that way: hashing a
     large model's files twice would double the cost of every resume); it must fit the model (same
     parameter names and shapes)."""
     model_state = paddle.load(str(path / PADDLE_WEIGHTS))

@@ -20,7 +20,7 @@ from paddle_ft.models.convert import PADDLE_WEIGHTS, SAFETENSORS, is_hf_folder, 
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_directory
 from paddle_ft.tokenization import SentencePieceTokenizer, load_tokenizer, tokenizer_kind
-from paddle_ft.tokenization.unigram import TOKENIZER_JSON
+from paddle_ft.tokenization.sentencepiece import TOKENIZER_JSON
 
 TRIM_INFO = "paddle_ft_trim.json"
 

@@ -2,7 +2,7 @@
 
 - WordPiece (a vocab.txt: BERT, ERNIE, RoBERTa-wwm): PaddleNLP's tokenizer, encoding through its fast equivalent
   (`wordpiece`).
-- SentencePiece (a tokenizer.json and no vocab.txt: XLM-R, multilingual-e5, bge-m3): `unigram`.
+- SentencePiece (a tokenizer.json and no vocab.txt: XLM-R, multilingual-e5, bge-m3): `sentencepiece`.
 
 Both encode through the same `FastTokenizer` calls, so training, eval, export, predict and serve read a text the same
 way for either kind. What counts as a text at all is one rule for both (`readable`).
@@ -14,7 +14,7 @@ from pathlib import Path
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.tokenization.fast import FastTokenizer
 from paddle_ft.tokenization.readable import NO_TOKEN, check_texts, readable, readable_pattern, without_tokens
-from paddle_ft.tokenization.unigram import SentencePieceTokenizer, is_sentencepiece_folder
+from paddle_ft.tokenization.sentencepiece import SentencePieceTokenizer, is_sentencepiece_folder
 from paddle_ft.tokenization.wordpiece import FastBertTokenizer, fast_tokenizer_for, fastest
 
 __all__ = ["NO_TOKEN", "FastBertTokenizer", "FastTokenizer", "SentencePieceTokenizer", "check_texts", "fast_tokenizer_for",

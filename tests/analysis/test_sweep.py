@@ -31,7 +31,7 @@ def _study(path):
 def test_a_stopped_sweep_resumes_to_the_study_an_uninterrupted_one_ends_with(tiny_config_args, tmp_path,
                                                                              monkeypatch, capsys):
     from paddle_ft.cli import main
-    from paddle_ft.commands import sweep
+    from paddle_ft.workflows import sweep
 
     space = tmp_path / "space.yaml"
     space.write_text(SPACE, encoding="utf-8")
@@ -41,7 +41,7 @@ def test_a_stopped_sweep_resumes_to_the_study_an_uninterrupted_one_ends_with(tin
     whole = _study(tmp_path / "whole" / "study.db")
     assert len(whole) == 4 and all(state == "COMPLETE" or state == "PRUNED" for state, _, _ in whole)
 
-    real_run, calls, cut = sweep.train.run, [], {"at_call": None}
+    real_run, calls, cut = sweep.training.train, [], {"at_call": None}
 
     def cut_off_once(config_path, trial_overrides, on_eval):
         calls.append(trial_overrides)
@@ -57,7 +57,7 @@ def test_a_stopped_sweep_resumes_to_the_study_an_uninterrupted_one_ends_with(tin
 
         return real_run(config_path, trial_overrides, stop_at_the_second)
 
-    monkeypatch.setattr(sweep.train, "run", cut_off_once)
+    monkeypatch.setattr(sweep.training, "train", cut_off_once)
     args = ["sweep", "--config", DEMO, "--space", str(space), *overrides(base + [f"output_dir={tmp_path / 'cut'}"])]
     assert main([*args, "--trials", "1"]) == 0  # stopped between trials
     cut["at_call"] = 3
@@ -92,7 +92,7 @@ def test_a_bad_space_file_is_one_line(tmp_path, text, message):
 
 
 def test_a_sweep_never_writes_into_a_training_run(tmp_path):
-    from paddle_ft.commands import sweep
+    from paddle_ft.workflows import sweep
 
     run = tmp_path / "run"
     run.mkdir()
@@ -101,5 +101,5 @@ def test_a_sweep_never_writes_into_a_training_run(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(SPACE, encoding="utf-8")
     with pytest.raises(UserError, match=r"holds a training run \(its .paddle_ft-owner\); give this sweep its own"):
-        sweep.run(DEMO, [f"output_dir={run}"], str(space))
+        sweep.sweep(DEMO, [f"output_dir={run}"], str(space))
     assert sorted(p.name for p in run.iterdir()) == [".paddle_ft-owner", "metrics.jsonl"]  # nothing written beside

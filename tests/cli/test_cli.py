@@ -62,7 +62,7 @@ def test_train_eval_export_predict_end_to_end(tiny_config_args, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("好好棒赞\n差差烂糟\n", encoding="utf-8")
     predicted = tool("predict", "--export", str(out / "export"), "--input", str(texts),
-                     "--output", str(tmp_path / "p.jsonl"))
+                     "--output-file", str(tmp_path / "p.jsonl"))
     assert predicted.returncode == 0, predicted.stderr
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()]
     fields = ["label", "line", "probabilities", "score", "text", "truncated", "windows"]
@@ -113,17 +113,38 @@ def test_the_pinned_loss_in_process(tiny_config_args, tmp_path):
     assert losses[30] == pytest.approx(PINNED_LOSS_STEP_30, abs=2e-3)
 
 
-@pytest.mark.parametrize("argv, old, new", [
-    (["predict", "--model-dir", "out/export", "--text", "好"], "--model-dir", "--export"),
-    (["serve", "--model-dir", "out/export"], "--model-dir", "--export"),
-    (["quantize", "--model", "out/export", "--data", "t.tsv", "--output", "o"], "--model", "--export"),
+@pytest.mark.parametrize("argv, old, new, what", [
+    (["predict", "--model-dir", "out/export", "--text", "好"], "--model-dir", "--export", "DIR"),
+    (["serve", "--model-dir", "out/export"], "--model-dir", "--export", "DIR"),
+    (["quantize", "--model", "out/export", "--data", "t.tsv", "--output", "o"], "--model", "--export", "DIR"),
+    # issue 62: --output names a folder everywhere, --output-file a file
+    (["init", "--train", "t.tsv", "--output", "my.yaml"], "--output", "--output-file", "FILE"),
+    (["export-tasks", "--model", "m", "--input", "t.txt", "--to", "doccano", "--output", "t.jsonl"], "--output",
+     "--output-file", "FILE"),
+    (["import-annotations", "e.json", "--from", "doccano", "--output", "x.tsv"], "--output", "--output-file", "FILE"),
 ])
-def test_a_flag_of_the_old_names_is_refused_naming_the_new_one(argv, old, new, capsys):
+def test_a_flag_of_the_old_names_is_refused_naming_the_new_one(argv, old, new, what, capsys):
     with pytest.raises(SystemExit) as exit:
         main(argv)
     err = capsys.readouterr().err
     assert exit.value.code == 2 and err.count("\n") == 1
-    assert err.startswith(f"error: paddle_ft {argv[0]}: {old} is now {new}: give {new} DIR")
+    assert err.startswith(f"error: paddle_ft {argv[0]}: {old} is now {new}: give {new} {what}")
+
+
+@pytest.mark.parametrize("old, new", [("select", "select-texts"), ("import", "import-annotations")])
+def test_a_command_of_an_old_name_is_refused_in_one_line_naming_the_new_one(old, new, capsys):
+    assert main([old, "--model", "out/best"]) == 2
+    assert capsys.readouterr().err == (f"error: the command {old} is now {new}: python -m paddle_ft {new} --model "
+                                       "out/best\n")
+
+
+def test_predict_writes_a_file_with_output_file_and_a_folder_with_output_and_ray(tmp_path, capsys):
+    assert main(["predict", "--export", "e", "--text", "好", "--output", str(tmp_path / "p.jsonl")]) == 2
+    assert capsys.readouterr().err == ("error: --output is a folder, with --ray; give --output-file FILE for the "
+                                       "answers\n")
+    assert main(["predict", "--export", "e", "--input", "a.tsv", "--ray", "--output-file", "p.jsonl"]) == 2
+    assert capsys.readouterr().err == ("error: with --ray the answers go to shards in a folder: give --output DIR, "
+                                       "not --output-file\n")
 
 
 def test_every_flag_has_one_meaning_across_the_commands():
@@ -143,7 +164,13 @@ def test_every_flag_has_one_meaning_across_the_commands():
             assert options["-c"] is options["--config"] and options["-o"].dest == "override", name
     assert {n for n, o in flags.items() if "--export" in o} == {"predict", "serve", "quantize"}
     assert {n for n, o in flags.items() if "--model" in o} == {"eval", "export", "explain", "add-class", "remove-class",
-                                                                   "export-tasks", "select"}
+                                                                   "export-tasks", "select-texts"}
+    # issue 62: --output is a folder wherever it appears, --output-file a file
+    assert all("folder" in o["--output"].help and o["--output"].metavar in (None, "DIR")
+               for o in flags.values() if "--output" in o)
+    assert {n for n, o in flags.items() if "--output-file" in o} == {"init", "predict", "export-tasks", "select-texts",
+                                                                     "import-annotations"}
+    assert all(o["--output-file"].metavar == "FILE" for o in flags.values() if "--output-file" in o)
     shared = ("--device", "--gpu-id", "--threads", "--precision", "--tensorrt", "--backend", "--truncation")
     for flag in shared:
         a, b = flags["predict"][flag], flags["serve"][flag]
@@ -168,7 +195,7 @@ def test_predict_on_a_long_input_shows_progress_and_answers_as_in_one_call(tmp_p
     export = export_tiny_model(tmp_path / "model")
     texts = [text for text, _ in synthetic_rows(2100, seed=9)]
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-    assert main(["predict", "--export", str(export), "--input", str(tmp_path / "texts.txt"), "--output",
+    assert main(["predict", "--export", str(export), "--input", str(tmp_path / "texts.txt"), "--output-file",
                  str(tmp_path / "p.jsonl"), "--threads", "1"]) == 0
     said = capsys.readouterr().out
     assert "predict: 1024/2100, elapsed " in said and "predict: 2100/2100, elapsed " in said and "ETA" in said
@@ -265,16 +292,16 @@ def test_the_command_reference_in_docs_is_generated_from_the_parsers():
         "docs/commands.md is stale: python tools/command_reference.py --write"
 
 
-# the tools/ wrapper of a command whose name with `_` for `-` is a module of the standard library (or a keyword)
-WRAPPERS = {"select": "select_texts", "import": "import_annotations"}
-
-
-def test_every_command_is_reachable_from_python_m_and_from_its_tools_wrapper():
+def test_every_command_is_one_module_and_one_wrapper_named_after_it_and_reachable_from_both():
+    """Issue 62: a command's module in paddle_ft/commands and its tools/ wrapper are its name with "_" for "-" (no
+    module holds two commands, none is reached through a name built from a prefix)."""
     from conftest import ROOT
     from paddle_ft.cli import COMMANDS
 
+    modules = {p.stem for p in (ROOT / "paddle_ft" / "commands").glob("*.py")} - {"__init__", "flags"}
+    assert modules == {command.name.replace("-", "_") for command in COMMANDS}
     for command in COMMANDS:
-        wrapper = ROOT / "tools" / f"{WRAPPERS.get(command.name, command.name.replace('-', '_'))}.py"
+        wrapper = ROOT / "tools" / f"{command.name.replace('-', '_')}.py"
         assert wrapper.is_file(), f"{command.name} has no tools/ wrapper"
         assert f'main(["{command.name}", *sys.argv[1:]])' in wrapper.read_text(encoding="utf-8"), wrapper
         with pytest.raises(SystemExit) as exit:
@@ -315,7 +342,7 @@ def test_a_ray_runs_fingerprint_holds_every_option_that_changes_a_row(tmp_path):
     from dataclasses import replace
 
     from conftest import export_tiny_model
-    from paddle_ft.commands.predict_ray import RayJob, work_of
+    from paddle_ft.workflows.predict_ray import RayJob, work_of
     from paddle_ft.inference.options import PredictOptions
 
     export = export_tiny_model(tmp_path / "model")

@@ -105,9 +105,9 @@ def test_eval_errors_path_is_checked_before_scoring(model, tmp_path, where, frag
 
 def test_predict_output_path_is_checked(model, tmp_path, capsys):
     _, export, _ = model
-    assert main(["predict", "--export", str(export), "--text", "好", "--output", str(tmp_path)]) == 2
+    assert main(["predict", "--export", str(export), "--text", "好", "--output-file", str(tmp_path)]) == 2
     one_line_error(capsys, "is a folder; give a file path")
-    assert main(["predict", "--export", str(export), "--text", "好", "--output", str(tmp_path / "x" / "p.jsonl")]) == 2
+    assert main(["predict", "--export", str(export), "--text", "好", "--output-file", str(tmp_path / "x" / "p.jsonl")]) == 2
     one_line_error(capsys, "does not exist")
 
 

@@ -31,7 +31,7 @@ def write_reviews(path, rows: int, seed: int = 0):
 def test_init_writes_a_config_that_trains_on_the_files_as_they_are(tmp_path, capsys):
     train, dev = write_reviews(tmp_path / "train.csv", 240), write_reviews(tmp_path / "dev.csv", 60, seed=1)
     target = tmp_path / "my.yaml"
-    assert main(["init", "--train", str(train), "--dev", str(dev), "--output", str(target)]) == 0
+    assert main(["init", "--train", str(train), "--dev", str(dev), "--output-file", str(target)]) == 0
     config = load_config(target)
     assert (config.data.text_column, config.data.label_column, config.data.text_pair_column) == ("review", "rating",
                                                                                                  None)
@@ -58,7 +58,7 @@ def test_init_reads_label_sets_and_text_pairs(tmp_path):
     tsv = tmp_path / "topics.tsv"
     topics = ("体育", "财经|股票", "财经")  # label sets: 财经 also alone
     tsv.write_text("text\ttopics\n" + "".join(f"文本{i}\t{topics[i % 3]}\n" for i in range(30)), encoding="utf-8")
-    assert main(["init", "--train", str(tsv), "--output", str(tmp_path / "t.yaml")]) == 0
+    assert main(["init", "--train", str(tsv), "--output-file", str(tmp_path / "t.yaml")]) == 0
     config = load_config(tmp_path / "t.yaml")
     assert config.task == "multi_label" and config.data.label_delimiter == "|"
     assert config.data.labels == ("体育", "股票", "财经") and config.train.evaluation.metric == "micro_f1"
@@ -78,7 +78,7 @@ def test_max_length_keeps_most_texts_whole_in_steps_of_16():
 def test_a_bad_file_is_the_readers_one_line_error(tmp_path, capsys, content, fragment):
     path = tmp_path / "train.csv"
     path.write_text(content, encoding="utf-8")
-    assert main(["init", "--train", str(path), "--output", str(tmp_path / "x.yaml")]) == 2
+    assert main(["init", "--train", str(path), "--output-file", str(tmp_path / "x.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}") and fragment in err and err.count("\n") == 1
     assert not (tmp_path / "x.yaml").exists()
@@ -87,14 +87,14 @@ def test_a_bad_file_is_the_readers_one_line_error(tmp_path, capsys, content, fra
 def test_init_never_overwrites_a_config(tmp_path, capsys):
     train = write_reviews(tmp_path / "train.csv", 20)
     (tmp_path / "my.yaml").write_text("mine\n")
-    assert main(["init", "--train", str(train), "--output", str(tmp_path / "my.yaml")]) == 2
+    assert main(["init", "--train", str(train), "--output-file", str(tmp_path / "my.yaml")]) == 2
     assert "already exists" in capsys.readouterr().err and (tmp_path / "my.yaml").read_text() == "mine\n"
 
 
 def test_init_never_overwrites_a_file_where_it_would_write_the_vocabulary(tmp_path, capsys):
     train = write_reviews(tmp_path / "train.csv", 20)
     (tmp_path / "new-vocab.txt").write_text("mine\n")
-    assert main(["init", "--train", str(train), "--output", str(tmp_path / "new.yaml")]) == 2
+    assert main(["init", "--train", str(train), "--output-file", str(tmp_path / "new.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'new-vocab.txt'} already exists") and err.count("\n") == 1
     assert (tmp_path / "new-vocab.txt").read_text() == "mine\n" and not (tmp_path / "new.yaml").exists()
@@ -102,7 +102,7 @@ def test_init_never_overwrites_a_file_where_it_would_write_the_vocabulary(tmp_pa
 
 def test_the_config_init_writes_is_plain_yaml_a_user_can_edit(tmp_path):
     train = write_reviews(tmp_path / "train.csv", 20)
-    main(["init", "--train", str(train), "--backbone", "bert-base-chinese", "--recipe", "fine_tune", "--output",
+    main(["init", "--train", str(train), "--backbone", "bert-base-chinese", "--recipe", "fine_tune", "--output-file",
           str(tmp_path / "b.yaml")])
     written = yaml.safe_load((tmp_path / "b.yaml").read_text(encoding="utf-8"))
     assert written["model"] == {"backbone": "bert-base-chinese"}
@@ -110,7 +110,7 @@ def test_the_config_init_writes_is_plain_yaml_a_user_can_edit(tmp_path):
 
 
 def test_the_learning_rate_falls_with_the_encoders_size():
-    from paddle_ft.commands.recipe import EncoderFacts, learning_rate_for
+    from paddle_ft.workflows.recipe import EncoderFacts, learning_rate_for
 
     def rate(layers, hidden, ffn):
         return learning_rate_for(EncoderFacts(layers, hidden, ffn, 21128, True))
@@ -123,11 +123,11 @@ def test_the_learning_rate_falls_with_the_encoders_size():
 
 def test_init_fits_the_recipe_to_a_local_encoder_and_offers_trimming(tmp_path, capsys):
     from e5_file import tiny_e5_folder
-    from paddle_ft.commands.recipe import EncoderFacts, recipe_notes
+    from paddle_ft.workflows.recipe import EncoderFacts, recipe_notes
 
     train = write_reviews(tmp_path / "train.csv", 20)
     folder = tiny_e5_folder(tmp_path)
-    assert main(["init", "--train", str(train), "--backbone", str(folder), "--recipe", "fine_tune", "--output",
+    assert main(["init", "--train", str(train), "--backbone", str(folder), "--recipe", "fine_tune", "--output-file",
                  str(tmp_path / "e5.yaml")]) == 0
     written = yaml.safe_load((tmp_path / "e5.yaml").read_text(encoding="utf-8"))
     assert written["model"] == {"backbone": str(folder), "pooling": "mean"}  # e5 has no pooler
@@ -144,7 +144,7 @@ def test_a_few_rows_per_class_get_the_few_shot_recipe_and_descriptions_alone_a_z
     folder = tiny_e5_folder(tmp_path)
     (folder / "README.md").write_text('A sentence encoder; its texts start with "query: " or "passage: ".\n')
     train = write_reviews(tmp_path / "train.csv", 20)  # about 10 rows per class
-    assert main(["init", "--train", str(train), "--backbone", str(folder), "--output", str(tmp_path / "few.yaml")]) == 0
+    assert main(["init", "--train", str(train), "--backbone", str(folder), "--output-file", str(tmp_path / "few.yaml")]) == 0
     written = yaml.safe_load((tmp_path / "few.yaml").read_text(encoding="utf-8"))
     assert written["model"] == {"backbone": str(folder), "pooling": "mean", "head": "prototype",
                                 "text_prefix": "query: "}
@@ -152,16 +152,16 @@ def test_a_few_rows_per_class_get_the_few_shot_recipe_and_descriptions_alone_a_z
     assert re.search(r"few-shot recipe \(the smallest class has \d+ rows \(<= 32\)\)", capsys.readouterr().out)
     (tmp_path / "labels.tsv").write_text("差评\t不满意\n好评\t满意\n中评\t一般\n", encoding="utf-8")
     assert main(["init", "--labels", str(tmp_path / "labels.tsv"), "--backbone", str(folder), "--test", str(train),
-                 "--output", str(tmp_path / "zero.yaml")]) == 0
+                 "--output-file", str(tmp_path / "zero.yaml")]) == 0
     zero = yaml.safe_load((tmp_path / "zero.yaml").read_text(encoding="utf-8"))
     assert zero["data"]["train"] is None and zero["data"]["labels"] == ["差评", "好评", "中评"]
     assert zero["data"]["label_descriptions"] == str(tmp_path / "labels.tsv") and zero["model"]["head"] == "prototype"
     capsys.readouterr()
     (tmp_path / "two.tsv").write_text("差评\t不满意\n", encoding="utf-8")
     assert main(["init", "--labels", str(tmp_path / "two.tsv"), "--backbone", str(folder), "--test", str(train),
-                 "--output", str(tmp_path / "z2.yaml")]) == 2
+                 "--output-file", str(tmp_path / "z2.yaml")]) == 2
     assert "describes 1 label(s); a classifier needs two or more" in capsys.readouterr().err
-    assert main(["init", "--labels", str(tmp_path / "labels.tsv"), "--output", str(tmp_path / "z3.yaml")]) == 2
+    assert main(["init", "--labels", str(tmp_path / "labels.tsv"), "--output-file", str(tmp_path / "z3.yaml")]) == 2
     assert "--labels needs a pretrained --backbone" in capsys.readouterr().err
 
 
@@ -185,10 +185,10 @@ def test_a_file_without_a_header_is_refused_then_read_whole_with_no_header(tmp_p
     with path.open("w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows(rows)
     target = tmp_path / "my.yaml"
-    assert main(["init", "--train", str(path), "--output", str(target)]) == 2
+    assert main(["init", "--train", str(path), "--output-file", str(target)]) == 2
     line = one_line(capsys)
     assert f"{path}:1: the first row looks like data" in line and "--no-header" in line and not target.exists()
-    assert main(["init", "--train", str(path), "--output", str(target), "--no-header"]) == 0
+    assert main(["init", "--train", str(path), "--output-file", str(target), "--no-header"]) == 0
     config = load_config(target)
     assert (config.data.header, config.data.text_column, config.data.label_column) == (False, "1", "2")
     examples = read_dataset(config.data).examples["train"]
@@ -199,10 +199,10 @@ def test_a_spreadsheets_sep_line_is_skipped_and_another_delimiter_named(tmp_path
     path = tmp_path / "train.csv"
     path.write_text("sep=,\nreview,rating\n" + "".join(f"评论{i},{'好评' if i % 2 else '差评'}\n" for i in range(20)),
                     encoding="utf-8")
-    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml")]) == 0
+    assert main(["init", "--train", str(path), "--output-file", str(tmp_path / "a.yaml")]) == 0
     assert load_config(tmp_path / "a.yaml").data.text_column == "review"
     path.write_text("sep=;\nreview;rating\n评论;好评\n", encoding="utf-8")
-    assert main(["init", "--train", str(path), "--output", str(tmp_path / "b.yaml")]) == 2
+    assert main(["init", "--train", str(path), "--output-file", str(tmp_path / "b.yaml")]) == 2
     assert f"{path}:1: the first line declares ';' as the delimiter" in one_line(capsys)
 
 
@@ -210,11 +210,11 @@ def test_label_names_holding_a_delimiter_stay_single_labels_unless_overruled(tmp
     path = tmp_path / "news.tsv"
     names = ("房产、家居", "体育", "财经")
     path.write_text("text\tlabel\n" + "".join(f"新闻{i}\t{names[i % 3]}\n" for i in range(60)), encoding="utf-8")
-    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml")]) == 0
+    assert main(["init", "--train", str(path), "--output-file", str(tmp_path / "a.yaml")]) == 0
     config = load_config(tmp_path / "a.yaml")
     assert config.task == "single_label" and config.data.labels == ("体育", "房产、家居", "财经")
     assert "--task multi_label --label-delimiter '、'" in "".join(capsys.readouterr())
-    assert main(["init", "--train", str(path), "--output", str(tmp_path / "b.yaml"), "--label-delimiter", "、"]) == 0
+    assert main(["init", "--train", str(path), "--output-file", str(tmp_path / "b.yaml"), "--label-delimiter", "、"]) == 0
     config = load_config(tmp_path / "b.yaml")
     assert config.task == "multi_label" and config.data.label_delimiter == "、"
     assert config.data.labels == ("体育", "家居", "房产", "财经")
@@ -223,11 +223,11 @@ def test_label_names_holding_a_delimiter_stay_single_labels_unless_overruled(tmp
 def test_columns_are_overruled_by_name_and_an_unknown_one_is_one_line(tmp_path, capsys):
     path = tmp_path / "t.tsv"
     path.write_text("id\tbody\tstars\n" + "".join(f"{i}\t评论内容{i}\t{i % 2}\n" for i in range(40)), encoding="utf-8")
-    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml"), "--text-column", "body",
+    assert main(["init", "--train", str(path), "--output-file", str(tmp_path / "a.yaml"), "--text-column", "body",
                  "--label-column", "stars"]) == 0
     config = load_config(tmp_path / "a.yaml")
     assert (config.data.text_column, config.data.label_column, config.data.labels) == ("body", "stars", ("0", "1"))
-    assert main(["init", "--train", str(path), "--output", str(tmp_path / "b.yaml"), "--text-column", "review"]) == 2
+    assert main(["init", "--train", str(path), "--output-file", str(tmp_path / "b.yaml"), "--text-column", "review"]) == 2
     assert "--text-column review: no such column (columns: id, body, stars)" in one_line(capsys)
 
 
@@ -248,7 +248,7 @@ def test_what_train_would_refuse_is_one_line_and_writes_nothing(case, fragment, 
     target = tmp_path / ("missing" if case == "output folder missing" else ".") / "my.yaml"
     backbone = {"missing backbone path": ["--backbone", "./models/nothing"],
                 "unknown backbone name": ["--backbone", "bert-base-chinse"]}.get(case, [])
-    assert main(["init", "--train", str(train), "--dev", str(dev), "--output", str(target), *backbone]) == 2
+    assert main(["init", "--train", str(train), "--dev", str(dev), "--output-file", str(target), *backbone]) == 2
     assert fragment in one_line(capsys)
     assert not target.exists() and not (tmp_path / "my-vocab.txt").exists()
 
@@ -257,9 +257,9 @@ def test_a_bad_row_names_the_fix_init_accepts_and_init_writes_it(tmp_path, capsy
     path = tmp_path / "train.tsv"
     path.write_text("text\tlabel\n" + "".join(f"评论{i}\t{'好评' if i % 2 else '差评'}\n" for i in range(60))
                     + "多出一列\t好评\t多\n", encoding="utf-8")
-    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml")]) == 2
+    assert main(["init", "--train", str(path), "--output-file", str(tmp_path / "a.yaml")]) == 2
     assert "use -o data.on_bad_row=skip to drop bad rows" in one_line(capsys)
-    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml"), "-o", "data.on_bad_row=skip",
+    assert main(["init", "--train", str(path), "--output-file", str(tmp_path / "a.yaml"), "-o", "data.on_bad_row=skip",
                  "-o", "train.epochs=2"]) == 0
     config = load_config(tmp_path / "a.yaml")
     assert (config.data.on_bad_row, config.train.epochs) == ("skip", 2)
@@ -269,15 +269,15 @@ def test_labels_written_as_paths_are_read_as_a_tree_unless_overruled(tmp_path, c
     path = tmp_path / "goods.tsv"
     names = ("电子/手机", "电子/电脑", "图书/小说", "图书/教材")
     path.write_text("text\tlabel\n" + "".join(f"商品{i}\t{names[i % 4]}\n" for i in range(80)), encoding="utf-8")
-    assert main(["init", "--train", str(path), "--output", str(tmp_path / "a.yaml")]) == 0
+    assert main(["init", "--train", str(path), "--output-file", str(tmp_path / "a.yaml")]) == 0
     config = load_config(tmp_path / "a.yaml")
     assert config.task == "single_label" and config.data.label_hierarchy == "/"
     assert "the labels are paths of a tree (图书/小说: 2 levels, 2 at the top)" in "".join(capsys.readouterr())
-    assert main(["init", "--train", str(path), "--output", str(tmp_path / "b.yaml"), "-o",
+    assert main(["init", "--train", str(path), "--output-file", str(tmp_path / "b.yaml"), "-o",
                  "data.label_hierarchy=null"]) == 0
     assert load_config(tmp_path / "b.yaml").data.label_hierarchy is None
     parent_too = tmp_path / "parent.tsv"
     parent_too.write_text(path.read_text(encoding="utf-8") + "商品\t电子\n", encoding="utf-8")
-    assert main(["init", "--train", str(parent_too), "--output", str(tmp_path / "c.yaml")]) == 0
+    assert main(["init", "--train", str(parent_too), "--output-file", str(tmp_path / "c.yaml")]) == 0
     assert load_config(tmp_path / "c.yaml").data.label_hierarchy is None
     assert "label '电子' is both a label and the parent of '电子/手机'" in "".join(capsys.readouterr())

@@ -38,7 +38,7 @@ def test_label_studio_round_trip_gives_back_exactly_the_rows_and_labels(trained,
     tasks_file = tmp_path / "tasks.json"
     assert main(["export-tasks", "--model", str(trained / "out" / "best"), "--input", str(trained / "data" /
                                                                                          "test.tsv"),
-                 "--to", "label-studio", "--output", str(tasks_file)]) == 0
+                 "--to", "label-studio", "--output-file", str(tasks_file)]) == 0
     assert "wrote 40 tasks for label-studio" in capsys.readouterr().out
     tasks = json.loads(tasks_file.read_text(encoding="utf-8"))
     rows = gold_rows(trained)
@@ -51,7 +51,7 @@ def test_label_studio_round_trip_gives_back_exactly_the_rows_and_labels(trained,
     export = tmp_path / "export.json"
     export.write_text(json.dumps(labelled_in_label_studio(tasks, [label for _, label in rows]), ensure_ascii=False),
                       encoding="utf-8")
-    assert main(["import", str(export), "--from", "label-studio", "--output", str(tmp_path / "labelled.tsv")]) == 0
+    assert main(["import-annotations", str(export), "--from", "label-studio", "--output-file", str(tmp_path / "labelled.tsv")]) == 0
     assert "imported 40 labelled texts" in capsys.readouterr().out
     back = read_examples(tmp_path / "labelled.tsv", "tsv", Columns())[0]
     assert [(e.text, e.label) for e in back] == rows
@@ -60,14 +60,14 @@ def test_label_studio_round_trip_gives_back_exactly_the_rows_and_labels(trained,
 def test_doccano_round_trip_gives_back_exactly_the_rows_and_labels(trained, tmp_path):
     tasks_file = tmp_path / "tasks.jsonl"
     assert main(["export-tasks", "--model", str(trained / "out" / "best"), "--input",
-                 str(trained / "data" / "test.tsv"), "--to", "doccano", "--output", str(tasks_file)]) == 0
+                 str(trained / "data" / "test.tsv"), "--to", "doccano", "--output-file", str(tasks_file)]) == 0
     rows = gold_rows(trained)
     # doccano's export: its id, the label a person left or chose, the comments, the metadata it was given
     exported = [{**json.loads(line), "id": i + 1, "label": [rows[i][1]], "Comments": []}
                 for i, line in enumerate(tasks_file.read_text(encoding="utf-8").splitlines())]
     export = tmp_path / "export.jsonl"
     export.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in exported), encoding="utf-8")
-    assert main(["import", str(export), "--from", "doccano", "--output", str(tmp_path / "labelled.jsonl")]) == 0
+    assert main(["import-annotations", str(export), "--from", "doccano", "--output-file", str(tmp_path / "labelled.jsonl")]) == 0
     back = read_examples(tmp_path / "labelled.jsonl", "jsonl", Columns())[0]
     assert [(e.text, e.label) for e in back] == rows
 
@@ -81,14 +81,14 @@ def test_a_review_answered_in_label_studio_comes_back_as_corrections_training_re
         f"data/train.tsv\t{line}\t{text}\t{label}\t{'正面' if label == '负面' else '负面'}\t0.9\t\n"
         for line, (text, label) in zip((5, 9, 12), rows[:3])), encoding="utf-8")
     assert main(["export-tasks", "--model", str(trained / "out" / "best"), "--input", str(review), "--to",
-                 "label-studio", "--output", str(tmp_path / "review.json")]) == 0
+                 "label-studio", "--output-file", str(tmp_path / "review.json")]) == 0
     tasks = json.loads((tmp_path / "review.json").read_text(encoding="utf-8"))
     assert {k: tasks[1]["data"][k] for k in ("file", "line", "given")} == {"file": "data/train.tsv", "line": 9,
                                                                            "given": rows[1][1]}
     chosen = ["正面", rows[1][1], "负面"]
     (tmp_path / "export.json").write_text(json.dumps(labelled_in_label_studio(tasks, chosen), ensure_ascii=False),
                                           encoding="utf-8")
-    assert main(["import", str(tmp_path / "export.json"), "--from", "label-studio", "--output",
+    assert main(["import-annotations", str(tmp_path / "export.json"), "--from", "label-studio", "--output-file",
                  str(tmp_path / "corrections.tsv")]) == 0
     assert "a corrections file for data.corrections" in capsys.readouterr().out
     corrections = read_corrections(tmp_path / "corrections.tsv", Columns(), frozenset({"负面", "正面"}))
@@ -104,8 +104,8 @@ def test_select_repeats_exactly_ranks_by_its_strategy_and_leaves_out_what_is_lab
     for strategy in ("uncertainty", "margin", "diverse", "random"):
         for attempt in (1, 2):
             out = tmp_path / f"{strategy}-{attempt}.jsonl"
-            assert main(["select", "--model", str(trained / "out" / "best"), "--pool", str(pool), "--budget", "8",
-                         "--strategy", strategy, "--to", "doccano", "--output", str(out)]) == 0
+            assert main(["select-texts", "--model", str(trained / "out" / "best"), "--pool", str(pool), "--budget", "8",
+                         "--strategy", strategy, "--to", "doccano", "--output-file", str(out)]) == 0
             assert "5 texts of" in capsys.readouterr().out  # the training rows in the pool are labelled already
             outputs[strategy, attempt] = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
         assert outputs[strategy, 1] == outputs[strategy, 2] and len(outputs[strategy, 1]) == 8
@@ -122,10 +122,10 @@ def read_rows(path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["export-tasks", "--model", "{export}", "--input", "{test}", "--to", "doccano", "--output", "{out}"],
+    (["export-tasks", "--model", "{export}", "--input", "{test}", "--to", "doccano", "--output-file", "{out}"],
      "is an export; give the training run's best/ folder"),
-    (["import", "{test}", "--from", "doccano", "--output", "{out}"], "not a JSON object"),
-    (["import", "{tasks}", "--from", "label-studio", "--output", "{tmp}/x.json"], "cannot tell the format"),
+    (["import-annotations", "{test}", "--from", "doccano", "--output-file", "{out}"], "not a JSON object"),
+    (["import-annotations", "{tasks}", "--from", "label-studio", "--output-file", "{tmp}/x.json"], "cannot tell the format"),
 ])
 def test_bad_input_is_one_line(trained, tmp_path, capsys, args, message):
     from conftest import export_tiny_model

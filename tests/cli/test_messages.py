@@ -42,7 +42,7 @@ def test_a_package_past_its_pin_is_one_line_with_the_command_that_fixes_it(monke
     import importlib.metadata
 
     import paddle_ft.cli as cli
-    import paddle_ft.commands.evaluate as evaluate
+    import paddle_ft.commands.eval as evaluate
 
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version",

@@ -1,5 +1,6 @@
 """Issue 43, root 9: standard output carries a command's answer alone. The commands that answer in JSON (eval,
-predict without --output, explain) print nothing else there: their status and progress lines go to standard error."""
+predict without --output-file, explain) print nothing else there: their status and progress lines go to standard
+error."""
 import json
 
 import pytest

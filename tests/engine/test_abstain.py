@@ -50,7 +50,7 @@ def abstained_by_every_consumer(tmp_path, texts: list[str], out) -> dict:
     found["classifier"] = {i for i, answer in enumerate(paddle_ft.Classifier(export)(texts))
                            if answer["abstained"]}
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-    assert main(["predict", "--export", str(export), "--input", str(tmp_path / "texts.txt"), "--output",
+    assert main(["predict", "--export", str(export), "--input", str(tmp_path / "texts.txt"), "--output-file",
                  str(tmp_path / "p.jsonl")]) == 0
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text(encoding="utf-8").splitlines()]
     found["predict"] = {i for i, row in enumerate(rows) if row["abstained"]}

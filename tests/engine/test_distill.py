@@ -87,7 +87,7 @@ def test_a_small_student_learns_from_the_teacher_and_unlabeled_text(corpus, caps
      r"'data.max_length'.*is 96, but the teacher .* reads at most 64 tokens"),
 ])
 def test_a_student_that_cannot_learn_from_this_teacher_is_one_line(corpus, tmp_path, extra, message):
-    from paddle_ft.commands import distill
+    from paddle_ft.workflows import distillation as distill
 
     root, teacher = corpus
     other_vocab = tmp_path / "vocab.txt"
@@ -95,14 +95,14 @@ def test_a_student_that_cannot_learn_from_this_teacher_is_one_line(corpus, tmp_p
     args = [f"output_dir={tmp_path / 'student'}", *_data(root), f"model.scratch.vocab_file={teacher / 'vocab.txt'}",
             *SHAPE, *(e.format(vocab=other_vocab) for e in extra)]
     with pytest.raises(ConfigError, match=message):
-        distill.run(DEMO, args, str(teacher))
+        distill.distill(DEMO, args, str(teacher))
 
 
 def test_distillation_without_a_teacher_says_how_to_give_one():
-    from paddle_ft.commands import distill
+    from paddle_ft.workflows import distillation as distill
 
     with pytest.raises(ConfigError, match="'distill.teacher'.*pass --teacher OUT/best"):
-        distill.run(DEMO, [], None)
+        distill.distill(DEMO, [], None)
 
 
 def test_a_multi_label_or_pair_teacher_reads_texts_otherwise_than_a_single_text_student():
@@ -153,7 +153,7 @@ def test_the_teacher_is_let_go_before_the_student_trains(corpus, tmp_path, monke
     import weakref
 
     from paddle_ft.artifacts import bundle as bundles
-    from paddle_ft.commands import distill, session
+    from paddle_ft.workflows import distillation as distill, session
     from paddle_ft.engine.objectives import distill as objective
 
     loaded, autocasts, alive = [], [], []
@@ -180,5 +180,5 @@ def test_the_teacher_is_let_go_before_the_student_trains(corpus, tmp_path, monke
     args = [f"output_dir={tmp_path / 'student'}", *_data(root), f"model.scratch.vocab_file={teacher / 'vocab.txt'}",
             "model.scratch.hidden_size=16", "model.scratch.num_layers=1", "model.scratch.intermediate_size=32",
             "train.max_steps=2", *SHAPE]
-    assert distill.run(DEMO, args, str(teacher)) == 0
+    assert distill.distill(DEMO, args, str(teacher)) is not None
     assert alive == [False] and len(autocasts) == 1 and callable(autocasts[0])

@@ -141,7 +141,7 @@ def test_a_tree_trains_scores_each_level_and_every_consumer_answers_a_path(tiny_
     texts = [text for text, _ in tree_rows(60, 3)]
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     assert main(["export", "--model", str(out / "best"), "--output", str(tmp_path / "export")]) == 0
-    assert main(["predict", "--export", str(tmp_path / "export"), "--input", str(tmp_path / "texts.txt"), "--output",
+    assert main(["predict", "--export", str(tmp_path / "export"), "--input", str(tmp_path / "texts.txt"), "--output-file",
                  str(tmp_path / "answers.jsonl")]) == 0
     rows = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text(encoding="utf-8").splitlines()]
     leaves, nodes = {"正面/甲", "正面/乙", "负面"}, {"正面/甲", "正面/乙", "负面", "正面"}

@@ -59,7 +59,7 @@ def test_a_20000_label_model_trains_evaluates_exports_predicts_and_serves(tmp_pa
     assert main(["export", "--model", str(out / "best"), "--output", str(export)]) == 0
     texts = [line.split("\t")[0] for line in lines[1:33]]
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-    assert main(["predict", "--export", str(export), "--input", str(tmp_path / "texts.txt"), "--output",
+    assert main(["predict", "--export", str(export), "--input", str(tmp_path / "texts.txt"), "--output-file",
                  str(tmp_path / "answers.jsonl")]) == 0
     answers = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text(encoding="utf-8").splitlines()]
     assert len(answers) == 32 and all(answer["label"].startswith("L") for answer in answers)
@@ -76,7 +76,7 @@ def test_a_20000_label_model_trains_evaluates_exports_predicts_and_serves(tmp_pa
 
 
 def test_eval_of_many_labels_prints_the_extremes_and_files_every_label_with_its_threshold(tmp_path):
-    from paddle_ft.commands.evaluate import _readable
+    from paddle_ft.workflows.evaluation import _readable
 
     names = [f"L{i}" for i in range(40)]
     report = {"micro_f1": 0.5, "per_label": {n: {"precision": 0.5, "recall": 0.5, "f1": i / 40, "support": 1}

@@ -21,11 +21,11 @@ def test_scoring_a_saved_model_imports_nothing_of_the_training_loop():
     import subprocess
     import sys
 
-    code = ("import sys, paddle_ft.commands.evaluate, paddle_ft.inference.predictor, paddle_ft.serve.app; "
+    code = ("import sys, paddle_ft.workflows.evaluation, paddle_ft.inference.predictor, paddle_ft.serve.app; "
             "print(' '.join(sorted(m for m in sys.modules if m.startswith('paddle_ft'))))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert "paddle_ft.engine.evaluate" in loaded
     for module in ("paddle_ft.engine.trainer", "paddle_ft.engine.checkpoint", "paddle_ft.engine.distributed",
                    "paddle_ft.engine.run_folder", "paddle_ft.engine.optim",
-                   "paddle_ft.commands.train", "paddle_ft.workflows.build"):
+                   "paddle_ft.workflows.training", "paddle_ft.workflows.session"):
         assert module not in loaded, module

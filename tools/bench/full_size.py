@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(folder: Path, data: Path, shape: list[str], steps: int, batch_size: int) -> dict:
-    from paddle_ft.commands import train
+    from paddle_ft.workflows.training import train
 
     run = folder / "run"
     overrides = [f"output_dir={run}", f"data.train={data / 'train.tsv'}", f"data.dev={data / 'dev.tsv'}",
@@ -68,7 +68,7 @@ def _train(folder: Path, data: Path, shape: list[str], steps: int, batch_size: i
                  f"train.batch_size={batch_size}", "train.runtime.log_every=5", "train.checkpoints.every=0",
                  "train.optimizer.learning_rate=5e-5"]  # a bert-base fine-tuning's rate
     started = time.perf_counter()
-    train.run(None, overrides)  # the defaults, a scratch encoder of this shape
+    train(None, overrides)  # the defaults, a scratch encoder of this shape
     events = RunFiles(run).read_events("train")
     speeds = [e.values["samples_per_s"] for e in events][1:]  # the first interval warms up
     losses = [e.values["loss"] for e in events]

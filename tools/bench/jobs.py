@@ -71,13 +71,13 @@ def paddle_ft(args: dict) -> dict:
 
 def _train(args: dict, output_dir: Path, overrides: list[str]) -> None:
     """The train command on the bench's shape and settings in a fresh `output_dir`, `overrides` last (they win)."""
-    from paddle_ft.commands import train
+    from paddle_ft.workflows.training import train
 
     shutil.rmtree(output_dir, ignore_errors=True)  # the bench's own scratch run: a second bench starts afresh
     settings = _scratch_overrides(Path(args["demo"]), output_dir, args["steps"], args["threads"])
     settings += [f"train.runtime.log_every={WINDOW_STEPS}", f"data.group_by_length={args.get('group_by_length', True)}"]
     settings += [f"{key}={value}" for key, value in args.get("overrides", {}).items()]
-    train.run(None, settings + overrides)
+    train(None, settings + overrides)
 
 
 def paddlenlp_trainer(args: dict) -> dict:

@@ -1,5 +1,5 @@
-"""`predict --ray`: many or large input files scored on a Ray cluster, written as shards that a rerun does not
-score again.
+"""Prediction on Ray (the `predict --ray` command's work): many or large input files scored on a Ray cluster, written
+as shards that a rerun does not score again.
 
 The driver reads every input file with the readers `predict` uses (every row checked, a bad one named by its file
 and line), cuts each file into shards of `--shard-rows` texts and hands the shards still to do to Ray Data as a
@@ -25,7 +25,6 @@ from pathlib import Path
 from paddle_ft.analysis.fingerprint import check_same_work, read_work, write_work
 from paddle_ft.artifacts.export_folder import read_export_info
 from paddle_ft.artifacts.manifest import read_manifest
-from paddle_ft.commands.predict import SKIP_OPTION, record, say_skipped
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.inference.options import PredictOptions
@@ -33,6 +32,7 @@ from paddle_ft.inference.predictor import Predictor
 from paddle_ft.io import atomic_file, file_sha256, write_text_atomically
 from paddle_ft.log import log
 from paddle_ft.artifacts.ownership import clear, owned_folder
+from paddle_ft.workflows.predict_files import SKIP_OPTION, record, say_skipped
 
 FINGERPRINT, SHARD_LIST, MERGED, SHARDS = "predict-fingerprint.json", "shards.json", "predictions.jsonl", "shards"
 
@@ -75,8 +75,23 @@ class RayJob:
     """Start afresh instead of resuming the shards already written."""
 
 
-def run(export_dir: str, patterns: list[str], output: str, options: PredictOptions, job: RayJob,
-        on_bad_row: str = "error") -> int:
+@dataclass(frozen=True)
+class RayPrediction:
+    """What a `predict_on_ray` run left in its output folder."""
+
+    shards: int
+    rows: int
+    scored: int
+    """Shards this run scored (the others were written by an earlier run)."""
+    shard_list: Path
+    merged: Path | None
+    """Every row in input order, where the job asked for it."""
+
+
+def predict_on_ray(export_dir: str, patterns: list[str], output: str, options: PredictOptions, job: RayJob,
+                   on_bad_row: str = "error") -> RayPrediction:
+    """Every text of the files `patterns` name scored on Ray into shards under the folder `output` (a rerun scores
+    only the shards missing)."""
     export = Path(export_dir)
     meta = read_export_info(export).model
     files = input_files(patterns)
@@ -102,7 +117,7 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def _predict(export: Path, meta, files: list[Path], root: Path, options: PredictOptions, job: RayJob,
-             on_bad_row: str) -> int:
+             on_bad_row: str) -> RayPrediction:
     work = work_of(export, files, options, job, on_bad_row)
     check_same_work(root, read_work(root / FINGERPRINT), work, "batch prediction")
     shards, skipped = _shards(files, meta, job.shard_rows, on_bad_row)
@@ -121,7 +136,8 @@ def _predict(export: Path, meta, files: list[Path], root: Path, options: Predict
     _write_shard_list(root, shards, len(to_do), skipped)
     if job.merge:
         _merge(root, shards)
-    return 0
+    return RayPrediction(len(shards), sum(len(s.texts) for s in shards), len(to_do), root / SHARD_LIST,
+                         root / MERGED if job.merge else None)
 
 
 def work_of(export: Path, files: list[Path], options: PredictOptions, job: RayJob, on_bad_row: str) -> dict:

@@ -1,4 +1,5 @@
-"""`add-class` and `remove-class`: a prototype-head model with one class more or less, without retraining.
+"""A prototype-head model (the `add-class` and `remove-class` commands' work) with one class more or less, without
+retraining.
 
 A class is a prototype (a direction in the encoder's space); the encoder and the other prototypes are left as they
 are, so an old class's logit for any text is unchanged: a text keeps its answer unless the new class scores higher.
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.arguments import share
 from paddle_ft.artifacts.bundle import Bundle, load_bundle, save_bundle, seal_bundle
 from paddle_ft.artifacts.manifest import MANIFEST, data_file, training_provenance
 from paddle_ft.data.readers import Columns, format_of, read_examples, read_texts
@@ -27,8 +27,21 @@ BOUNDARY_MARGIN = 0.05  # logits: past the last reference row that keeps its ans
 REFERENCE_ROWS = 500  # enough to place the bias at a share of 0.5% (the 3rd of 500); ~30 s of e5-small on 2 cores
 
 
+@dataclass(frozen=True)
+class ClassChange:
+    """The model folder a class change wrote, and what it answers now."""
+
+    model: Path
+    labels: tuple[str, ...]
+    change: dict
+    """What the new folder's manifest records of the change (added or removed, from which model, ...)."""
+
+
 def add_class(model_dir: str, label: str, examples: str | None, description: str | None, output: str,
-              reference: str | None = None, max_changed: float = 0.005) -> int:
+              reference: str | None = None, max_changed: float = 0.005) -> ClassChange:
+    """A copy of the prototype-head model in `model_dir`, written to `output`, that also answers `label`: its prototype
+    from the texts of `examples` and/or `description`, its bias set on labelled `reference` rows so that at most
+    `max_changed` of them change their answer."""
     started = time.perf_counter()
     label = label.strip()
     if not label:
@@ -62,10 +75,11 @@ def add_class(model_dir: str, label: str, examples: str | None, description: str
         f"{int((leads + bias > 0).sum())} of its {len(reference_vectors)} rows of the old classes"
         f"{_examples_won(head, example_vectors, description_vector, bias)}; done in "
         f"{elapsed(time.perf_counter() - started)}")
-    return 0
+    return ClassChange(target, (*meta.labels, label), change)
 
 
-def remove_class(model_dir: str, label: str, output: str) -> int:
+def remove_class(model_dir: str, label: str, output: str) -> ClassChange:
+    """A copy of the prototype-head model in `model_dir`, written to `output`, without the class `label`."""
     bundle, target = _opened(model_dir, output)
     labels = bundle.meta.labels
     if label not in labels:
@@ -73,10 +87,10 @@ def remove_class(model_dir: str, label: str, output: str) -> int:
     if len(labels) <= 2:
         raise UserError(f"the model has {len(labels)} classes; a classifier needs two or more, so none can be removed")
     keep = [i for i, name in enumerate(labels) if name != label]
-    _write(bundle, _Head.of(bundle.model).without(keep), tuple(labels[i] for i in keep), target,
-           {"removed": label, "from": _origin(Path(model_dir))}, Path(model_dir))
+    kept, change = tuple(labels[i] for i in keep), {"removed": label, "from": _origin(Path(model_dir))}
+    _write(bundle, _Head.of(bundle.model).without(keep), kept, target, change, Path(model_dir))
     log(f"removed {label} from {model_dir}: {target} answers {len(keep)} labels")
-    return 0
+    return ClassChange(target, kept, change)
 
 
 def _opened(model_dir: str, output: str) -> tuple[Bundle, Path]:
@@ -205,36 +219,3 @@ def _source_of(change: dict) -> str:
     parts = [f"{change['examples']['rows']} examples" if "examples" in change else "",
              "a description" if "description" in change else ""]
     return " and ".join(part for part in parts if part)
-
-
-# the command line: `python -m paddle_ft add-class|remove-class` (registered in paddle_ft/cli.py)
-def add_add_class_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="the OUT/best folder of a model trained with model.head: "
-                                                       "prototype")
-    parser.add_argument("--label", required=True, help="the new class's name")
-    parser.add_argument("--examples", metavar="FILE", help="texts of the new class: .txt (one per line) or "
-                                                           ".tsv/.csv/.jsonl (the model's text column)")
-    parser.add_argument("--description", help="a short description of the class (as zero-shot's label descriptions)")
-    parser.add_argument("--reference", metavar="FILE",
-                        help="labelled rows of the model's classes that set how sure the new class must be (default: "
-                             "the model's dev file, else its train file, as its manifest names them)")
-    parser.add_argument("--max-changed", type=share, default=0.005,
-                        help="the largest share of the reference rows whose answer may become the new class "
-                             "(default 0.005)")
-    parser.add_argument("--output", required=True, help="the new model folder to create (OUT2/best)")
-
-
-def add_class_main(args) -> int:
-    return add_class(args.model, args.label, args.examples, args.description, args.output, args.reference,
-                     args.max_changed)
-
-
-def add_remove_class_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="the OUT/best folder of a model trained with model.head: "
-                                                       "prototype")
-    parser.add_argument("--label", required=True, help="the class to remove")
-    parser.add_argument("--output", required=True, help="the new model folder to create")
-
-
-def remove_class_main(args) -> int:
-    return remove_class(args.model, args.label, args.output)

@@ -10,12 +10,12 @@ import numpy as np
 
 from paddle_ft.analysis.cv import stratified_folds
 from paddle_ft.artifacts.run import RunFiles
-from paddle_ft.workflows.build import Dataset, format_of_split, read_dataset
-from paddle_ft.commands import train
 from paddle_ft.config import Config
 from paddle_ft.data.readers import Columns, Example, write_examples
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
+from paddle_ft.workflows import training
+from paddle_ft.workflows.build import Dataset, format_of_split, read_dataset
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def train_folds(config_path: str | None, overrides: list[str], config: Config, p
                 "held out")
             resume = ["train.resume=auto"] if run.started else []
             # the pool already holds any corrections: the folds' files are written with them
-            train.run(config_path, [*overrides, f"output_dir={run.path}", f"data.train={data / f'train{suffix}'}",
+            training.train(config_path, [*overrides, f"output_dir={run.path}", f"data.train={data / f'train{suffix}'}",
                                     f"data.dev={data / f'dev{suffix}'}", "data.corrections=null",
                                     "data.header=true", *resume])  # write_examples writes a header
         done.append(Fold(number, held_out, run))

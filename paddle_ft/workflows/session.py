@@ -1,6 +1,6 @@
-"""What every training command (`train`, `pretrain`) does around the engine: open the run folder, seed,
-apply the runtime settings, write the run's config, and turn the exits a user meets into one line that says
-how to go on."""
+"""What every training workflow (training, pretraining, distillation) does around the engine: open the run folder,
+seed, apply the runtime settings, write the run's config, and turn the exits a user meets into one line that says how
+to go on."""
 from __future__ import annotations
 
 import contextlib

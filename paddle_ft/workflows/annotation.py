@@ -1,19 +1,18 @@
-"""Round trips with annotation tools: `export-tasks` writes texts with the model's answers as pre-annotations for
-Label Studio or doccano, `select` the texts worth labelling next in the same form, and `import` reads what people
-labelled back into a file `train` reads (or, for a `label-issues` review, into the corrections file
-`data.corrections` reads)."""
+"""Round trips with annotation tools (the work of three commands): `export-tasks` writes texts with the model's
+answers as pre-annotations for Label Studio or doccano, `select-texts` the texts worth labelling next in the same
+form, and `import-annotations` reads what people labelled back into a file `train` reads (or, for a `label-issues`
+review, into the corrections file `data.corrections` reads)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from paddle_ft.analysis.scoring import Scores, answers, score_texts
-from paddle_ft.analysis.selection import STRATEGIES, select as rank
-from paddle_ft.arguments import non_negative_int, positive_int
+from paddle_ft.analysis.selection import select as rank
 from paddle_ft.artifacts.bundle import Bundle, check_trained_model_folder, load_bundle
 from paddle_ft.artifacts.manifest import training_provenance
-from paddle_ft.commands.flags import model_argument
-from paddle_ft.data.annotation import Labelled, TOOLS, Task, read_annotations, write_tasks
+from paddle_ft.data.annotation import Labelled, Task, read_annotations, write_tasks
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.readers import (
     Columns,
@@ -30,26 +29,42 @@ from paddle_ft.io import check_output_file
 from paddle_ft.log import LONG_INPUT, Progress, log
 
 
-def export_tasks(model_dir: str, input_path: str, tool: str, output: str, batch_size: int) -> int:
+@dataclass(frozen=True)
+class Selection:
+    """Which texts `select_texts` picks."""
+
+    budget: int
+    """How many."""
+    strategy: str = "diverse"
+    """One of analysis.selection.STRATEGIES."""
+    seed: int = 0
+    """random's seed."""
+    batch_size: int = 64
+
+
+def export_tasks(model_dir: str, input_path: str, tool: str, output: str, batch_size: int = 64) -> list[Path]:
+    """The texts of `input_path` (or a label-issues review's rows) as `tool`'s tasks in `output`, the model's answers
+    as pre-annotations; the files written."""
     bundle = _model(model_dir)
-    check_output_file(output, "--output", {"--input": input_path})
+    check_output_file(output, "--output-file", {"--input": input_path})
     examples, fields = _texts_to_label(Path(input_path), bundle)
     scores = _scored(bundle, examples, batch_size, with_vectors=False)
     tasks = _tasks(bundle, examples, scores, fields)
     written = write_tasks(Path(output), tool, tasks, bundle.meta.labels, bundle.meta.multi_label)
     log(f"wrote {len(tasks)} tasks for {tool} with {model_dir}'s answers as pre-annotations: "
         f"{', '.join(map(str, written))}{_how_to_load(tool, written)}")
-    return 0
+    return written
 
 
-def select_main(args) -> int:
-    """The --budget texts of --pool most worth labelling next, by --strategy, as --to's tasks in --output."""
-    model_dir, pool_path, budget, strategy, output = args.model, args.pool, args.budget, args.strategy, args.output
-    batch_size = args.batch_size
+def select_texts(model_dir: str, pool_path: str, tool: str, output: str, selection: Selection,
+                 labelled_path: str | None = None) -> list[Path]:
+    """The `selection.budget` texts of `pool_path` most worth labelling next, by `selection.strategy`, as `tool`'s
+    tasks in `output` (texts of `labelled_path`, by default the model's training file, left out); the files written."""
+    budget, strategy, batch_size = selection.budget, selection.strategy, selection.batch_size
     bundle = _model(model_dir)
-    check_output_file(output, "--output", {"--pool": pool_path})
+    check_output_file(output, "--output-file", {"--pool": pool_path})
     examples, fields = _texts_to_label(Path(pool_path), bundle)
-    labelled = _labelled_texts(Path(model_dir), bundle, args.labelled)
+    labelled = _labelled_texts(Path(model_dir), bundle, labelled_path)
     keep = [i for i, e in enumerate(examples) if (e.text, e.text_pair) not in labelled]
     if len(keep) < len(examples):
         log(f"select: {len(examples) - len(keep)} texts of {pool_path} are labelled already; left out")
@@ -62,26 +77,29 @@ def select_main(args) -> int:
         covered = _scored(bundle, [Example(t, p, None, 0) for t, p in sorted(labelled, key=str)], batch_size,
                           with_vectors=True).vectors
     thresholds = bundle.meta.label_thresholds if bundle.meta.multi_label else None
-    order, uncertain = rank(strategy, scores.probabilities, budget, thresholds, scores.vectors, covered, args.seed)
+    order, uncertain = rank(strategy, scores.probabilities, budget, thresholds, scores.vectors, covered,
+                            selection.seed)
     chosen = Scores(scores.probabilities[order], None)
     tasks = _tasks(bundle, [examples[i] for i in order], chosen,
                    [{**fields[i], "rank": r, "strategy": strategy, "uncertainty": round(float(u), 6)}
                     for r, (i, u) in enumerate(zip(order, uncertain), start=1)])
-    written = write_tasks(Path(output), args.to, tasks, bundle.meta.labels, bundle.meta.multi_label)
+    written = write_tasks(Path(output), tool, tasks, bundle.meta.labels, bundle.meta.multi_label)
     log(f"selected {len(tasks)} of {len(examples)} texts of {pool_path} by {strategy}: "
-        f"{', '.join(map(str, written))}{_how_to_load(args.to, written)}")
-    return 0
+        f"{', '.join(map(str, written))}{_how_to_load(tool, written)}")
+    return written
 
 
-def import_annotations(tool: str, path: str, output: str, from_name: str | None, text_column: str,
-                       label_column: str) -> int:
+def import_annotations(tool: str, path: str, output: str, from_name: str | None = None, text_column: str = "text",
+                       label_column: str = "label") -> Path:
+    """`tool`'s export in `path` as a file of rows train reads (or, for a label-issues review answered in the tool, a
+    corrections file for data.corrections) in `output`; the file written."""
     rows, report = read_annotations(Path(path), tool, from_name)
-    target = check_output_file(output, "--output", {"FILE": path})
+    target = check_output_file(output, "--output-file", {"FILE": path})
     fmt = format_of(target)
     multi_label = any(len(row.labels) > 1 for row in rows)
     if multi_label and fmt != "jsonl" and any("," in label for row in rows for label in row.labels):
-        raise UserError(f"{path}: a label name holds ',' and a text has several labels: write --output as .jsonl, "
-                        "whose label lists need no delimiter")
+        raise UserError(f"{path}: a label name holds ',' and a text has several labels: write --output-file as "
+                        ".jsonl, whose label lists need no delimiter")
     flattened = sum(one_line(row.text) != row.text for row in rows) if fmt == "tsv" else 0
     review = all(all(key in row.fields for key in (FILE, LINE, "given")) for row in rows)
     if review:
@@ -100,7 +118,7 @@ def import_annotations(tool: str, path: str, output: str, from_name: str | None,
             f"{' -o task=multi_label' if multi_label else ''})")
     log(f"imported {len(rows)} labelled texts of {path} ({tool}) into {target}: {kind}"
         + "".join(f"; {note}" for note in notes))
-    return 0
+    return target
 
 
 def _model(model_dir: str) -> Bundle:
@@ -173,48 +191,3 @@ def _write_corrections(target: Path, fmt: str, rows: list[Labelled], text_column
         {FILE: r.fields[FILE], LINE: r.fields[LINE], text_column: r.text if fmt != "tsv" else one_line(r.text),
          label_column: r.fields["given"], SUGGESTED: r.fields.get(SUGGESTED, ""),
          "confidence": r.fields.get("confidence", ""), DECISION: ",".join(r.labels)} for r in rows])
-
-
-# the command line: `python -m paddle_ft export-tasks|select|import` (registered in paddle_ft/cli.py)
-def add_export_tasks_arguments(parser) -> None:
-    model_argument(parser)
-    parser.add_argument("--input", required=True, metavar="FILE",
-                        help="texts to label (.txt, or the model's text column of .tsv/.csv/.jsonl), or a "
-                             "label-issues review file")
-    parser.add_argument("--to", required=True, choices=TOOLS, help="the annotation tool")
-    parser.add_argument("--output", required=True, metavar="FILE", help="the tasks file to write (Label Studio: "
-                        "a .json, with a .label_config.xml beside it; doccano: a .jsonl)")
-    parser.add_argument("--batch-size", type=positive_int, default=64)
-
-
-def export_tasks_main(args) -> int:
-    return export_tasks(args.model, args.input, args.to, args.output, args.batch_size)
-
-
-def add_select_arguments(parser) -> None:
-    model_argument(parser)
-    parser.add_argument("--pool", required=True, metavar="FILE", help="unlabelled texts (as export-tasks' --input)")
-    parser.add_argument("--budget", required=True, type=positive_int, help="how many texts to select")
-    parser.add_argument("--strategy", choices=STRATEGIES, default="diverse",
-                        help="uncertainty (entropy), margin (top-2 gap), diverse (uncertain and spread over the "
-                             "embedding space; default) or random")
-    parser.add_argument("--to", required=True, choices=TOOLS, help="the annotation tool")
-    parser.add_argument("--output", required=True, metavar="FILE", help="the tasks file to write, as export-tasks")
-    parser.add_argument("--labelled", metavar="FILE", help="texts labelled already, left out of the pool and counted "
-                        "as covered by diverse (default: the training file the model's manifest records)")
-    parser.add_argument("--seed", type=non_negative_int, default=0, help="random's seed (default 0)")
-    parser.add_argument("--batch-size", type=positive_int, default=64)
-
-
-def add_import_arguments(parser) -> None:
-    parser.add_argument("file", metavar="FILE", help="the tool's export: Label Studio JSON or JSON-MIN, doccano JSONL")
-    parser.add_argument("--from", dest="tool", required=True, choices=TOOLS, help="the annotation tool")
-    parser.add_argument("--output", required=True, metavar="FILE", help="the .tsv/.csv/.jsonl file to write")
-    parser.add_argument("--from-name", help="Label Studio: the control tag whose answers are the labels (needed "
-                                            "when a project has several)")
-    parser.add_argument("--text-column", default="text", help="the output's text column (default: text)")
-    parser.add_argument("--label-column", default="label", help="the output's label column (default: label)")
-
-
-def import_main(args) -> int:
-    return import_annotations(args.tool, args.file, args.output, args.from_name, args.text_column, args.label_column)

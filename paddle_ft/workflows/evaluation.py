@@ -1,4 +1,4 @@
-"""`eval`: score a trained model folder on a labelled file; write the rows it got wrong."""
+"""Scoring a trained model folder on a labelled file (the `eval` command's work); the rows it got wrong to a file."""
 from __future__ import annotations
 
 import json
@@ -7,9 +7,7 @@ from pathlib import Path
 
 from paddle_ft.analysis.report import write_per_class
 from paddle_ft.analysis.scoring import answers
-from paddle_ft.arguments import positive_int
 from paddle_ft.artifacts.bundle import load_bundle
-from paddle_ft.commands.flags import model_argument
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import Columns, format_of, one_line, read_examples
 from paddle_ft.engine.evaluate import evaluate
@@ -19,7 +17,9 @@ from paddle_ft.log import LONG_INPUT, Progress
 from paddle_ft.tokenization import fastest
 
 
-def run(model_dir: str, data_path: str, errors_path: str | None, batch_size: int) -> dict:
+def evaluate_model(model_dir: str, data_path: str, errors_path: str | None = None, batch_size: int = 64) -> dict:
+    """The model's metrics on `data_path` (every class's beside them, or of many classes the best and worst and a
+    file of all), its misclassified rows written to `errors_path` (default: beside the model)."""
     model_dir = Path(model_dir)
     errors = Path(errors_path) if errors_path else model_dir.parent / f"misclassified-{Path(data_path).stem}.tsv"
     bundle = load_bundle(model_dir)
@@ -72,16 +72,3 @@ def _readable(report: dict, per_class_file: Path) -> dict:
     path = write_per_class(per_class_file, table)
     shown = {f"{key}_best": {n: table[n] for n in best}, f"{key}_worst": {n: table[n] for n in worst}}
     return {**{k: v for k, v in report.items() if k not in (key, "thresholds")}, **shown, f"{key}_file": str(path)}
-
-
-# the command line: `python -m paddle_ft eval` (registered in paddle_ft/cli.py)
-def add_arguments(parser) -> None:
-    model_argument(parser)
-    parser.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file")
-    parser.add_argument("--errors", help="where to write misclassified rows (default: beside the model)")
-    parser.add_argument("--batch-size", type=positive_int, default=64)
-
-
-def main(args) -> int:
-    print(json.dumps(run(args.model, args.data, args.errors, args.batch_size), ensure_ascii=False, indent=2))
-    return 0

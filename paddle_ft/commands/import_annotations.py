@@ -1,0 +1,23 @@
+"""`import-annotations`: a Label Studio or doccano export as rows train reads, or a label-issues review answered
+there as a corrections file for data.corrections (workflows.annotation)."""
+from __future__ import annotations
+
+from paddle_ft.commands.flags import output_file_argument
+from paddle_ft.data.annotation import TOOLS
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("file", metavar="FILE", help="the tool's export: Label Studio JSON or JSON-MIN, doccano JSONL")
+    parser.add_argument("--from", dest="tool", required=True, choices=TOOLS, help="the annotation tool")
+    output_file_argument(parser, "the .tsv/.csv/.jsonl file to write")
+    parser.add_argument("--from-name", help="Label Studio: the control tag whose answers are the labels (needed "
+                                            "when a project has several)")
+    parser.add_argument("--text-column", default="text", help="the output's text column (default: text)")
+    parser.add_argument("--label-column", default="label", help="the output's label column (default: label)")
+
+
+def main(args) -> int:
+    from paddle_ft.workflows.annotation import import_annotations
+
+    import_annotations(args.tool, args.file, args.output_file, args.from_name, args.text_column, args.label_column)
+    return 0
