@@ -268,9 +268,11 @@ class RuntimeConfig:
     recompute: bool = False
     """Recompute each encoder layer's activations in backward instead of keeping them (less memory, ~1/3
     more compute)."""
-    write_report: bool = True
-    """Write report.html as the run ends (charts, the data summary, the most confident mistakes explained: tens of
-    seconds on a large model). label-issues turns it off for its folds unless asked (--fold-reports)."""
+    write_report: bool = False
+    """Also write report.html as the run ends (charts, the data summary, the most confident mistakes explained), as
+    `python -m paddle_ft report OUT` does afterwards. Off by default: at multilingual-e5-small's size it costs another
+    pass over test, one over as many training texts and three explanations (3.5 minutes and 1.6 GB for the demo's
+    1,736 test texts on 2 cores). label-issues keeps it off for its folds unless asked (--fold-reports)."""
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
 """Tiny fixtures: a character vocabulary, a 2-layer 32-wide BERT, and a learnable synthetic corpus."""
 from __future__ import annotations
 
+import atexit
 import os
 import random
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -175,7 +178,24 @@ def pytest_collection_modifyitems(config, items):
 
 def export_tiny_model(folder: Path, seed: int = 5, text_pair_column: str | None = None) -> Path:
     """A tiny model with the conftest vocabulary, saved and exported; returns the export folder. With
-    `text_pair_column` it is a text-pair model."""
+    `text_pair_column` it is a text-pair model. Made once per process and kind, then copied: the same seed makes the
+    same weights, so a copy is what making it again would write (and the tests may change their copy)."""
+    made = _TINY_MODELS.get((seed, text_pair_column))
+    if made is None or not made.is_dir():
+        scratch = tempfile.mkdtemp(prefix="paddle_ft-tiny-model-")
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        made = Path(scratch) / "model"
+        _make_tiny_model(made, seed, text_pair_column)
+        _TINY_MODELS[(seed, text_pair_column)] = made
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(made, folder, dirs_exist_ok=True, symlinks=True)
+    return folder / "export"
+
+
+_TINY_MODELS: dict[tuple[int, str | None], Path] = {}
+
+
+def _make_tiny_model(folder: Path, seed: int, text_pair_column: str | None) -> None:
     from paddlenlp.transformers import BertTokenizer
 
     from paddle_ft.artifacts.bundle import save_bundle
@@ -191,4 +211,3 @@ def export_tiny_model(folder: Path, seed: int = 5, text_pair_column: str | None 
     save_bundle(best, BERTForTextClassification(encoder, num_classes=2, dropout=0.0), tokenizer,
                 tiny_meta(text_pair_column=text_pair_column))
     export_model(best, folder / "export")
-    return folder / "export"

@@ -4,6 +4,8 @@ import importlib.util
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 spec = importlib.util.spec_from_file_location("code_map", ROOT / "tools" / "code_map.py")
@@ -55,6 +57,7 @@ def test_the_inference_side_imports_no_training_code_even_lazily():
     assert wrong == []
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_loading_the_inference_side_and_the_server_loads_no_training_module():
     code = ("import sys, paddle_ft.inference, paddle_ft.inference.predictor, paddle_ft.inference.classifier, "
             "paddle_ft.inference.backends, paddle_ft.inference.tensorrt, paddle_ft.serve.main, paddle_ft.serve.app; "
@@ -84,3 +87,29 @@ def test_every_folder_of_the_package_is_one_setup_py_installs():
     installed = set(find_packages(str(ROOT), include=["paddle_ft", "paddle_ft.*"]))
     folders = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "paddle_ft").rglob("*.py")}
     assert folders - installed == set()  # a folder without __init__.py imports from a checkout, not when installed
+
+
+def test_no_command_imports_another_and_only_the_command_line_imports_commands():
+    """Issue 62: the work lives in workflows/, which commands and paddle_ft.train() share; a command module only
+    declares flags (its own, and the shared ones of commands.flags) and maps a workflow's result to lines and an exit
+    code."""
+    trees = code_map.modules()
+    known = set(trees)
+    edges = {name: code_map.imports_of(name, tree, known) for name, tree in trees.items()}
+    shared = {"paddle_ft.commands", "paddle_ft.commands.flags"}
+    between_commands = [f"{name} imports {target}" for name, targets in edges.items()
+                        if name.startswith("paddle_ft.commands.") for target in targets
+                        if target.startswith("paddle_ft.commands") and target not in shared]
+    assert between_commands == []
+    outside = [f"{name} imports {target}" for name, targets in edges.items()
+               if not name.startswith("paddle_ft.commands") and name != "paddle_ft.cli"
+               for target in targets if target.startswith("paddle_ft.commands")]
+    assert outside == []
+
+
+def test_no_import_cycle_between_modules():
+    trees = code_map.modules()
+    known = set(trees)
+    edges = {name: code_map.imports_of(name, tree, known) for name, tree in trees.items()}
+    assert code_map.cycles(code_map.modules_only(edges, known)) == []
+    assert code_map.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # it sees one

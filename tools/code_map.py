@@ -64,6 +64,37 @@ def imports_of(name: str, tree: ast.Module, known: set[str]) -> set[str]:
     return {m for m in found if m in known and m != name}
 
 
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles between modules: each strongly connected group of two or more (Tarjan), sorted."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in edges.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return sorted(groups)
+
+
 def _packages(known: set[str]) -> set[str]:
     return {m for m in known if any(other.startswith(m + ".") for other in known)}
 
@@ -100,6 +131,13 @@ def line_count(path: Path) -> int:
     return len(path.read_text(encoding="utf-8").splitlines())
 
 
+def modules_only(edges: dict[str, set[str]], known: set[str]) -> dict[str, set[str]]:
+    """The edges between modules, without those to a package's own __init__ (a module importing its package's
+    name is how Python loads it, not a cycle of the code)."""
+    packages = _packages(known)
+    return {name: {t for t in targets if t not in packages} for name, targets in edges.items() if name not in packages}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--edges", action="store_true", help="print every import edge")
@@ -115,7 +153,11 @@ def main() -> None:
     sizes = sorted((size for name, tree in trees.items() for size in functions(tree, name)), reverse=True)
     lines = sum(line_count(p) for p in PACKAGE.rglob("*.py"))
     print(f"{len(known)} modules, {lines} lines; {len(root)} at the package root: {' '.join(root)}")
-    print(f"{sum(map(len, edges.values()))} import edges between paddle_ft modules")
+    print(f"{sum(map(len, edges.values()))} import edges between paddle_ft modules; "
+          f"{len(cycles(modules_only(edges, known)))} import cycles between modules")
+    for room in ("commands", "workflows"):
+        files = sorted((PACKAGE / room).glob("*.py"))
+        print(f"paddle_ft/{room}/: {len(files)} modules, {sum(map(line_count, files))} lines")
     for file in ARTIFACT_FILES:
         print(f"{file!r} spelt in {len(names[file])}: {' '.join(sorted(names[file]))}")
     median = sorted(size for size, _ in sizes)[len(sizes) // 2]

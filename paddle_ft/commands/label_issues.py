@@ -14,7 +14,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--prune", action="store_true", help="also train with every row and without the flagged ones, "
                                                              "and compare them on test")
     parser.add_argument("--fold-reports", action="store_true", help="also write each fold's report.html (skipped "
-                                                                    "by default: tens of seconds each)")
+                                                                    "by default: minutes each at a real encoder's size)")
     parser.add_argument("--restart", action="store_true", help="delete what an earlier label-issues left in --output "
                                                                "and start afresh")
 

@@ -50,7 +50,9 @@ def _cross_validate(config_path: str, overrides: list[str], config, folds: int, 
                                                        indent=2))
     table = markdown(summary)
     write_text_atomically(root / "cv.md", table)
-    links = "".join(f'<li><a href="fold-{i}/report.html">fold {i}</a></li>' for i in range(1, folds + 1))
+    reports = [i for i in range(1, folds + 1) if (root / f"fold-{i}" / "report.html").is_file()]  # as the config asked
+    links = "".join(f'<li><a href="fold-{i}/report.html">fold {i}</a></li>' for i in reports)
     page = write_page(root / "report.html", f"{folds}-fold cross-validation", [
-        "<h2>Every metric over the folds</h2>", table_html(table), f"<h2>The folds' own reports</h2><ul>{links}</ul>"])
+        "<h2>Every metric over the folds</h2>", table_html(table),
+        *([f"<h2>The folds' own reports</h2><ul>{links}</ul>"] if reports else [])])
     return CrossValidation(summary, table, (root / "cv.json", root / "cv.md", page))

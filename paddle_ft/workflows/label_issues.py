@@ -64,8 +64,9 @@ def find_issues(config_path: str | None, overrides: list[str], folds: int, outpu
                 restart: bool = False, fold_reports: bool = False) -> LabelIssues:
     """The rows of the config's train and dev that out-of-fold models of `folds` folds find mislabelled, in the
     folder `output` (a rerun resumes the folds there)."""
-    # each fold's report.html would cost tens of seconds and show a model nobody keeps: written only when asked
-    overrides = [*overrides, f"output_dir={output}", *([] if fold_reports else ["train.runtime.write_report=false"])]
+    # each fold's report.html would cost minutes at a real encoder's size and show a model nobody keeps: written only
+    # when asked, whatever the config says
+    overrides = [*overrides, f"output_dir={output}", f"train.runtime.write_report={str(fold_reports).lower()}"]
     config = load_config(config_path, overrides)
     if prune and config.data.test is None:
         raise ConfigError("data.test", "--prune compares a run with every row and one without the flagged rows on "

@@ -106,7 +106,9 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
             written.append(write_run_report(folder.path, config, dataset))
         log(f"wrote {', '.join(map(str, written[:-1]))} and {written[-1]}")
         log(f"done in {elapsed(time.perf_counter() - started)}; next: python -m paddle_ft export "
-            f"--model {folder.best_dir} --output {folder.path / 'export'}")
+            f"--model {folder.best_dir} --output {folder.path / 'export'}"
+            + ("" if config.train.runtime.write_report else
+               f"; the run's page: python -m paddle_ft report {folder.path}"))
     return results
 
 

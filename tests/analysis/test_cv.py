@@ -43,7 +43,8 @@ def test_written_examples_read_back_the_same(tmp_path, fmt):
 def test_cross_validation_runs_a_fold_per_run_and_resumes(tiny_config_args, tmp_path, capsys):
     from paddle_ft.cli import main
 
-    args = overrides(tiny_config_args + [f"output_dir={tmp_path / 'cv'}", "train.epochs=1"])
+    args = overrides(tiny_config_args + [f"output_dir={tmp_path / 'cv'}", "train.epochs=1",
+                                         "train.runtime.write_report=true"])
     assert main(["cv", "--config", DEMO, "--folds", "3", *args]) == 0
     summary = json.loads((tmp_path / "cv" / "cv.json").read_text(encoding="utf-8"))["summary"]
     folds = [json.loads((tmp_path / "cv" / f"fold-{i}" / "results.json").read_text(encoding="utf-8"))

@@ -43,7 +43,8 @@ def keyword_model(tmp_path_factory):
             f"model.scratch.vocab_file={write_vocab(root / 'vocab.txt')}",
             "model.scratch.hidden_size=32", "model.scratch.num_layers=2", "model.scratch.num_heads=2",
             "model.scratch.intermediate_size=64", "model.scratch.max_position_embeddings=32", "train.epochs=8",
-            "train.batch_size=16", "train.optimizer.learning_rate=1e-3", "train.runtime.log_every=100"]
+            "train.batch_size=16", "train.optimizer.learning_rate=1e-3", "train.runtime.log_every=100",
+            "train.runtime.write_report=true"]
     assert main(["train", "--config", DEMO, *overrides(args)]) == 0
     results = json.loads((root / "out" / "results.json").read_text(encoding="utf-8"))
     assert results["test"]["accuracy"] >= 0.95  # a model that did learn the keyword, or the test means nothing

@@ -39,7 +39,7 @@ def test_the_report_renders_in_a_browser_with_the_numbers_of_results_json(tiny_c
     from paddle_ft.cli import main
 
     browser = _chromium()
-    args = tiny_config_args + ["train.epochs=2", "train.decision.target_coverage=0.8"]
+    args = tiny_config_args + ["train.epochs=2", "train.decision.target_coverage=0.8", "train.runtime.write_report=true"]
     assert main(["train", "--config", DEMO, *overrides(args)]) == 0
     run = tmp_path / "out"
     page, results = run / "report.html", json.loads((run / "results.json").read_text(encoding="utf-8"))

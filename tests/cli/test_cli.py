@@ -105,12 +105,15 @@ def test_commands_report_user_errors_in_one_line(argv, fragment, capsys):
     assert err.startswith("error: ") and fragment in err and err.count("\n") == 1
 
 
-def test_the_pinned_loss_in_process(tiny_config_args, tmp_path):
+def test_the_pinned_loss_in_process(tiny_config_args, tmp_path, capsys):
     """The fast tier's hold on the numbers: the tiny run of the end-to-end test, in this process, logs the pinned
     loss at step 30 (the end-to-end test checks the same through tools/train.py)."""
     assert main(["train", "-c", DEMO, *overrides(tiny_config_args + ["data.test=null"])]) == 0
     losses = {e.step: e.values["loss"] for e in RunFiles(tmp_path / "out").read_events("train")}
     assert losses[30] == pytest.approx(PINNED_LOSS_STEP_30, abs=2e-3)
+    # issue 62: a run writes its metrics and model card; the report page is one command (or one key) away
+    assert not (tmp_path / "out" / "report.html").exists()
+    assert f"the run's page: python -m paddle_ft report {tmp_path / 'out'}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, old, new, what", [
@@ -221,7 +224,8 @@ def test_eval_on_a_long_file_shows_progress(tmp_path, capsys):
     assert "eval: 2100/2100, elapsed " in err and json.loads(out)["examples"] == 2100  # stdout: the report alone
 
 
-def test_predict_without_ray_never_imports_it_and_ray_options_need_ray(tmp_path, capsys):
+@pytest.mark.slow  # a fresh interpreter
+def test_predict_without_ray_never_imports_it(tmp_path):
     from conftest import export_tiny_model
 
     export = export_tiny_model(tmp_path / "model")
@@ -231,7 +235,13 @@ def test_predict_without_ray_never_imports_it_and_ray_options_need_ray(tmp_path,
             "assert not any(m == 'ray' or m.startswith('ray.') for m in sys.modules), 'ray was imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    capsys.readouterr()
+
+
+def test_ray_options_need_ray(tmp_path, capsys):
+    from conftest import export_tiny_model
+
+    export = export_tiny_model(tmp_path / "model")
+    (tmp_path / "a.txt").write_text("质量很好\n", encoding="utf-8")
     assert main(["predict", "--export", str(export), "--input", str(tmp_path / "a.txt"), "--merge"]) == 2
     assert capsys.readouterr().err == "error: --merge goes with --ray\n"
     assert main(["predict", "--export", str(export), "--input", str(tmp_path / "*.txt")]) == 2

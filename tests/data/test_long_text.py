@@ -68,6 +68,7 @@ def ending_rows(n: int, seed: int) -> list[tuple[str, str]]:
     return rows
 
 
+@pytest.mark.slow  # four trainings and exports
 def test_only_the_rules_that_keep_the_end_learn_a_label_told_at_the_end(tiny_config_args, tmp_path, capsys):
     from paddle_ft.cli import main
     from paddle_ft.inference.predictor import Predictor

@@ -112,7 +112,8 @@ def test_the_server_abstains_on_the_same_texts_and_a_request_may_set_its_own_thr
                                                ("train.decision.abstain_below=0.0", 1.0)])
 def test_a_model_that_answers_nothing_or_everything_trains_reports_and_evaluates(setting, coverage, tiny_config_args,
                                                                                  data_dir, tmp_path, capsys):
-    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + [setting, "train.epochs=1"])]) == 0
+    args = tiny_config_args + [setting, "train.epochs=1", "train.runtime.write_report=true"]
+    assert main(["train", "--config", DEMO, *overrides(args)]) == 0
     out = tmp_path / "out"
     test = json.loads((out / "results.json").read_text(encoding="utf-8"))["test"]["decision"]
     assert test["coverage"] == coverage and (test["answered_accuracy"] is None) == (coverage == 0.0)

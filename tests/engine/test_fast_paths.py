@@ -28,6 +28,7 @@ def corpus_and_tokenizer(tmp_path_factory):
     return texts + AWKWARD, BertTokenizer(str(vocab))  # half the texts: the rest meet unknown characters
 
 
+@pytest.mark.slow  # PaddleNLP's Python tokenizer over 17,000 texts
 def test_fast_tokenizer_gives_the_python_tokenizers_ids_on_the_whole_demo_corpus(corpus_and_tokenizer):
     texts, slow = corpus_and_tokenizer
     fast = fast_tokenizer_for(slow)

@@ -42,7 +42,7 @@ def test_a_20000_label_model_trains_evaluates_exports_predicts_and_serves(tmp_pa
                 f"model.scratch.vocab_file={data / 'vocab.txt'}", "model.pooling=mean", "model.scratch.hidden_size=32",
                 "model.scratch.num_layers=1", "model.scratch.num_heads=2", "model.scratch.intermediate_size=64",
                 "model.scratch.max_position_embeddings=16", "train.epochs=1", "train.batch_size=64",
-                "train.optimizer.learning_rate=2e-3"]
+                "train.optimizer.learning_rate=2e-3", "train.runtime.write_report=true"]
     assert main(["train", "--config", DEMO, *overrides(settings)]) == 0
     said = "".join(capsys.readouterr())
     assert "L19999" not in said  # the training log never lists every class

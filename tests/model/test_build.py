@@ -17,6 +17,7 @@ def test_missing_vocab_file_is_a_config_error(tmp_path):
         build_tokenizer(config.model)
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_scoring_a_saved_model_imports_nothing_of_the_training_loop():
     import subprocess
     import sys

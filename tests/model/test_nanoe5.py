@@ -39,6 +39,7 @@ def test_the_file_is_read_as_written(tmp_path):
     assert e5.tensor("l1.fi.w", 64).shape == (64, 32) and e5.tensor("emb.ln.b", 1).shape == (32,)
 
 
+@pytest.mark.slow  # every code point
 def test_the_normaliser_gives_the_map_on_every_code_point():
     mapping = {**NORMALIZATION, 0x3042: "\u3042\u3099", 0x10FFFC: "x"}  # a code point made two; a parked one's
     del mapping[0x2460]  # NFKC makes ① 1; unmapped, it is kept as it is (parked during NFKC)
