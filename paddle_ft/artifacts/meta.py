@@ -13,8 +13,8 @@ from functools import cached_property
 from pathlib import Path
 
 from paddle_ft.errors import UserError
-from paddle_ft.models.hierarchy import Hierarchy, hierarchy_of
 from paddle_ft.io import write_text_atomically
+from paddle_ft.models.hierarchy import Hierarchy, hierarchy_of
 from paddle_ft.text import HEADS, POOLINGS, TASKS, TRUNCATIONS, WINDOW_POOLINGS, Truncation
 
 FORMAT_VERSION = 2

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paddle_ft.models.convert import convert_hf_folder, is_hf_folder
 from paddle_ft.errors import UserError
 from paddle_ft.io import check_output_folder
+from paddle_ft.models.convert import convert_hf_folder, is_hf_folder
 
 
 def add_arguments(parser) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import paddle
 
-from paddle_ft.models.convert import PADDLE_WEIGHTS
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_directory, file_sha256
+from paddle_ft.models.convert import PADDLE_WEIGHTS
 from paddle_ft.models.networks import in_dtypes_of
 
 TRAINER_STATE = "trainer_state.json"

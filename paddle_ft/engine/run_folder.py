@@ -13,7 +13,6 @@ import numpy as np
 from paddle_ft.artifacts.bundle import load_weights, save_bundle
 from paddle_ft.artifacts.meta import Decision, ModelMeta
 from paddle_ft.artifacts.run import Results, RunFiles
-from paddle_ft.models.backbone import load_pretraining_weights, save_backbone
 from paddle_ft.config import Config, config_to_dict, flat_config, load_config, save_config
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.engine.checkpoint import newest_verified_checkpoint, verify_checkpoint
@@ -21,6 +20,7 @@ from paddle_ft.engine.events import EventLog
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.io import open_own_file, recover_leftovers
 from paddle_ft.log import log
+from paddle_ft.models.backbone import load_pretraining_weights, save_backbone
 
 # what a checkpoint's state depends on: a resume that changes any of them cannot continue the run exactly
 RESUME_FIXED = ("seed", "task", "model", "train.batch_size", "train.accumulate_steps", "data.max_length",

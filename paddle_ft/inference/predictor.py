@@ -13,11 +13,11 @@ import numpy as np
 from paddle_ft.arguments import require_int
 from paddle_ft.artifacts.export_folder import PARAMS_FILE, REEXPORT, onnx_file, program_file, read_export_info
 from paddle_ft.errors import UserError, first_line
-from paddle_ft.models.hierarchy import Hierarchy
 from paddle_ft.inference import routing
 from paddle_ft.inference.backends import choose_backend
 from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.routing import Engines
+from paddle_ft.models.hierarchy import Hierarchy
 from paddle_ft.runtime import cpu_supports_bf16, quiet
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
 from paddle_ft.tokenization import FastTokenizer, check_texts, load_tokenizer

@@ -35,8 +35,9 @@ from paddle.profiler import RecordEvent, TracerEventType
 from paddle.profiler.utils import in_profiler_mode
 
 from paddle_ft.io import open_own_file, user_cache_folder
+from paddle_ft.kernels.mkl_vendor import \
+    CACHE_VARIABLE  # where built kernels are kept (default ~/.cache/paddle_ft/kernels)
 from paddle_ft.log import native_output_captured
-from paddle_ft.kernels.mkl_vendor import CACHE_VARIABLE  # where built kernels are kept (default ~/.cache/paddle_ft/kernels)
 from paddle_ft.runtime import cpu_identity
 
 SOURCE = Path(__file__).with_name("fused_kernels.cc")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from paddle import nn
 
-from paddle_ft.models.convert import PADDLE_WEIGHTS, SAFETENSORS, cached_conversion, is_hf_folder, read_safetensors
 from paddle_ft.errors import ConfigError, first_line
 from paddle_ft.io import atomic_directory
+from paddle_ft.models.convert import PADDLE_WEIGHTS, SAFETENSORS, cached_conversion, is_hf_folder, read_safetensors
 from paddle_ft.models.networks import float32_state, in_dtypes_of
 from paddle_ft.models.trim import TRIM_INFO
 

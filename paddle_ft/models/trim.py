@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.models.convert import PADDLE_WEIGHTS, SAFETENSORS, is_hf_folder, read_safetensors
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_directory
+from paddle_ft.models.convert import PADDLE_WEIGHTS, SAFETENSORS, is_hf_folder, read_safetensors
 from paddle_ft.tokenization import SentencePieceTokenizer, load_tokenizer, tokenizer_kind
 from paddle_ft.tokenization.sentencepiece import TOKENIZER_JSON
 

@@ -28,9 +28,9 @@ from starlette.exceptions import HTTPException
 
 from paddle_ft.artifacts.export_folder import EXPORT_INFO
 from paddle_ft.artifacts.manifest import MANIFEST
-from paddle_ft.inference.drift import text_length
 from paddle_ft.errors import UserError
 from paddle_ft.inference.agreement import export_problems
+from paddle_ft.inference.drift import text_length
 from paddle_ft.io import file_sha256
 from paddle_ft.serve.batcher import DynamicBatcher, QueueFull
 from paddle_ft.serve.metrics import Metrics

@@ -14,16 +14,8 @@ from paddle_ft.artifacts.bundle import Bundle, check_trained_model_folder, load_
 from paddle_ft.artifacts.manifest import training_provenance
 from paddle_ft.data.annotation import Labelled, Task, read_annotations, write_tasks
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
-from paddle_ft.data.readers import (
-    Columns,
-    Example,
-    format_of,
-    one_line,
-    read_examples,
-    read_records,
-    read_texts,
-    write_records,
-)
+from paddle_ft.data.readers import (Columns, Example, format_of, one_line, read_examples, read_records, read_texts,
+                                    write_records)
 from paddle_ft.errors import UserError
 from paddle_ft.io import check_output_file
 from paddle_ft.log import LONG_INPUT, Progress, log

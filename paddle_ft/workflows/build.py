@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 
-from paddle_ft.models import backbone
 from paddle_ft.artifacts.meta import ModelMeta
 from paddle_ft.config import Config, DataConfig, ModelConfig
 from paddle_ft.data.cache import cached_tokenize
@@ -16,8 +15,9 @@ from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.labels import LabelMap, resolve_labels
 from paddle_ft.data.readers import Columns, Example, format_of, read_examples
 from paddle_ft.errors import ConfigError, DataError, UserError
-from paddle_ft.models.hierarchy import Hierarchy, labelled_parents
 from paddle_ft.log import log
+from paddle_ft.models import backbone
+from paddle_ft.models.hierarchy import Hierarchy, labelled_parents
 from paddle_ft.models.networks import BERTForTextClassification, scratch_encoder
 from paddle_ft.text import Truncation
 from paddle_ft.tokenization import NO_TOKEN, fastest, load_tokenizer, with_text_prefix, without_tokens

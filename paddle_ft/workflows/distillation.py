@@ -12,17 +12,17 @@ from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.manifest import data_file
 from paddle_ft.artifacts.meta import MODEL_META, is_model_folder
 from paddle_ft.artifacts.run import Results
-from paddle_ft.workflows.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import read_corpus
 from paddle_ft.data.features import Features, tokenize
 from paddle_ft.data.readers import Example
+from paddle_ft.engine import trainer
 from paddle_ft.engine.amp import StepRunner
 from paddle_ft.engine.objectives.distill import Distillation, release_device_memory, teacher_logits_of
-from paddle_ft.engine import trainer
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 from paddle_ft.text import Truncation
+from paddle_ft.workflows.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
 from paddle_ft.workflows.run_report import write_run_report
 from paddle_ft.workflows.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine,
                                          seal_best, shared_backbone)

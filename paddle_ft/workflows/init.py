@@ -1,9 +1,7 @@
 """A training config written from a user's own labelled files (the `init` command's work).
 
-    python -m paddle_ft init --train reviews.csv [--dev dev.csv] [--test test.csv] [--backbone DIR] \
-        --output-file my.yaml
-    python -m paddle_ft init --labels labels.tsv --backbone DIR [--dev dev.csv] [--test test.csv] \
-        --output-file my.yaml
+    python -m paddle_ft init --train reviews.csv [--dev dev.csv] [--backbone DIR] --output-file my.yaml
+    python -m paddle_ft init --labels labels.tsv --backbone DIR [--test test.csv] --output-file my.yaml
 
 The second is zero-shot: no training rows, a label name and a description per line of labels.tsv, and a
 sentence-embedding backbone; the model is the descriptions' embeddings (model.head: prototype). With training rows
@@ -24,16 +22,16 @@ from pathlib import Path
 
 import yaml
 
-from paddle_ft.models.backbone import is_paddlenlp_name, looks_like_a_path
 from paddle_ft.config import load_config, parse_override, set_dotted
 from paddle_ft.data.labels import read_label_descriptions
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.data.sniff import Choices, Layout, propose_max_length, sniff_layout
 from paddle_ft.data.vocab import character_vocab
 from paddle_ft.errors import DataError, UserError
-from paddle_ft.models.hierarchy import Hierarchy
 from paddle_ft.io import atomic_path, check_output_file, write_text_atomically
 from paddle_ft.log import log
+from paddle_ft.models.backbone import is_paddlenlp_name, looks_like_a_path
+from paddle_ft.models.hierarchy import Hierarchy
 from paddle_ft.runtime import cpu_supports_bf16
 from paddle_ft.tokenization import fastest, load_tokenizer
 from paddle_ft.workflows.build import read_dataset

@@ -13,9 +13,9 @@ from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Prediction, Predictor
-from paddle_ft.tokenization import check_texts
 from paddle_ft.io import atomic_file, check_output_file
 from paddle_ft.log import LONG_INPUT, Progress, log
+from paddle_ft.tokenization import check_texts
 
 SKIP_OPTION = "--on-bad-row skip"  # what a bad row's error names as the way to leave bad rows out
 CHUNK = 1024  # texts per predictor call on a long input, between progress updates

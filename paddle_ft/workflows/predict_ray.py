@@ -25,13 +25,13 @@ from pathlib import Path
 from paddle_ft.analysis.fingerprint import check_same_work, read_work, write_work
 from paddle_ft.artifacts.export_folder import read_export_info
 from paddle_ft.artifacts.manifest import read_manifest
+from paddle_ft.artifacts.ownership import clear, owned_folder
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor
 from paddle_ft.io import atomic_file, file_sha256, write_text_atomically
 from paddle_ft.log import log
-from paddle_ft.artifacts.ownership import clear, owned_folder
 from paddle_ft.workflows.predict_files import SKIP_OPTION, record, say_skipped
 
 FINGERPRINT, SHARD_LIST, MERGED, SHARDS = "predict-fingerprint.json", "shards.json", "predictions.jsonl", "shards"

@@ -5,19 +5,19 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from paddle_ft.models.backbone import PRETRAINING_HEAD, load_pretraining_weights
-from paddle_ft.workflows.build import build_encoder, build_tokenizer
 from paddle_ft.artifacts.run import Results
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.corpus import check_unknown_share, held_out, pretraining_features, read_corpus, unmaskable
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.data.masking import Vocabulary
+from paddle_ft.engine import trainer
 from paddle_ft.engine.objectives.electra import ReplacedTokenDetecting
 from paddle_ft.engine.objectives.masked_lm import MaskedLanguageModelling
-from paddle_ft.engine import trainer
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
+from paddle_ft.models.backbone import PRETRAINING_HEAD, load_pretraining_weights
 from paddle_ft.models.networks import MaskedLanguageModel, ReplacedTokenDetection
+from paddle_ft.workflows.build import build_encoder, build_tokenizer
 from paddle_ft.workflows.session import opened_run, ready_to_train, run_engine, shared_backbone
 
 

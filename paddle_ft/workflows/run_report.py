@@ -10,13 +10,13 @@ from paddle_ft.analysis.audit import audit
 from paddle_ft.analysis.explain import Explainer
 from paddle_ft.analysis.report import Answers, write_report
 from paddle_ft.artifacts.bundle import load_bundle
+from paddle_ft.artifacts.ownership import owned_folder, owner_of, require_owner
 from paddle_ft.artifacts.run import RunFiles
-from paddle_ft.workflows.build import Dataset, read_dataset
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.features import tokenize
 from paddle_ft.engine.evaluate import evaluate
-from paddle_ft.artifacts.ownership import owned_folder, owner_of, require_owner
 from paddle_ft.tokenization import fastest
+from paddle_ft.workflows.build import Dataset, read_dataset
 
 CLASSIFIER_RUNS = ("train", "distill")  # the runs whose best/ is a classifier to report on
 EXPLAINED = 3  # the most confident mistakes the report explains

@@ -15,13 +15,11 @@ from paddle_ft import runtime
 from paddle_ft.analysis.audit import unknown_shares
 from paddle_ft.artifacts.bundle import seal_bundle
 from paddle_ft.artifacts.manifest import data_file
+from paddle_ft.artifacts.ownership import OUTPUT_DIR, owned_folder
 from paddle_ft.artifacts.run import Results
-from paddle_ft.models.backbone import pretrained_source
-from paddle_ft.workflows.build import Dataset, resolve_backbone
 from paddle_ft.config import Config, ModelConfig, config_to_dict
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import format_of, read_records
-from paddle_ft.inference.drift import reference, text_length
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import check_amp_supported, set_tf32
 from paddle_ft.engine.evaluate import NonFiniteScores
@@ -30,10 +28,12 @@ from paddle_ft.engine.recompute import use_recompute
 from paddle_ft.engine.run_folder import RunFolder
 from paddle_ft.engine.trainer import TrainingDiverged
 from paddle_ft.errors import UserError
+from paddle_ft.inference.drift import reference, text_length
 from paddle_ft.io import describe_os_error
 from paddle_ft.kernels import CpuSpeedups, speed_up_cpu_training
 from paddle_ft.log import log
-from paddle_ft.artifacts.ownership import OUTPUT_DIR, owned_folder
+from paddle_ft.models.backbone import pretrained_source
+from paddle_ft.workflows.build import Dataset, resolve_backbone
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import html
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,10 +178,11 @@ def _write_outcome(study, space: Space, config_path: str, overrides: list[str], 
                      + " | ".join(str(t.params.get(p.key)) for p in space.params) + " |")
     write_text_atomically(root / "sweep.md", "\n".join(lines) + "\n")
     best_folder = Path(best.user_attrs["folder"])
-    link = (f'<p>The best trial\'s own report: <a href="{best_folder.name}/report.html">trial {best.number}</a>.</p>'
+    link = (f'<p>The best trial\'s own report: <a href="{html.escape(best_folder.name)}/report.html">trial '
+            f'{best.number}</a>.</p>'
             if (best_folder / "report.html").is_file() else  # as the config asked
-            f"<p>The best trial's run: {best_folder.name} (python -m paddle_ft report {best_folder} writes its "
-            "page).</p>")
+            f"<p>The best trial's run: {html.escape(best_folder.name)} (python -m paddle_ft report "
+            f"{html.escape(str(best_folder))} writes its page).</p>")
     page = write_page(root / "report.html", f"sweep {root.name}", [
         "<h2>Trials, best first</h2>", table_html("\n".join(lines)), link])
     return SweepOutcome("\n".join(lines), best.number, best.value, metric, root / "best-config.yaml",

@@ -9,20 +9,18 @@ from functools import partial
 
 from paddle_ft.analysis.audit import coverage_problem, leakage, unknown_shares
 from paddle_ft.artifacts.run import Results
-from paddle_ft.workflows.build import (build_model, build_splits, build_tokenizer, model_meta, read_dataset,
-                             start_at_label_priors)
 from paddle_ft.config import TASK_METRICS, load_config
 from paddle_ft.data.augment import augmented
 from paddle_ft.data.labels import read_label_descriptions
+from paddle_ft.engine import trainer
 from paddle_ft.engine.losses import class_weights
 from paddle_ft.engine.objectives.classification import Classification
 from paddle_ft.engine.objectives.few_shot import ContrastivePairs, repeated
 from paddle_ft.engine.objectives.multi_label import MultiLabelClassification
 from paddle_ft.engine.prototypes import start_prototypes
-from paddle_ft.engine import trainer
 from paddle_ft.errors import ConfigError
-from paddle_ft.models.hierarchy import hierarchy_of
 from paddle_ft.log import elapsed, log
+from paddle_ft.models.hierarchy import hierarchy_of
 from paddle_ft.text import Truncation
 from paddle_ft.workflows.build import (build_model, build_splits, build_tokenizer, model_meta, read_dataset,
                                        start_at_label_priors)

@@ -153,8 +153,9 @@ def test_the_teacher_is_let_go_before_the_student_trains(corpus, tmp_path, monke
     import weakref
 
     from paddle_ft.artifacts import bundle as bundles
-    from paddle_ft.workflows import distillation as distill, session
     from paddle_ft.engine.objectives import distill as objective
+    from paddle_ft.workflows import distillation as distill
+    from paddle_ft.workflows import session
 
     loaded, autocasts, alive = [], [], []
     real_load, real_logits, real_engine = bundles.load_bundle, objective.teacher_logits_of, session.run_engine
