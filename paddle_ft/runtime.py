@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import os
 import platform
 import re
@@ -112,9 +113,16 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", message="No ccache found")
     warnings.filterwarnings("ignore", message="Setuptools is replacing distutils")
     warnings.filterwarnings("ignore", message="Tensor do not have .place. interface")  # jit.save noise
-    from paddlenlp.utils.log import logger
+    # PaddleNLP logs every file it saves or loads at INFO. Its logger is logging's "PaddleNLP", which it sets to DEBUG
+    # when imported: a filter on that logger, made now, holds back what is below WARNING without importing PaddleNLP
+    # here (4 s of imports that the inference side, which never loads it, would pay at every start)
+    paddlenlp = logging.getLogger("PaddleNLP")
+    if _below_warning not in paddlenlp.filters:
+        paddlenlp.addFilter(_below_warning)
 
-    logger.set_level("WARNING")  # PaddleNLP logs every file it saves or loads at INFO
+
+def _below_warning(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
 
 
 def environment_as_given() -> dict[str, str]:
