@@ -105,7 +105,7 @@ def served(output: Path, name: str, export: Path, test: Path) -> dict:
     peak memory."""
     import httpx
 
-    from paddle_ft.serve.process import ServerProcess
+    from bench.server_process import ServerProcess
 
     texts = [line.split("\t")[0] for line in test.read_text(encoding="utf-8").splitlines()[1:SERVED_TEXTS + 1]]
     started = time.perf_counter()

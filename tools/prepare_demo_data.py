@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from paddle_ft.data import demo  # noqa: E402
+import demo_corpus as demo  # noqa: E402  (beside this script)
 from paddle_ft.data.vocab import character_vocab  # noqa: E402
 
 

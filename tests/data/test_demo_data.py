@@ -3,8 +3,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import demo_corpus as demo
 
-from paddle_ft.data import demo
 from paddle_ft.data.vocab import SPECIAL_TOKENS, character_vocab
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -83,7 +83,7 @@ def test_the_server_abstains_on_the_same_texts_and_a_request_may_set_its_own_thr
                                                                                       tmp_path):
     import httpx
 
-    from paddle_ft.serve.process import ServerProcess
+    from bench.server_process import ServerProcess
 
     assert main(["train", "--config", DEMO, *overrides(tiny_config_args + ["train.decision.target_coverage=0.8",
                                                                            "train.epochs=1"])]) == 0

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+import demo_corpus as demo
 from paddlenlp.transformers import BertTokenizer
 
-from paddle_ft.data import demo
 from paddle_ft.data.cache import cached_tokenize
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.labels import LabelMap

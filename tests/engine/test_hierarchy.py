@@ -182,7 +182,7 @@ def test_the_server_answers_the_path_and_the_sure_level(tiny_config_args, tmp_pa
     import httpx
 
     from paddle_ft.inference.predictor import Predictor
-    from paddle_ft.serve.process import ServerProcess
+    from bench.server_process import ServerProcess
 
     out, _ = train_tree(tiny_config_args, tmp_path)
     assert main(["export", "--model", str(out / "best"), "--output", str(out / "export")]) == 0

@@ -31,7 +31,7 @@ def test_an_answer_of_many_labels_lists_the_most_probable_and_top_is_exact_on_ti
 def test_a_20000_label_model_trains_evaluates_exports_predicts_and_serves(tmp_path, capsys):
     import httpx
 
-    from paddle_ft.serve.process import ServerProcess
+    from bench.server_process import ServerProcess
 
     data = write_corpus(tmp_path / "data", LABELS, {"train": 1, "dev": 1})
     lines = (data / "dev.tsv").read_text(encoding="utf-8").splitlines()

@@ -186,7 +186,7 @@ def test_the_http_service_answers_label_sets_and_its_schema_says_so(trained):
     import httpx
 
     from paddle_ft.inference.predictor import Predictor
-    from paddle_ft.serve.process import ServerProcess
+    from bench.server_process import ServerProcess
 
     export, texts = trained / "out" / "export", [text for text, _ in topic_rows(12, 4)]
     server = ServerProcess(export, trained / "server.log", "--threads", "1")

@@ -51,7 +51,7 @@ def test_the_second_text_changes_the_answer(pair_export):
 @pytest.mark.slow  # starts a server
 def test_predict_classifier_and_http_agree_on_pairs(pair_export, tmp_path, capsys):
     import paddle_ft
-    from paddle_ft.serve.process import ServerProcess
+    from bench.server_process import ServerProcess
 
     texts, pairs = [a for a, _ in PAIRS], [b for _, b in PAIRS]
     args = ["predict", "--export", str(pair_export)]

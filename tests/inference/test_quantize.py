@@ -96,7 +96,7 @@ def test_an_int8_export_served_with_device_gpu_runs_on_the_cpu_and_says_so(train
     """Issue 28: the image serves with DEVICE=gpu, where an int8 export never became ready (/readyz 503 forever)."""
     import httpx
 
-    from paddle_ft.serve.process import ServerProcess
+    from bench.server_process import ServerProcess
 
     export, test = trained_export
     quantize_export(export, test, tmp_path / "int8")

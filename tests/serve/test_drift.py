@@ -7,10 +7,10 @@ import httpx
 import numpy as np
 import pytest
 from conftest import DEMO, LABELS, overrides, synthetic_rows, tiny_run_args, write_splits, write_vocab
+from bench.server_process import ServerProcess
 
 from paddle_ft.cli import main
 from paddle_ft.inference.drift import PSI_ALERT, PSI_WATCH, psi
-from paddle_ft.serve.process import ServerProcess
 
 pytestmark = pytest.mark.slow  # a training, an export and a server
 

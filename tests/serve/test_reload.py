@@ -10,9 +10,9 @@ import time
 import httpx
 import pytest
 from conftest import export_tiny_model, synthetic_rows
+from bench.server_process import ServerProcess
 
 from paddle_ft.inference.predictor import Predictor
-from paddle_ft.serve.process import ServerProcess
 
 pytestmark = pytest.mark.slow  # a server, and 2,000 requests
 

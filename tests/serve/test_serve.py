@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, export_tiny_model
+from bench.server_process import ServerProcess, free_port, wait_until_ready
 
-from paddle_ft.serve.process import ServerProcess, free_port, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARS = POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS

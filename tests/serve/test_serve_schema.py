@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from conftest import export_tiny_model
+from bench.server_process import ServerProcess
 
-from paddle_ft.serve.process import ServerProcess
 
 pytestmark = pytest.mark.slow
 BUDGET_SECONDS = 20  # Schemathesis' coverage phase, then fuzzing until the budget is spent (about 1,300 requests here)

@@ -82,7 +82,7 @@ def _export_and_predict(folder: Path) -> dict:
     from paddle_ft.export import export_model
     from paddle_ft.inference.options import PredictOptions
     from paddle_ft.inference.predictor import Predictor
-    from paddle_ft.serve.process import ServerProcess
+    from bench.server_process import ServerProcess
 
     export = folder / "export"
     started = time.perf_counter()

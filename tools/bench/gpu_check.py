@@ -240,7 +240,7 @@ def serving_check(export: Path, data: Path, device: str, log: Path) -> Check:
 
 
     from paddle_ft.inference.predictor import Predictor, stack_probabilities
-    from paddle_ft.serve.process import ServerProcess
+    from bench.server_process import ServerProcess
 
     if not (export / EXPORT_INFO).is_file():
         return Check(f"serve on {device}", "skip", "no export to serve (the export check failed)")

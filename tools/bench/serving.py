@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from paddle_ft.io import open_own_file
-from paddle_ft.serve.process import ServerProcess, free_port, wait_until_ready
+from bench.server_process import ServerProcess, free_port, wait_until_ready
 
 BATCHING = (("adaptive (default)", ["--max-batch-size", "32"]),
             ("wait 5 ms", ["--max-batch-size", "32", "--max-wait-ms", "5"]),
