@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 from typing import NamedTuple
 
@@ -66,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     if not configured():
         return 2
     if argv[:1] and argv[0] in RENAMED:
-        print(f"error: the command {argv[0]} is now {RENAMED[argv[0]]}: python -m paddle_ft {RENAMED[argv[0]]} "
-              f"{' '.join(argv[1:])}".rstrip(), file=sys.stderr)
+        print(f"error: the command {argv[0]} is now {RENAMED[argv[0]]}: python -m paddle_ft "
+              f"{shlex.join([RENAMED[argv[0]], *argv[1:]])}", file=sys.stderr)
         return 2
     args = parser(argv[:1]).parse_args(argv)
     try:

@@ -90,8 +90,8 @@ def configure() -> None:
 
 def _choose_mkl_path() -> None:
     """Paddle's CPU wheel uses Intel MKL, which takes a generic code path on AMD processors: its AVX-512 one where
-    the CPU has AVX-512 (paddle_ft.kernels.mkl_vendor), else its AVX2 one (MKL_DEBUG_CPU_TYPE=5, ~2.7x the generic path's
-    matmuls here). Before MKL loads; a user's MKL_DEBUG_CPU_TYPE wins."""
+    the CPU has AVX-512 (paddle_ft.kernels.mkl_vendor), else its AVX2 one (MKL_DEBUG_CPU_TYPE=5, ~2.7x the generic
+    path's matmuls here). Before MKL loads; a user's MKL_DEBUG_CPU_TYPE wins."""
     global _mkl_path
     mkl_vendor.opted_out(os.environ)  # a bad value raised on every CPU, not only where it would matter
     if cpu_vendor() != "AuthenticAMD" or "MKL_DEBUG_CPU_TYPE" in os.environ or _mkl_path == "avx512":

@@ -13,8 +13,8 @@ from paddle_ft.io import file_sha256, write_text_atomically
 
 MANIFEST = "manifest.json"
 TRAINING_KEYS = ("seed", "config", "data", "metrics", "reference", "pretrained", "class_changes")
-"""What a trained model's manifest records of its making (reference: the training side of drift, `paddle_ft.inference.drift`);
-an export (and its int8 copy) carries them over."""
+"""What a trained model's manifest records of its making (reference: the training side of drift,
+`paddle_ft.inference.drift`); an export (and its int8 copy) carries them over."""
 
 
 def versions() -> dict:

@@ -13,8 +13,9 @@ def add_arguments(parser) -> None:
                                                         "file (a rerun into it resumes)")
     parser.add_argument("--prune", action="store_true", help="also train with every row and without the flagged ones, "
                                                              "and compare them on test")
-    parser.add_argument("--fold-reports", action="store_true", help="also write each fold's report.html (skipped "
-                                                                    "by default: minutes each at a real encoder's size)")
+    parser.add_argument("--fold-reports", action="store_true",
+                        help="also write each fold's report.html (skipped by default: minutes each at a real "
+                             "encoder's size)")
     parser.add_argument("--restart", action="store_true", help="delete what an earlier label-issues left in --output "
                                                                "and start afresh")
 

@@ -48,8 +48,9 @@ def classification_loss(logits: paddle.Tensor, labels: paddle.Tensor, kind: str 
 
 
 def level_loss(logits: paddle.Tensor, labels: paddle.Tensor, hierarchy) -> paddle.Tensor:
-    """The summed cross-entropy of a label tree's upper levels (`paddle_ft.models.hierarchy.Hierarchy`): at each, a node's
-    probability is its leaves' sum under the softmax over leaves. logits [n, leaves] float32; labels [n] leaf ids."""
+    """The summed cross-entropy of a label tree's upper levels (`paddle_ft.models.hierarchy.Hierarchy`): at each, a
+    node's probability is its leaves' sum under the softmax over leaves. logits [n, leaves] float32; labels [n] leaf
+    ids."""
     log_p = F.log_softmax(logits, axis=-1)  # [n, leaves]
     total = paddle.zeros([], dtype="float32")
     for level in range(1, hierarchy.depth):

@@ -1,7 +1,7 @@
 """The traffic's health on /metrics: how far the last `window` texts have moved from the training data (PSI of the
 predicted labels against the training labels' shares, PSI of text lengths against the training lengths, both from
-the reference the export carries: `paddle_ft.inference.drift`), the confidence histogram, the abstain rate, and the [UNK]
-share of a sample of the texts against the training data's. Alert thresholds: docs/operations.md."""
+the reference the export carries: `paddle_ft.inference.drift`), the confidence histogram, the abstain rate, and the
+[UNK] share of a sample of the texts against the training data's. Alert thresholds: docs/operations.md."""
 from __future__ import annotations
 
 import math

@@ -72,8 +72,8 @@ def _distill(config: Config, handed: list, dist, folder, resume_from) -> Results
     folder = folder.with_classifier(tokenizer, model_meta(config, dataset.label_map))
     objective = Distillation(splits.label_names, splits.pad_token_id, teacher_logits=teacher_logits,
                              temperature=config.distill.temperature, alpha=config.distill.alpha)
-    results = run_engine(partial(trainer.train, model, splits, config, folder, dist, resume_from, objective), folder, dist,
-                         "distill")
+    training = partial(trainer.train, model, splits, config, folder, dist, resume_from, objective)
+    results = run_engine(training, folder, dist, "distill")
     if dist.is_main:
         seal_best(folder, config, data, results, drift_reference(dataset, splits, tokenizer.unk_token_id))
         for split in ("dev", "test"):

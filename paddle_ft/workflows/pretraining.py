@@ -47,8 +47,8 @@ def _pretrain(config: Config, dist, folder, resume_from) -> Results | None:
         _continue_from(model, Path(model_config.backbone), report)
     ready_to_train(model, config, folder, dist, resume_from, None)
     folder = folder.with_encoder(tokenizer)
-    results = run_engine(partial(trainer.train, model, splits, config, folder, dist, resume_from, objective), folder, dist,
-                         "pretrain")
+    training = partial(trainer.train, model, splits, config, folder, dist, resume_from, objective)
+    results = run_engine(training, folder, dist, "pretrain")
     if dist.is_main:
         dev = results.dev
         scores = ", ".join(f"{name} {dev[name]:.4f}" for name in ("masked_accuracy", "perplexity", "replaced_f1")
