@@ -3,9 +3,14 @@ standard output, the misclassified rows to a file."""
 from __future__ import annotations
 
 import json
+import sys
 
 from paddle_ft.arguments import positive_int
 from paddle_ft.commands.flags import model_argument
+from paddle_ft.log import log
+
+# the metrics a summary line names, of either task (a multi-label report has no accuracy, a single-label no micro_f1)
+HEADLINE = ("accuracy", "macro_f1", "micro_f1", "subset_accuracy")
 
 
 def add_arguments(parser) -> None:
@@ -18,6 +23,14 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     from paddle_ft.workflows.evaluation import evaluate_model
 
-    print(json.dumps(evaluate_model(args.model, args.data, args.errors, args.batch_size), ensure_ascii=False,
-                     indent=2))
+    report = evaluate_model(args.model, args.data, args.errors, args.batch_size)
+    print(json.dumps(report, ensure_ascii=False, indent=2))
+    log(summary_line(report), sys.stderr)  # the report is standard output's alone
     return 0
+
+
+def summary_line(report: dict) -> str:
+    """The report's headline in one line: its task's metrics, the texts scored and where the mistakes went."""
+    scores = ", ".join(f"{name} {report[name]:.4f}" for name in HEADLINE if isinstance(report.get(name), float))
+    return (f"eval: {scores} on {report['examples']} texts of {report['data']}; misclassified rows in "
+            f"{report['misclassified_file']}")

@@ -143,11 +143,13 @@ class RunFolder:
         if label_map is not None:
             label_map.save(self.path)
 
-    def resume_command(self, distributed: bool, tool: str = "train") -> str:
-        command = f"python tools/{tool}.py --config {self.files.config_file} -o train.resume=auto"
+    def resume_command(self, distributed: bool, command: str = "train") -> str:
+        """The command line that resumes this run: the package's (it works installed and from a checkout); the
+        launcher takes a script, so a run of several processes resumes through the checkout's tools/ wrapper."""
+        rest = f"--config {self.files.config_file} -o train.resume=auto"
         if distributed:
-            return f"the same paddle.distributed.launch options with {command.removeprefix('python ')}"
-        return command
+            return f"the same paddle.distributed.launch options with tools/{command}.py {rest}"
+        return f"python -m paddle_ft {command} {rest}"
 
     # ------------------------------------------------------------------ while and after training
 

@@ -30,10 +30,15 @@ class LoadReport:
     unused: tuple[str, ...] = ()
     """Checkpoint tensors the encoder has no place for (pretraining heads)."""
 
-    def describe(self) -> str:
-        fresh = ", ".join(self.newly_initialised) if self.newly_initialised else "nothing"
+    def describe(self, uses_pooler: bool = True) -> str:
+        """One line; a model that does not pool through the pooler (cls or mean pooling) is not told its pooler's
+        weights are new: it never reads them."""
+        unread = () if uses_pooler else tuple(n for n in self.newly_initialised if n.startswith("pooler."))
+        fresh = ", ".join(n for n in self.newly_initialised if n not in unread) or "nothing"
         unused = f"; unused: {len(self.unused)} tensors ({', '.join(self.unused[:3])}...)" if self.unused else ""
-        return f"loaded {self.loaded} pretrained tensors from {self.source}; newly initialised: {fresh}{unused}"
+        without = "; no pooler (this model does not use one)" if unread else ""
+        return (f"loaded {self.loaded} pretrained tensors from {self.source}; newly initialised: {fresh}{unused}"
+                f"{without}")
 
     @property
     def lacks_pooler(self) -> bool:

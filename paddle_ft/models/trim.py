@@ -34,10 +34,13 @@ class TrimReport:
     texts: int
     kept_ids: list[int]
     """The old id of each new id."""
+    rows_before: int | None = None
+    """Rows of the embedding table before (a model may keep spare rows beyond its pieces: e5-small 35)."""
 
     def describe(self) -> str:
+        rows = f"; its embedding table {self.rows_before:,} -> {self.pieces_after:,} rows" if self.rows_before else ""
         return (f"kept {self.pieces_after:,} of {self.pieces_before:,} pieces ({self.used_by_texts:,} used by the "
-                f"{self.texts:,} texts, the rest the most probable and the specials)")
+                f"{self.texts:,} texts, the rest the most probable and the specials){rows}")
 
 
 def kept_ids(tokenizer: SentencePieceTokenizer, texts: list[str], keep_top: int,
@@ -97,7 +100,7 @@ def trim_folder(source: Path, texts: list[str], output: Path, keep_top: int) -> 
     kept, used = kept_ids(tokenizer, [*texts, *INSTRUCTIONS], keep_top, piece_scores(definition))
     config = json.loads((source / "config.json").read_text(encoding="utf-8"))
     rows = config["vocab_size"]
-    report = TrimReport(str(source), len(tokenizer), len(kept), used, len(texts), kept)
+    report = TrimReport(str(source), len(tokenizer), len(kept), used, len(texts), kept, rows)
     with atomic_directory(output) as tmp:
         for name in ("tokenizer_config.json", "special_tokens_map.json", "README.md"):
             if (source / name).is_file():

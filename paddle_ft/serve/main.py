@@ -86,3 +86,11 @@ class DrainingServer(uvicorn.Server):
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self.handle_exit)  # first: drain; a second one: stop now (uvicorn's rule)
         yield
+        print("stopped", file=sys.stderr, flush=True)
+
+    def handle_exit(self, sig: int, frame) -> None:
+        """The first signal says it drains (the log of a stopping server says why it stops), then uvicorn's rule."""
+        if not self.should_exit:
+            print(f"{signal.Signals(sig).name}: draining the requests in flight (up to "
+                  f"{self.config.timeout_graceful_shutdown:g} s), then stopping", file=sys.stderr, flush=True)
+        super().handle_exit(sig, frame)

@@ -172,7 +172,7 @@ def build_model(model: ModelConfig, num_classes: int, tokenizer, max_length: int
     """The classifier of a resolved model config: its encoder, a new head, the frozen parts frozen."""
     encoder, report = build_encoder(model, tokenizer, max_length)
     if report is not None:
-        log(report.describe() + "; the classifier head is new")
+        log(report.describe(uses_pooler=model.pooling == "pooler") + "; the classifier head is new")
     if report is not None and report.lacks_pooler and model.pooling == "pooler":
         raise ConfigError("model.pooling", f"is pooler, but {model.backbone} has no pooler weights (a "
                           "sentence-embedding checkpoint?); set model.pooling: cls or mean")

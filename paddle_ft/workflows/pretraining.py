@@ -63,7 +63,8 @@ def _continue_from(model, backbone: Path, report) -> None:
     continued = (backbone / PRETRAINING_HEAD).is_file()
     if continued:
         load_pretraining_weights(model, backbone)
-    log(report.describe() + ("; the pretraining head too" if continued else "; the pretraining head is new"))
+    head = "; the pretraining head too" if continued else "; the pretraining head is new"
+    log(report.describe(uses_pooler=False) + head)  # the masked-LM and ELECTRA heads read tokens, not the pooler
 
 
 def _check(config: Config) -> None:

@@ -82,7 +82,8 @@ def recipe_notes(facts: EncoderFacts, backbone: str, train_file: str, rate: floa
         notes.append(f"pooling mean: {backbone} has no pooler weights (a sentence-embedding model, as E5 and bge are, "
                      "mean-pools)")
     if facts.vocab > TRIM_ABOVE:
-        notes.append(f"its vocabulary has {facts.vocab:,} rows, most of which your texts never use: python -m "
+        notes.append(f"its embedding table has {facts.vocab:,} rows (one per vocabulary piece, and any spare ones), "
+                     "most of which your texts never use: python -m "
                      f"paddle_ft trim-vocab --backbone {backbone} --data {train_file} --output {Path(backbone)}-trimmed "
                      "keeps the ones they do (training takes far less memory), then set model.backbone to that folder")
     return notes

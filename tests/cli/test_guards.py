@@ -202,7 +202,7 @@ def test_a_full_disk_while_training_is_one_line_naming_the_resume(tiny_config_ar
     out = tmp_path / "out"
     assert main(["train", "--config", DEMO, *overrides(tiny_config_args + ["train.checkpoints.every=5"])]) == 2
     one_line_error(capsys, "the disk is full writing", "the last complete checkpoint is intact",
-                   f"resume with: python tools/train.py --config {out / 'config.yaml'} -o train.resume=auto")
+                   f"resume with: python -m paddle_ft train --config {out / 'config.yaml'} -o train.resume=auto")
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-5"]  # no half-written step-10
 
 

@@ -26,10 +26,16 @@ def json_lines(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines()]  # any status line would fail to parse here
 
 
-def test_eval_prints_one_json_document(run, capsys):
+def test_eval_prints_one_json_document_and_its_summary_line_beside_it(run, capsys):
     capsys.readouterr()
     assert main(["eval", "--model", str(run / "out" / "best"), "--data", str(run / "data" / "test.tsv")]) == 0
-    assert json.loads(capsys.readouterr().out)["examples"] == 60
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["examples"] == 60
+    # issue 63: 117 lines of JSON and no summary; the one line goes to standard error
+    assert err.splitlines()[-1] == (f"eval: accuracy {report['accuracy']:.4f}, macro_f1 {report['macro_f1']:.4f} on "
+                                    f"60 texts of {run / 'data' / 'test.tsv'}; misclassified rows in "
+                                    f"{report['misclassified_file']}")
 
 
 def test_predict_prints_json_lines_only_even_when_it_skips_bad_rows(run, tmp_path, capsys):

@@ -64,7 +64,7 @@ def test_sigterm_then_resume_equals_the_uninterrupted_run(variant, tiny_config_a
     last_line = stopped.stderr.strip().splitlines()[-1]
     assert "stopped by signal 15 after step" in last_line
     command = last_line.split("Resume with: ")[1]
-    assert command == f"python tools/train.py --config {broken / 'config.yaml'} -o train.resume=auto"
+    assert command == f"python -m paddle_ft train --config {broken / 'config.yaml'} -o train.resume=auto"
     stopped_at = int(last_line.split("after step ")[1].split(";")[0])
     total_steps = train_events(whole)[-1][0]
     assert 5 <= stopped_at < total_steps  # stopped mid-run (mid-epoch unless it landed on a boundary)

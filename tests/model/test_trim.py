@@ -41,6 +41,10 @@ def test_a_trimmed_backbone_computes_what_the_full_one_does_on_the_texts_it_kept
     config = json.loads((tmp_path / "trimmed" / "config.json").read_text())
     assert config["vocab_size"] == report.pieces_after
     assert json.loads((tmp_path / "trimmed" / TRIM_INFO).read_text())["kept_ids"] == report.kept_ids
+    # issue 63: init named the table's rows, trim-vocab the tokenizer's pieces; both are said, each by its name
+    rows = json.loads((full / "config.json").read_text())["vocab_size"]
+    assert report.rows_before == rows and report.describe().endswith(f"its embedding table {rows:,} -> "
+                                                                     f"{report.pieces_after:,} rows")
 
 
 def test_an_unseen_piece_is_read_as_unk_and_reported(tmp_path, capsys):

@@ -199,6 +199,19 @@ def test_sigterm_finishes_in_flight_requests_then_exits_0(export_dir, tmp_path):
     assert server.process.wait(timeout=60) == 0
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{server.url}/healthz", timeout=2)
+    # issue 63: the server logged nothing on SIGTERM
+    said = (tmp_path / "server.log").read_text(encoding="utf-8").splitlines()
+    assert "SIGTERM: draining the requests in flight (up to 30 s), then stopping" in said and said[-1] == "stopped"
+
+
+def test_an_idle_server_stops_at_once_on_sigterm(export_dir, tmp_path):
+    """Issue 63: an idle server took 10-30 s to exit."""
+    server = Server(export_dir, tmp_path / "server.log")
+    assert server.classify(["好"]).status_code == 200  # a client came and went: its connection is closed
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=60) == 0
+    assert time.monotonic() - started < 3
 
 
 def test_a_wrong_model_dir_is_a_one_line_error(tmp_path):
