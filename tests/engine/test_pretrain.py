@@ -129,7 +129,7 @@ def test_a_stopped_pretraining_run_resumes_bit_identical_and_its_folder_is_a_bac
     monkeypatch.setattr(trainer, "_forward_backward", signalled_at_step_6)
     broken = pretrain_args(tiny_config_args, corpus, tmp_path / "broken", *OBJECTIVES[objective])
     assert main(["pretrain", *broken]) == 128 + signal.SIGTERM
-    assert "Resume with: python tools/pretrain.py --config" in capsys.readouterr().err
+    assert "Resume with: python -m paddle_ft pretrain --config" in capsys.readouterr().err
     monkeypatch.setattr(trainer, "_forward_backward", real)
     assert main(["pretrain", *broken, "-o", "train.resume=auto"]) == 0
 
