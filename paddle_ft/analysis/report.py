@@ -25,6 +25,7 @@ REPORT_PAGE, REPORT_FOLDER = "report.html", "report"
 WORST = 10  # mistakes listed
 CONFUSED_PAIRS = 20  # of many classes, the most mistaken (gold, predicted) pairs listed
 BINS = 10  # of the reliability diagram
+SHORT_RUN = 20  # logged training steps up to which the curves mark each point
 # fonts that draw Chinese (Noto Sans CJK from Debian's fonts-noto-cjk, WenQuanYi from fonts-wqy-zenhei, ...)
 CJK_FONTS = ("CJK", "WenQuanYi", "Source Han", "Droid Sans Fallback", "AR PL", "Heiti", "SimHei")
 CJK_FONT_FILES = ("cjk", "wqy", "wenquanyi", "sourcehan", "droidsansfallback", "uming", "ukai", "simhei", "notosanssc")
@@ -43,17 +44,26 @@ class Answers:
     """Of the most confident mistakes, most confident first (the report shows them highlighted)."""
 
 
-def write_report(run_dir: Path, answers: Answers | None, data_summary: dict | None = None) -> Path:
-    """Write OUT/report.html and OUT/report/*.png from what the run left in `run_dir`; returns the page."""
+def write_report(run_dir: Path, answers: Answers | None, data_summary: dict | None = None,
+                 so_far: Results | None = None) -> Path:
+    """Write OUT/report.html and OUT/report/*.png from what the run left in `run_dir`; returns the page. `so_far`: the
+    best evaluation of a run that stopped before its end, which the page then reports as partial."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     folder = run_dir / REPORT_FOLDER
     folder.mkdir(exist_ok=True)
     run = RunFiles(run_dir)
-    results = run.read_results()
-    images = {"curves": _curves(run.read_events(), results.metric, folder / "curves.png")}
-    sections = [_metrics_section(results), _curves_section(images["curves"])]
+    results = so_far or run.read_results()
+    events = run.read_events()
+    if any(e.kind == "train" for e in events):
+        images = {"curves": _curves(events, results.metric, folder / "curves.png")}
+        sections = [_metrics_section(results), _curves_section(images["curves"])]
+    else:  # a zero-shot model: scored, never trained
+        images = {}
+        sections = [_metrics_section(results), "<h2>Training</h2><p>No training curve: this model took no training "
+                                               "step (a zero-shot model: each class is its description's embedding)."
+                                               "</p>"]
     if answers is not None and answers.probabilities.shape[1] == len(answers.labels) and answers.gold.ndim == 1:
         images["confusion"] = _confusion(answers, folder / "confusion.png") \
             if len(answers.labels) <= MANY_CLASSES else None  # a picture of 20,000 x 20,000 cells says nothing
@@ -64,6 +74,12 @@ def write_report(run_dir: Path, answers: Answers | None, data_summary: dict | No
     if decision.get("abstain_below") is not None:
         sections.append(_decision_section(decision, split, _risk_coverage(decision, split, folder / "abstain.png")))
     sections += [_per_class_section(results, folder), _data_section(data_summary, run_dir), _config_section(run)]
+    if so_far is not None:
+        last = max((e.step for e in events if e.kind in ("train", "eval")), default=0)
+        sections.insert(0, f'<p class="partial"><strong>Partial:</strong> this run stopped at step {last} before its '
+                           f"end (it wrote no results file). The page shows what it left: its curves so far and its "
+                           f"best model so far (step {so_far.best_step}, by dev {html.escape(so_far.metric)}); test "
+                           "was not scored. Resume it with -o train.resume=auto to finish it.</p>")
     return write_page(run_dir / REPORT_PAGE, run_dir.name, sections)
 
 
@@ -93,9 +109,10 @@ def _curves(events: list[Event], metric: str, path: Path) -> str:
     train = [e for e in events if e.kind == "train" and e.values.get("loss") is not None]
     evals = [e for e in events if e.kind == "eval"]
     figure, (loss, lr, dev) = plt.subplots(1, 3, figsize=(13, 3.6))
-    loss.plot([e.step for e in train], [e.values["loss"] for e in train], color="tab:blue")
+    marker = "o" if len(train) <= SHORT_RUN else None  # a line through one or two points draws nothing
+    loss.plot([e.step for e in train], [e.values["loss"] for e in train], color="tab:blue", marker=marker)
     loss.set(title="training loss", xlabel="step")
-    lr.plot([e.step for e in train], [e.values["lr"] for e in train], color="tab:orange")
+    lr.plot([e.step for e in train], [e.values["lr"] for e in train], color="tab:orange", marker=marker)
     lr.set(title="learning rate", xlabel="step")
     for name in dict.fromkeys([metric, "accuracy", "macro_f1", "micro_f1"]):
         points = [(e.step, e.values[name]) for e in evals if isinstance(e.values.get(name), (int, float))]

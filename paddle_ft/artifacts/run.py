@@ -97,6 +97,15 @@ class RunFiles:
     def write_results(self, results: Results) -> None:
         write_text_atomically(self.results_file, json.dumps(results.as_dict(), ensure_ascii=False, indent=2))
 
+    def results_so_far(self, metric: str) -> Results | None:
+        """A stopped run's best dev evaluation so far, as `Results` (the one best/ holds: the first to reach the
+        highest `metric`, as training keeps it), or None before its first evaluation."""
+        evaluations = [e for e in self.read_events("eval") if isinstance(e.values.get(metric), (int, float))]
+        if not evaluations:
+            return None
+        best = max(evaluations, key=lambda e: e.values[metric])  # max keeps the first of equals
+        return Results(best.step, metric, 0, best.values)
+
     def read_results(self) -> Results:
         path = self.results_file
         if not path.is_file():

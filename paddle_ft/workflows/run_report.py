@@ -11,10 +11,11 @@ from paddle_ft.analysis.explain import Explainer
 from paddle_ft.analysis.report import Answers, write_report
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.ownership import owned_folder, owner_of, require_owner
-from paddle_ft.artifacts.run import RunFiles
+from paddle_ft.artifacts.run import Results, RunFiles
 from paddle_ft.config import Config, load_config
 from paddle_ft.data.features import tokenize
 from paddle_ft.engine.evaluate import evaluate
+from paddle_ft.errors import UserError
 from paddle_ft.tokenization import fastest
 from paddle_ft.workflows.build import Dataset, read_dataset
 
@@ -24,23 +25,29 @@ NEIGHBOUR_POOL = 10_000  # training texts searched for their nearest, at most (a
 
 
 def report_run(run_dir: str) -> Path:
-    """The report of the finished run in `run_dir`, written again; its page's path."""
+    """The report of the run in `run_dir`, written again; its page's path. A run that stopped before its end is
+    reported as far as it went (its curves so far, its best model so far), the page marked partial."""
     folder = Path(run_dir)
     require_owner(folder, CLASSIFIER_RUNS, "report the output_dir of a training or distillation run")
     with owned_folder(folder, owner_of(folder), "OUT"):
         run = RunFiles(folder)
-        run.read_results()  # a run that has not finished is refused before anything is read
+        if not run.started:
+            run.read_results()  # a run that never began is refused before anything is read
         config = load_config(run.config_file)
-        return write_run_report(folder, config, read_dataset(config.data, config.task))
+        so_far = None if run.finished else run.results_so_far(config.train.evaluation.metric)
+        if not run.finished and (so_far is None or not run.best_dir.is_dir()):
+            raise UserError(f"{folder} stopped before its first evaluation saved a model: there is nothing to report "
+                            "on yet; resume it with -o train.resume=auto")
+        return write_run_report(folder, config, read_dataset(config.data, config.task), so_far)
 
 
-def write_run_report(folder: Path, config: Config, dataset: Dataset) -> Path:
+def write_run_report(folder: Path, config: Config, dataset: Dataset, so_far: Results | None = None) -> Path:
     """The report of the run in `folder`: its best model's answers on test (else dev), and the data summary (with
-    how much of each split the model's tokenizer reads as [UNK])."""
+    how much of each split the model's tokenizer reads as [UNK]); `so_far`: a stopped run's best evaluation."""
     bundle = load_bundle(RunFiles(folder).best_dir)
     tokenizer = fastest(bundle.tokenizer)
     summary = audit(dataset.examples, tokenizer, bundle.meta.max_length)
-    return write_report(folder, _answers(bundle, tokenizer, config, dataset), summary)
+    return write_report(folder, _answers(bundle, tokenizer, config, dataset), summary, so_far)
 
 
 def _answers(bundle, tokenizer, config: Config, dataset: Dataset) -> Answers | None:

@@ -77,10 +77,34 @@ def test_report_of_a_folder_that_is_not_a_finished_run_is_one_line(tmp_path, cap
     assert main(["report", str(tmp_path)]) == 2
     assert f"{tmp_path} is no folder a paddle_ft command wrote; give report the output_dir of a training or " \
            "distillation run" in capsys.readouterr().err
-    with owned_folder(tmp_path / "run", "train", "output_dir"):  # a run that stopped before it finished
+    with owned_folder(tmp_path / "run", "train", "output_dir"):  # a run that never began
         pass
     assert main(["report", str(tmp_path / "run")]) == 2
     assert "is not a finished training run" in capsys.readouterr().err
+
+
+def test_a_stopped_run_is_reported_as_far_as_it_went(tiny_config_args, tmp_path, capsys):
+    """Issue 63: a stopped run's best/ worked everywhere, but report refused it. Its page now shows the curves so far
+    and the best model so far (the evaluation best/ holds), marked partial; before its first evaluation, one line."""
+    from paddle_ft.cli import main
+
+    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + ["train.epochs=2"])]) == 0
+    run = tmp_path / "out"
+    (run / "results.json").unlink()  # as a run stopped after its second evaluation leaves it
+    evaluations = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+                   if '"event": "eval"' in line]
+    best = max(evaluations, key=lambda e: e["accuracy"])
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert (f"this run stopped at step {evaluations[-1]['step']} before its end" in page
+            and f"best model so far (step {best['step']}, by dev accuracy)" in page)
+    assert f'data-metric="dev.accuracy">{best["accuracy"]:.4f}<' in page and "test.accuracy" not in page
+    assert (run / "report" / "curves.png").is_file()
+    shutil.rmtree(run / "best")  # stopped before its first evaluation saved a model
+    assert main(["report", str(run)]) == 2
+    assert capsys.readouterr().err == (f"error: {run} stopped before its first evaluation saved a model: there is "
+                                       "nothing to report on yet; resume it with -o train.resume=auto\n")
 
 
 def test_the_confusion_matrix_names_classes_in_a_font_that_draws_them(monkeypatch):
@@ -127,3 +151,18 @@ def test_a_cjk_font_installed_after_matplotlibs_cache_was_built_is_found(monkeyp
     monkeypatch.setattr(font_manager, "findSystemFonts", lambda *args, **kwargs: [str(installed)])
     assert font_for(("负面", "正面")) == "DejaVu Sans"  # the family its file declares, now known to matplotlib
     assert str(installed) in {f.fname for f in font_manager.fontManager.ttflist}
+
+
+def test_the_curves_of_a_short_run_mark_their_points(tmp_path, monkeypatch):
+    """Issue 63: a run of two logged steps drew a line through two points, which a reader does not see; up to
+    SHORT_RUN logged steps each point is marked, past it the curves are plain lines."""
+    from paddle_ft.analysis import report
+    from paddle_ft.artifacts.run import Event
+
+    drawn = []
+    monkeypatch.setattr(report, "_save", lambda figure, path: drawn.append(figure) or path.name)
+    for steps in (2, report.SHORT_RUN + 1):
+        events = [Event("train", step, {"loss": 1.0 / step, "lr": 1e-3}) for step in range(1, steps + 1)]
+        report._curves([*events, Event("eval", steps, {"accuracy": 0.5})], "accuracy", tmp_path / "curves.png")
+    short, long = ([line.get_marker() for axes in figure.axes[:2] for line in axes.get_lines()] for figure in drawn)
+    assert short == ["o", "o"] and long == ["None", "None"]

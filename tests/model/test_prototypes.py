@@ -51,6 +51,10 @@ def test_zero_shot_from_descriptions_alone_scores_090_and_exports_the_same_answe
     assert results["best_step"] == 0 and results["test"]["accuracy"] >= 0.9
     meta = json.loads((out / "best" / "paddle_ft.json").read_text(encoding="utf-8"))
     assert meta["head"] == "prototype" and meta["labels"] == list(LABELS)
+    # issue 63: its report drew three empty charts; it says there is no training curve
+    assert main(["report", str(out)]) == 0
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "No training curve: this model took no training step" in page and not (out / "report" / "curves.png").exists()
     assert main(["export", "--model", str(out / "best"), "--output", str(out / "export")]) == 0
     from paddle_ft.artifacts.bundle import load_bundle
     from paddle_ft.data.features import pad_batch
