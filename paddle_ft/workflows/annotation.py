@@ -82,10 +82,13 @@ def select_texts(model_dir: str, pool_path: str, tool: str, output: str, selecti
 
 
 def import_annotations(tool: str, path: str, output: str, from_name: str | None = None, text_column: str = "text",
-                       label_column: str = "label") -> Path:
+                       label_column: str = "label", append: bool = False) -> Path:
     """`tool`'s export in `path` as a file of rows train reads (or, for a label-issues review answered in the tool, a
-    corrections file for data.corrections) in `output`; the file written."""
+    corrections file for data.corrections) in `output`; with `append`, `output` is a training file the rows are added
+    to (the ones it holds already, same text and label, left out). The file written."""
     rows, report = read_annotations(Path(path), tool, from_name)
+    if append:
+        return _append(rows, report, tool, path, Path(output), text_column, label_column)
     target = check_output_file(output, "--output-file", {"FILE": path})
     fmt = format_of(target)
     multi_label = any(len(row.labels) > 1 for row in rows)
@@ -111,6 +114,51 @@ def import_annotations(tool: str, path: str, output: str, from_name: str | None 
     log(f"imported {len(rows)} labelled texts of {path} ({tool}) into {target}: {kind}"
         + "".join(f"; {note}" for note in notes))
     return target
+
+
+def _append(rows: list[Labelled], report, tool: str, path: str, target: Path, text_column: str,
+            label_column: str) -> Path:
+    """The labelled rows added to the training file `target` in its own format and columns (a column the tool has
+    no value for left empty), then the whole file read back as train reads it: the rows it held and the new ones."""
+    if not target.is_file():
+        raise UserError(f"--append {target}: no such file; give the training file to add the rows to, or "
+                        "--output-file FILE to write a new one")
+    check_output_file(target, "--append", {"FILE": path})
+    if all(all(key in row.fields for key in (FILE, LINE, "given")) for row in rows):
+        raise UserError(f"{path} is a label-issues review answered in {tool}: it becomes a corrections file, not "
+                        "training rows; give --output-file FILE (then -o data.corrections=FILE)")
+    fmt = format_of(target)
+    held = read_records(target, fmt, allow_empty=True)
+    names = list(held[0][1]) if held else [text_column, label_column]
+    pair = any(row.text_pair is not None for row in rows)
+    wanted = [text_column, label_column, *(["text_pair"] if pair else [])]
+    missing = [name for name in wanted if name not in names]
+    if missing:
+        raise UserError(f"--append {target} has no column {missing[0]!r} (its columns: {', '.join(names)}); name its "
+                        "columns with --text-column and --label-column")
+    before = {(r[text_column], r.get("text_pair") or None, _label_text(r[label_column])) for _, r in held}
+    records = [_record(row, fmt, text_column, label_column) for row in rows]
+    new = [r for r in records if _text_key(r, text_column, label_column) not in before]
+    write_records(target, fmt, names, [r for _, r in held] + [{n: r.get(n, "") for n in names} for r in new])
+    multi_label = any(len(row.labels) > 1 for row in rows)
+    columns = Columns(text_column, "text_pair" if pair else None, label_column, "," if multi_label else None)
+    read, _ = read_examples(target, fmt, columns)  # train's reader: the file is what train will read
+    if len(read) != len(held) + len(new):
+        raise UserError(f"--append {target}: it reads back as {len(read)} rows, not the {len(held) + len(new)} "
+                        "written (a text with a line break in a TSV?); write a .jsonl file instead")
+    log(f"imported {len(rows)} labelled texts of {path} ({tool}) into {target}: {len(new)} rows added to its "
+        f"{len(held)}" + (f"; {len(rows) - len(new)} it holds already, the same text and label, left out"
+                          if len(new) < len(rows) else "")
+        + (f"; {report.unlabelled} tasks without an answer left out" if report.unlabelled else ""))
+    return target
+
+
+def _label_text(value) -> str:
+    return ",".join(value) if isinstance(value, list) else str(value)
+
+
+def _text_key(record: dict, text_column: str, label_column: str) -> tuple:
+    return record[text_column], record.get("text_pair") or None, _label_text(record[label_column])
 
 
 def _model(model_dir: str) -> Bundle:

@@ -72,6 +72,32 @@ def test_doccano_round_trip_gives_back_exactly_the_rows_and_labels(trained, tmp_
     assert [(e.text, e.label) for e in back] == rows
 
 
+def test_import_appends_to_the_training_file_in_its_own_columns_once(trained, tmp_path, capsys):
+    """Issue 63: README said -o data.train=labelled.csv, which trained on the new rows without the old ones; --append
+    adds them to the training file, as train reads it, and a second import of the same answers adds nothing."""
+    import shutil
+
+    tasks_file = tmp_path / "tasks.jsonl"
+    assert main(["export-tasks", "--model", str(trained / "out" / "best"), "--input",
+                 str(trained / "data" / "test.tsv"), "--to", "doccano", "--output-file", str(tasks_file)]) == 0
+    rows = gold_rows(trained)
+    exported = [{**json.loads(line), "id": i + 1, "label": [rows[i][1]]}
+                for i, line in enumerate(tasks_file.read_text(encoding="utf-8").splitlines())]
+    export = tmp_path / "export.jsonl"
+    export.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in exported), encoding="utf-8")
+    train = shutil.copy(trained / "data" / "train.tsv", tmp_path / "train.tsv")
+    old = [(e.text, e.label) for e in read_examples(train, "tsv", Columns())[0]]
+    capsys.readouterr()
+    assert main(["import-annotations", str(export), "--from", "doccano", "--append", str(train)]) == 0
+    assert f"{len(rows)} rows added to its {len(old)}" in capsys.readouterr().out
+    assert [(e.text, e.label) for e in read_examples(train, "tsv", Columns())[0]] == old + rows
+    assert main(["import-annotations", str(export), "--from", "doccano", "--append", str(train)]) == 0
+    assert f"0 rows added to its {len(old) + len(rows)}; {len(rows)} it holds already" in capsys.readouterr().out
+    assert main(["import-annotations", str(export), "--from", "doccano", "--append", str(tmp_path / "no.tsv")]) == 2
+    assert capsys.readouterr().err == (f"error: --append {tmp_path / 'no.tsv'}: no such file; give the training file "
+                                       "to add the rows to, or --output-file FILE to write a new one\n")
+
+
 def test_a_review_answered_in_label_studio_comes_back_as_corrections_training_reads(trained, tmp_path, capsys):
     from paddle_ft.data.corrections import read_corrections
 
