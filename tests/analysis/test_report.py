@@ -116,7 +116,13 @@ def test_the_confusion_matrix_names_classes_in_a_font_that_draws_them(monkeypatc
     without = [f for f in font_manager.fontManager.ttflist if not any(m in f.name for m in ("CJK", "WenQuanYi"))]
     monkeypatch.setattr(font_manager.fontManager, "ttflist", without)
     monkeypatch.setattr(font_manager, "findSystemFonts", lambda *args, **kwargs: [])  # none on disk either
-    assert font_for(("负面", "正面")) is None  # then class ids, which the page names
+    assert font_for(("负面", "正面")) is None  # then class ids, which the page names, and says how to get names
+    from paddle_ft.analysis.report import Answers, _answers_section
+
+    answers = Answers("test", ["好", "差"], np.array([0, 1]), np.array([[0.9, 0.1], [0.2, 0.8]]), ("负面", "正面"), [])
+    section = _answers_section(answers, {"confusion": "c.png", "reliability": "r.png"}, 0.1)
+    assert "Classes: 0 = 负面, 1 = 正面. No font on this machine draws these names" in section
+    assert "apt-get install fonts-noto-cjk" in section
     fake = font_manager.FontEntry(fname="/nonexistent/NotoSansCJK.ttc", name="Noto Sans CJK JP")
     monkeypatch.setattr(font_manager.fontManager, "ttflist", [*without, fake])
     assert font_for(("负面", "正面")) == "Noto Sans CJK JP"
