@@ -1,7 +1,6 @@
 """Scoring a trained model folder on a labelled file (the `eval` command's work); the rows it got wrong to a file."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
