@@ -7,10 +7,8 @@ import sys
 
 from paddle_ft.arguments import positive_int
 from paddle_ft.commands.flags import model_argument
+from paddle_ft.config import METRICS
 from paddle_ft.log import log
-
-# the metrics a summary line names, of either task (a multi-label report has no accuracy, a single-label no micro_f1)
-HEADLINE = ("accuracy", "macro_f1", "micro_f1", "subset_accuracy")
 
 
 def add_arguments(parser) -> None:
@@ -30,7 +28,8 @@ def main(args) -> int:
 
 
 def summary_line(report: dict) -> str:
-    """The report's headline in one line: its task's metrics, the texts scored and where the mistakes went."""
-    scores = ", ".join(f"{name} {report[name]:.4f}" for name in HEADLINE if isinstance(report.get(name), float))
+    """The report's headline in one line: its task's metrics (those of METRICS it holds), the texts scored and where
+    the mistakes went."""
+    scores = ", ".join(f"{name} {report[name]:.4f}" for name in METRICS if isinstance(report.get(name), float))
     return (f"eval: {scores} on {report['examples']} texts of {report['data']}; misclassified rows in "
             f"{report['misclassified_file']}")

@@ -96,24 +96,34 @@ def import_annotations(tool: str, path: str, output: str, from_name: str | None 
         raise UserError(f"{path}: a label name holds ',' and a text has several labels: write --output-file as "
                         ".jsonl, whose label lists need no delimiter")
     flattened = sum(one_line(row.text) != row.text for row in rows) if fmt == "tsv" else 0
-    review = all(all(key in row.fields for key in (FILE, LINE, "given")) for row in rows)
+    review = _is_review(rows)
     if review:
         _write_corrections(target, fmt, rows, text_column, label_column)
     else:
         names = [text_column, *(["text_pair"] if any(r.text_pair is not None for r in rows) else []), label_column]
         write_records(target, fmt, names, [_record(row, fmt, text_column, label_column) for row in rows])
+    kind = (f"a corrections file for data.corrections (-o data.corrections={target})" if review else
+            f"{'multi-label ' if multi_label else ''}rows for train (-o data.train={target}"
+            f"{' -o task=multi_label' if multi_label else ''})")
+    log(f"imported {len(rows)} labelled texts of {path} ({tool}) into {target}: {kind}"
+        + "".join(f"; {note}" for note in _notes(report, flattened)))
+    return target
+
+
+def _is_review(rows: list[Labelled]) -> bool:
+    """Whether the tool's answers are to a label-issues review (each task carried its row's file, line, given label)."""
+    return all(all(key in row.fields for key in (FILE, LINE, "given")) for row in rows)
+
+
+def _notes(report, flattened: int) -> list[str]:
+    """What an import left out or decided for the user, one clause each."""
     notes = [f"{report.unlabelled} tasks without an answer left out"] if report.unlabelled else []
     if report.disagreeing:
         notes.append(f"{len(report.disagreeing)} tasks whose annotators disagree took the latest answer (ids "
                      f"{', '.join(map(str, report.disagreeing[:5]))}{', ...' if len(report.disagreeing) > 5 else ''})")
     if flattened:
         notes.append(f"{flattened} texts held tabs or line breaks, written as one line (a .jsonl output keeps them)")
-    kind = (f"a corrections file for data.corrections (-o data.corrections={target})" if review else
-            f"{'multi-label ' if multi_label else ''}rows for train (-o data.train={target}"
-            f"{' -o task=multi_label' if multi_label else ''})")
-    log(f"imported {len(rows)} labelled texts of {path} ({tool}) into {target}: {kind}"
-        + "".join(f"; {note}" for note in notes))
-    return target
+    return notes
 
 
 def _append(rows: list[Labelled], report, tool: str, path: str, target: Path, text_column: str,
@@ -124,7 +134,7 @@ def _append(rows: list[Labelled], report, tool: str, path: str, target: Path, te
         raise UserError(f"--append {target}: no such file; give the training file to add the rows to, or "
                         "--output-file FILE to write a new one")
     check_output_file(target, "--append", {"FILE": path})
-    if all(all(key in row.fields for key in (FILE, LINE, "given")) for row in rows):
+    if _is_review(rows):
         raise UserError(f"{path} is a label-issues review answered in {tool}: it becomes a corrections file, not "
                         "training rows; give --output-file FILE (then -o data.corrections=FILE)")
     fmt = format_of(target)
@@ -136,7 +146,7 @@ def _append(rows: list[Labelled], report, tool: str, path: str, target: Path, te
     if missing:
         raise UserError(f"--append {target} has no column {missing[0]!r} (its columns: {', '.join(names)}); name its "
                         "columns with --text-column and --label-column")
-    before = {(r[text_column], r.get("text_pair") or None, _label_text(r[label_column])) for _, r in held}
+    before = {_text_key(r, text_column, label_column) for _, r in held}
     records = [_record(row, fmt, text_column, label_column) for row in rows]
     new = [r for r in records if _text_key(r, text_column, label_column) not in before]
     write_records(target, fmt, names, [r for _, r in held] + [{n: r.get(n, "") for n in names} for r in new])
@@ -146,10 +156,11 @@ def _append(rows: list[Labelled], report, tool: str, path: str, target: Path, te
     if len(read) != len(held) + len(new):
         raise UserError(f"--append {target}: it reads back as {len(read)} rows, not the {len(held) + len(new)} "
                         "written (a text with a line break in a TSV?); write a .jsonl file instead")
+    flattened = sum(one_line(row.text) != row.text for row in rows) if fmt == "tsv" else 0
+    held_already = [f"{len(rows) - len(new)} it holds already, the same text and label, left out"] \
+        if len(new) < len(rows) else []
     log(f"imported {len(rows)} labelled texts of {path} ({tool}) into {target}: {len(new)} rows added to its "
-        f"{len(held)}" + (f"; {len(rows) - len(new)} it holds already, the same text and label, left out"
-                          if len(new) < len(rows) else "")
-        + (f"; {report.unlabelled} tasks without an answer left out" if report.unlabelled else ""))
+        f"{len(held)}" + "".join(f"; {note}" for note in held_already + _notes(report, flattened)))
     return target
 
 
@@ -214,8 +225,9 @@ def _tasks(bundle: Bundle, examples: list[Example], scores: Scores, fields: list
 def _how_to_load(tool: str, written: list[Path]) -> str:
     if tool == "label-studio":
         return (f" (a project's Settings > Labeling Interface takes {written[1].name}; Import takes "
-                f"{written[0].name}; export it as JSON and `import --from label-studio`)")
-    return " (import it into a document-classification project; export it as JSONL and `import --from doccano`)"
+                f"{written[0].name}; export it as JSON and `import-annotations --from label-studio`)")
+    return (" (import it into a document-classification project; export it as JSONL and `import-annotations --from "
+            "doccano`)")
 
 
 def _record(row: Labelled, fmt: str, text_column: str, label_column: str) -> dict:

@@ -23,7 +23,7 @@ from paddle_ft.errors import ConfigError
 from paddle_ft.log import log
 from paddle_ft.text import Truncation
 from paddle_ft.workflows.build import build_model, build_splits, build_tokenizer, model_meta, read_dataset
-from paddle_ft.workflows.run_report import write_run_report
+from paddle_ft.workflows.run_report import report_if_asked
 from paddle_ft.workflows.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine,
                                          seal_best, shared_backbone)
 
@@ -81,10 +81,7 @@ def _distill(config: Config, handed: list, dist, folder, resume_from) -> Results
             if report is not None:
                 log(f"{split} accuracy {report['accuracy']:.4f}  macro_f1 {report['macro_f1']:.4f} "
                     f"(best student, step {results.best_step})")
-        written = [folder.best_dir, folder.files.results_file]
-        if config.train.runtime.write_report:
-            written.append(write_run_report(folder.path, config, dataset))
-        log(f"wrote {', '.join(map(str, written[:-1]))} and {written[-1]}")
+        report_if_asked(folder, config, dataset)
     return results
 
 

@@ -16,6 +16,7 @@ from paddle_ft.config import Config, load_config
 from paddle_ft.data.features import tokenize
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.errors import UserError
+from paddle_ft.log import log
 from paddle_ft.tokenization import fastest
 from paddle_ft.workflows.build import Dataset, read_dataset
 
@@ -39,6 +40,15 @@ def report_run(run_dir: str) -> Path:
             raise UserError(f"{folder} stopped before its first evaluation saved a model: there is nothing to report "
                             "on yet; resume it with -o train.resume=auto")
         return write_run_report(folder, config, read_dataset(config.data, config.task), so_far)
+
+
+def report_if_asked(folder, config: Config, dataset: Dataset) -> None:
+    """The end of a classifier run (training, distillation; `folder` its RunFolder): report.html where
+    train.runtime.write_report asks for it, and one line naming what the run wrote."""
+    written = [folder.best_dir, folder.files.results_file]
+    if config.train.runtime.write_report:
+        written.append(write_run_report(folder.path, config, dataset))
+    log(f"wrote {', '.join(map(str, written[:-1]))} and {written[-1]}")
 
 
 def write_run_report(folder: Path, config: Config, dataset: Dataset, so_far: Results | None = None) -> Path:

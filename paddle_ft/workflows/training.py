@@ -24,7 +24,7 @@ from paddle_ft.models.hierarchy import hierarchy_of
 from paddle_ft.text import Truncation
 from paddle_ft.workflows.build import (build_model, build_splits, build_tokenizer, model_meta, read_dataset,
                                        start_at_label_priors)
-from paddle_ft.workflows.run_report import write_run_report
+from paddle_ft.workflows.run_report import report_if_asked
 from paddle_ft.workflows.session import (data_record, drift_reference, opened_run, ready_to_train, run_engine,
                                          seal_best, shared_backbone)
 
@@ -99,10 +99,7 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
             if report is not None:
                 scores = "  ".join(f"{m} {report[m]:.4f}" for m in TASK_METRICS[config.task])
                 log(f"{split} {scores} (best model, step {results.best_step})")
-        written = [folder.best_dir, folder.files.results_file]
-        if config.train.runtime.write_report:
-            written.append(write_run_report(folder.path, config, dataset))
-        log(f"wrote {', '.join(map(str, written[:-1]))} and {written[-1]}")
+        report_if_asked(folder, config, dataset)
         log(f"done in {elapsed(time.perf_counter() - started)}; next: python -m paddle_ft export "
             f"--model {folder.best_dir} --output {folder.path / 'export'}"
             + ("" if config.train.runtime.write_report else
