@@ -4,6 +4,7 @@ form, and `import-annotations` reads what people labelled back into a file `trai
 review, into the corrections file `data.corrections` reads)."""
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.readers import (Columns, Example, format_of, one_line, read_examples, read_records, read_texts,
                                     write_records)
 from paddle_ft.errors import UserError
-from paddle_ft.io import check_output_file
+from paddle_ft.io import atomic_file, check_output_file
 from paddle_ft.log import LONG_INPUT, Progress, log
 
 
@@ -139,7 +140,8 @@ def _append(rows: list[Labelled], report, tool: str, path: str, target: Path, te
                         "training rows; give --output-file FILE (then -o data.corrections=FILE)")
     fmt = format_of(target)
     held = read_records(target, fmt, allow_empty=True)
-    names = list(held[0][1]) if held else [text_column, label_column]
+    # every column the rows hold (a JSONL row may hold keys the first lacks)
+    names = list(dict.fromkeys(key for _, r in held for key in r)) or [text_column, label_column]
     pair = any(row.text_pair is not None for row in rows)
     wanted = [text_column, label_column, *(["text_pair"] if pair else [])]
     missing = [name for name in wanted if name not in names]
@@ -149,7 +151,13 @@ def _append(rows: list[Labelled], report, tool: str, path: str, target: Path, te
     before = {_text_key(r, text_column, label_column) for _, r in held}
     records = [_record(row, fmt, text_column, label_column) for row in rows]
     new = [r for r in records if _text_key(r, text_column, label_column) not in before]
-    write_records(target, fmt, names, [r for _, r in held] + [{n: r.get(n, "") for n in names} for r in new])
+    if fmt == "jsonl":  # the rows it holds kept byte for byte (each with its own keys), the new ones after them
+        kept = target.read_bytes().decode("utf-8")
+        with atomic_file(target, newline="") as out:
+            out.write(kept + ("\n" if kept and not kept.endswith("\n") else ""))
+            out.writelines(json.dumps({n: r[n] for n in wanted}, ensure_ascii=False) + "\n" for r in new)
+    else:  # a header names every column of every row: rewritten whole, a column the tool has no value for left empty
+        write_records(target, fmt, names, [r for _, r in held] + [{n: r.get(n, "") for n in names} for r in new])
     multi_label = any(len(row.labels) > 1 for row in rows)
     columns = Columns(text_column, "text_pair" if pair else None, label_column, "," if multi_label else None)
     read, _ = read_examples(target, fmt, columns)  # train's reader: the file is what train will read
@@ -169,7 +177,7 @@ def _label_text(value) -> str:
 
 
 def _text_key(record: dict, text_column: str, label_column: str) -> tuple:
-    return record[text_column], record.get("text_pair") or None, _label_text(record[label_column])
+    return record.get(text_column), record.get("text_pair") or None, _label_text(record.get(label_column))
 
 
 def _model(model_dir: str) -> Bundle:

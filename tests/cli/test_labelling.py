@@ -93,6 +93,14 @@ def test_import_appends_to_the_training_file_in_its_own_columns_once(trained, tm
     assert [(e.text, e.label) for e in read_examples(train, "tsv", Columns())[0]] == old + rows
     assert main(["import-annotations", str(export), "--from", "doccano", "--append", str(train)]) == 0
     assert f"0 rows added to its {len(old) + len(rows)}; {len(rows)} it holds already" in capsys.readouterr().out
+    # a JSON Lines training file keeps its rows byte for byte, each with its own keys (the second has an id)
+    held = '{"text": "好", "label": "正面"}\r\n{"label": "负面", "text": "差", "id": 7}'
+    (tmp_path / "train.jsonl").write_text(held, encoding="utf-8", newline="")
+    assert main(["import-annotations", str(export), "--from", "doccano", "--append", str(tmp_path / "train.jsonl")]) == 0
+    written = (tmp_path / "train.jsonl").read_bytes().decode("utf-8")
+    assert written.startswith(held + "\n")
+    assert [(e.text, e.label) for e in read_examples(tmp_path / "train.jsonl", "jsonl", Columns())[0]] == \
+        [("好", "正面"), ("差", "负面"), *rows]
     assert main(["import-annotations", str(export), "--from", "doccano", "--append", str(tmp_path / "no.tsv")]) == 2
     assert capsys.readouterr().err == (f"error: --append {tmp_path / 'no.tsv'}: no such file; give the training file "
                                        "to add the rows to, or --output-file FILE to write a new one\n")
