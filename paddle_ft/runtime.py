@@ -19,6 +19,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 # The user's OMP_NUM_THREADS as it was before `import paddle`, which sets it to 1 when it is unset.
 _user_threads: int | None = None
+_threads_read = False
 _variables_set: set[str] = set()  # environment variables configure() added, not the user
 _mkl_path: str | None = None  # MKL's code path configure() chose on an AMD CPU, for the log
 
@@ -80,9 +81,11 @@ def default_threads() -> int:
 
 
 def configure() -> None:
-    global _user_threads
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+    global _user_threads, _threads_read
+    # read once: after the first call paddle may have been imported, and with it OMP_NUM_THREADS=1 set
+    if not _threads_read and os.environ.get("OMP_NUM_THREADS", "").isdigit():
         _user_threads = int(os.environ["OMP_NUM_THREADS"])
+    _threads_read = True
     _choose_mkl_path()
     _keep_freed_memory()
     quiet()

@@ -13,6 +13,9 @@ import pytest
 
 from paddle_ft import runtime
 
+# one math thread per test process, in-process runs and the child processes (which inherit it) alike: the workers
+# share the cores, and a run compared bit for bit with one in a child process computes with the same threads
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 runtime.configure()
 
 import paddle  # noqa: E402

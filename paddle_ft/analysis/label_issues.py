@@ -11,6 +11,9 @@ import numpy as np
 
 from paddle_ft.errors import UserError
 
+# how each row gets a model that did not train on it (workflows.label_issues says what each means)
+METHODS = ("auto", "embeddings", "fine-tune")
+
 MULTI_LABEL_CUT = 0.5
 """A multi-label row's suggested set: the labels whose out-of-fold probability reaches this."""
 

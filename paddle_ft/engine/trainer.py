@@ -13,19 +13,22 @@ import paddle
 from tqdm import tqdm
 
 from paddle_ft.artifacts.run import Results
-from paddle_ft.config import Config, EvaluationConfig
+from paddle_ft.config import Config, EvaluationConfig, TrainConfig
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.engine.amp import StepRunner
 from paddle_ft.engine.batching import TrainBatchSampler, micro_batches
 from paddle_ft.engine.checkpoint import TrainState, capture_rng, complete_checkpoints, rotate_checkpoints
 from paddle_ft.engine.distributed import Distributed
+from paddle_ft.engine.eta import StepWork, TrainingEta
 from paddle_ft.engine.interrupt import StopRequests, TrainingInterrupted
 from paddle_ft.engine.objectives.classification import Classification
 from paddle_ft.engine.optim import Optimization
 from paddle_ft.engine.plan import RunPlan, plan_run
 from paddle_ft.engine.run_folder import RunFolder
 from paddle_ft.errors import UserError
-from paddle_ft.log import Clock, log
+from paddle_ft.log import log
+
+FIRST_ETA_STEP = 10  # a first ETA before the first log line, which at e5-small's size and log_every 50 is a minute in
 
 
 class TrainingDiverged(UserError):
@@ -68,10 +71,12 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
         progress = closing.enter_context(tqdm(total=plan.total_steps, initial=state.global_step, desc="train",
                                               unit="step", disable=None if dist.is_main else True, dynamic_ncols=True))
         signals = closing.enter_context(StopRequests())
-        clock, saved, memory = Clock(state.global_step), None, GpuMemory()
+        eta, saved, memory = TrainingEta(_planned_work(sampler, plan, splits, tc, dist), state.global_step), None, \
+            GpuMemory()
+        best_dev = None  # the best evaluation's report: the final scoring does not score dev again
         stepped.train()
         for step_batch, end_of_epoch in _steps_left(sampler, state, plan):
-            lr = opt.learning_rate
+            step_started, lr = time.perf_counter(), opt.learning_rate
             local_loss = _forward_backward(stepped, opt.runner, objective, splits.train, step_batch, state.global_step,
                                            tc.batch_size, dist, speed, reducer=tc.accumulate_steps == 1)
             # the step's one collective and one host read: every rank sees the same loss and takes the same
@@ -81,26 +86,33 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
             grad_norm, skipped = opt.update(finite=not nonfinite)
             memory.stepped()
             state.record_step(None if nonfinite else loss_sum / dist.world_size, skipped, end_of_epoch)
+            eta.stepped(state.global_step, time.perf_counter() - step_started)
             progress.update(1)
+            if state.global_step == FIRST_ETA_STEP < tc.runtime.log_every and dist.is_main:
+                log(f"step {FIRST_ETA_STEP}/{plan.total_steps}: {eta.describe(FIRST_ETA_STEP)}")
             if state.global_step % tc.runtime.log_every == 0 or state.global_step == plan.total_steps:
-                _log_train(events, state, plan, lr, speed, opt.runner.loss_scale, grad_norm, clock, memory)
+                _log_train(events, state, plan, lr, speed, opt.runner.loss_scale, grad_norm, eta, memory)
             if state.nonfinite_streak >= tc.max_nonfinite_steps:
                 dist.barrier()
                 raise TrainingDiverged(_diverged_message(state, tc.max_nonfinite_steps, run.checkpoints_dir))
             stop = state.global_step >= plan.total_steps
             due_eval = _due(state, tc.evaluation.every) or end_of_epoch or stop
+            pause_started = time.perf_counter()
             if due_eval and splits.dev is not None:
-                stop = _evaluate_and_keep_best(opt, objective, splits.dev, tc.evaluation, run, state, events, dist,
-                                               on_eval) or stop
+                early_stop, improved = _evaluate_and_keep_best(opt, objective, splits.dev, tc.evaluation, run, state,
+                                                               events, dist, on_eval)
+                stop, best_dev = stop or early_stop, improved or best_dev
             if tc.checkpoints.keep and (due_eval or _due(state, tc.checkpoints.every) or stop_asked):
                 saved = _checkpoint(opt, run, state, tc.checkpoints.keep, dist)
                 speed.restart()  # evaluation and saving are not training throughput
+            if due_eval and splits.dev is not None:
+                eta.evaluated(time.perf_counter() - pause_started)
             if stop_asked:  # a rank that did not get the signal stops with the others
                 raise TrainingInterrupted(signals.signal or signal.SIGTERM, state.global_step, saved)
             if stop:
                 break
         progress.close()
-        return _finish(opt, objective, splits, run, state, tc.evaluation, events, dist)
+        return _finish(opt, objective, splits, run, state, tc.evaluation, events, dist, best_dev)
 
 
 def _start(opt: Optimization, plan: RunPlan, resume_from: Path | None, dist: Distributed) -> TrainState:
@@ -124,6 +136,18 @@ def _steps_left(sampler: TrainBatchSampler, state: TrainState, plan: RunPlan):
             if state.global_step >= plan.total_steps:
                 return
             yield step_batches[index], index + 1 == len(step_batches)
+
+
+def _planned_work(sampler: TrainBatchSampler, plan: RunPlan, splits: Splits, tc: TrainConfig,
+                  dist: Distributed) -> StepWork:
+    """The run's work as the ETA costs it: every epoch's step batches, drawn as `_steps_left` will draw them."""
+    epochs = []
+    for epoch in range(plan.epochs):
+        sampler.set_epoch(epoch)
+        epochs.append(list(sampler))
+    lengths = {name: None if (f := getattr(splits, name)) is None else np.asarray(f.lengths) for name in ("dev", "test")}
+    return StepWork.plan(epochs, plan.total_steps, np.asarray(splits.train.lengths), tc.batch_size, dist.rank,
+                         dist.world_size, lengths["dev"], lengths["test"], tc.evaluation.every)
 
 
 def _due(state: TrainState, every: int) -> bool:
@@ -158,7 +182,7 @@ def _forward_backward(model, runner: StepRunner, objective, features: Features, 
 
 
 def _log_train(events, state: TrainState, plan: RunPlan, lr: float, speed: Throughput, loss_scale: float,
-               grad_norm, clock: Clock, memory: GpuMemory) -> None:
+               grad_norm, eta: TrainingEta, memory: GpuMemory) -> None:
     """Every rank calls it (the window loss is part of the checkpointed state); only rank 0 writes."""
     values = {"loss": state.take_window_loss(), **speed.take(), "epoch": state.epoch, "lr": lr,
               "loss_scale": loss_scale, "skipped_steps": state.skipped_steps}
@@ -168,12 +192,14 @@ def _log_train(events, state: TrainState, plan: RunPlan, lr: float, speed: Throu
     events.write("train", state.global_step, **values, **memory.values())
     loss = "n/a" if values["loss"] is None else f"{values['loss']:.4f}"
     log(f"step {state.global_step}/{plan.total_steps} loss {loss} lr {lr:.3g} {values['samples_per_s']:.1f} "
-        f"samples/s, {clock.describe(state.global_step, plan.total_steps)}")
+        f"samples/s, {eta.describe(state.global_step)}")
 
 
 def _evaluate_and_keep_best(opt: Optimization, objective, dev: Features, evaluation: EvaluationConfig,
-                            run: RunFolder, state: TrainState, events, dist: Distributed, on_eval=None) -> bool:
-    """Score dev (each rank a share, gathered), save best/ when it improved; True to stop early."""
+                            run: RunFolder, state: TrainState, events, dist: Distributed,
+                            on_eval=None) -> tuple[bool, dict | None]:
+    """Score dev (each rank a share, gathered), save best/ when it improved. (True to stop early, the report
+    where it is the best so far)."""
     report = _evaluate_dev(opt.model, objective, dev, evaluation.batch_size, dist, opt.runner.autocast)
     if events:
         events.write("eval", state.global_step, **report)
@@ -183,12 +209,12 @@ def _evaluate_and_keep_best(opt: Optimization, objective, dev: Features, evaluat
     if state.record_eval(report[evaluation.metric]):
         if dist.is_main:
             run.save_best(opt.model, report)
-        return False
+        return False, report
     patience = evaluation.early_stopping_patience
     if patience and state.evals_since_best >= patience:
         say(dist, f"early stopping: no {evaluation.metric} gain in {state.evals_since_best} evaluations")
-        return True
-    return False
+        return True, None
+    return False, None
 
 
 def _evaluate_dev(model, objective, dev: Features, batch_size: int, dist: Distributed, autocast) -> dict:
@@ -213,8 +239,9 @@ def _checkpoint(opt: Optimization, run: RunFolder, state: TrainState, keep: int,
 
 
 def _finish(opt: Optimization, objective, splits: Splits, run: RunFolder, state: TrainState,
-            evaluation: EvaluationConfig, events, dist: Distributed) -> Results | None:
-    """Rank 0 scores the best model (reloaded from best/) on dev and test and writes the `Results`."""
+            evaluation: EvaluationConfig, events, dist: Distributed, best_dev: dict | None) -> Results | None:
+    """Rank 0 scores the best model (reloaded from best/) on test, and on dev unless `best_dev` is its evaluation's
+    report (a run resumed after its best evaluation scores dev again), and writes the `Results`."""
     _check_replicas_agree(opt.model, dist)
     if not dist.is_main:
         dist.barrier()  # wait for rank 0, so the launcher sees one finished job
@@ -225,11 +252,14 @@ def _finish(opt: Optimization, objective, splits: Splits, run: RunFolder, state:
         run.save_best(opt.model, None)
         objective = objective.calibrated(None)
     run.load_best_weights(opt.model)
-    scored = [f"{name} ({len(f)} texts)" for name in ("dev", "test") if (f := getattr(splits, name)) is not None]
+    known = {"dev": best_dev} if best_dev is not None else {}
+    scored = [f"{name} ({len(f)} texts)" for name in ("dev", "test")
+              if (f := getattr(splits, name)) is not None and name not in known]
     if scored:
-        say(dist, f"training done; scoring the best model (step {state.best_step}) on {' and '.join(scored)}")
+        say(dist, f"training done; scoring the best model (step {state.best_step}) on {' and '.join(scored)}"
+                  + (" (on dev, its evaluation's scores)" if known else ""))
     results = _scored(opt.model, objective, splits, evaluation, opt.runner.autocast, state.best_step,
-                      state.skipped_steps)
+                      state.skipped_steps, known)
     events.write("results", state.global_step, **results.as_dict())
     run.write_results(results)
     dist.barrier()
@@ -248,12 +278,13 @@ def keep_untrained(model, splits: Splits, config: Config, run: RunFolder, object
 
 
 def _scored(model, objective, splits: Splits, evaluation: EvaluationConfig, autocast, best_step: int,
-            skipped_steps: int) -> Results:
-    """The `Results` of the model as it stands on dev and test (test with what dev decided)."""
-    reports = {}
+            skipped_steps: int, known: dict | None = None) -> Results:
+    """The `Results` of the model as it stands on dev and test (test with what dev decided); a split's report in
+    `known` is taken as it is."""
+    reports = dict(known or {})
     for name in ("dev", "test"):
         features = getattr(splits, name)
-        if features is not None:
+        if features is not None and name not in reports:
             every = np.arange(len(features))
             reports[name] = objective.report(features, [objective.score(model, features, every, evaluation.batch_size,
                                                                         autocast)])

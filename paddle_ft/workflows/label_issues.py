@@ -1,6 +1,13 @@
 """Which rows of train and dev are probably mislabelled (the `label-issues` command's work). Every row is scored by a
-model that did not train on it (K folds, trained as `cv` trains them: resumable, fingerprinted), confident learning
-ranks the rows over those out-of-fold probabilities (`analysis.label_issues`), and a person gets what reviewing takes:
+model that did not train on it, confident learning ranks the rows over those out-of-fold probabilities
+(`analysis.label_issues`), and a person gets what reviewing takes. The models are one of:
+
+    fine-tune    K folds, each trained as `cv` trains them (resumable, fingerprinted): K training runs
+    embeddings   the config's encoder as it starts, frozen: one forward pass over the rows, then a logistic regression
+                 per fold on their vectors (`analysis.linear_probe`), minutes where K fine-tunings take hours
+    auto         embeddings for an encoder of more than FINE_TUNE_UP_TO weights in its layers, else fine-tune
+
+It writes:
 
     OUT/label_issues.tsv   rank, file, line, given label, suggested label, confidence, the given label's probability
     OUT/report.html        the same as a page, the most probable issues first
@@ -20,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from paddle_ft.analysis.cv import stratified_folds
 from paddle_ft.analysis.fingerprint import check_same_work, fingerprint, read_work, write_work
-from paddle_ft.analysis.label_issues import LabelIssue, find_label_issues
+from paddle_ft.analysis.label_issues import METHODS, LabelIssue, find_label_issues
+from paddle_ft.analysis.linear_probe import out_of_fold_probabilities
 from paddle_ft.analysis.report import write_page
 from paddle_ft.artifacts.bundle import load_bundle
 from paddle_ft.artifacts.ownership import clear, owned_folder
@@ -30,18 +39,23 @@ from paddle_ft.config import TASK_METRICS, Config, load_config
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import Columns, one_line, write_examples, write_records
-from paddle_ft.engine.evaluate import evaluate
-from paddle_ft.errors import ConfigError
+from paddle_ft.engine.evaluate import embed_rows, evaluate
+from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.io import write_text_atomically
 from paddle_ft.log import log
+from paddle_ft.text import Truncation
 from paddle_ft.tokenization import fastest
 from paddle_ft.workflows import training
-from paddle_ft.workflows.build import format_of_split
+from paddle_ft.workflows.build import build_model, build_tokenizer, format_of_split, resolve_backbone
 from paddle_ft.workflows.folds import Fold, Pool, labelled_pool, train_folds
+from paddle_ft.workflows.recipe import EncoderFacts, encoder_facts
 
 FINGERPRINT = "label-issues-fingerprint.json"
 OUT_OF_FOLD = "out-of-fold.json"  # beside each fold's data files (OUT/folds/fold-N/): its held-out rows' probabilities
 SHOWN_ON_THE_PAGE = 500
+# weights in the transformer layers up to which `auto` fine-tunes the folds: the demo's 2-layer encoder (0.4M) trains
+# a fold in seconds, multilingual-e5-small (21M) in about ten minutes an epoch on 2 cores
+FINE_TUNE_UP_TO = 5_000_000
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,8 @@ class LabelIssues:
     """What `find_issues` found and wrote."""
 
     flagged: int
+    method: str
+    """embeddings or fine-tune: how the out-of-fold probabilities were made."""
     rows: int
     """The labelled rows of train and dev that were scored."""
     table: Path
@@ -60,28 +76,46 @@ class LabelIssues:
     """label_issues.json's content (with --prune, the comparison on test)."""
 
 
-def find_issues(config_path: str | None, overrides: list[str], folds: int, output: str, prune: bool = False,
-                restart: bool = False, fold_reports: bool = False) -> LabelIssues:
-    """The rows of the config's train and dev that out-of-fold models of `folds` folds find mislabelled, in the
-    folder `output` (a rerun resumes the folds there)."""
+@dataclass(frozen=True)
+class Search:
+    """How `find_issues` looks for the issues."""
+
+    folds: int
+    output: str
+    """The folder of everything it writes; a rerun into it resumes the folds there."""
+    method: str = "auto"
+    """One of METHODS."""
+    prune: bool = False
+    restart: bool = False
+    fold_reports: bool = False
+
+
+def find_issues(config_path: str | None, overrides: list[str], search: Search) -> LabelIssues:
+    """The rows of the config's train and dev that out-of-fold models of `search.folds` folds find mislabelled."""
+    folds, prune = search.folds, search.prune
     # each fold's report.html would cost minutes at a real encoder's size and show a model nobody keeps: written only
     # when asked, whatever the config says
-    overrides = [*overrides, f"output_dir={output}", f"train.runtime.write_report={str(fold_reports).lower()}"]
+    overrides = [*overrides, f"output_dir={search.output}",
+                 f"train.runtime.write_report={str(search.fold_reports).lower()}"]
     config = load_config(config_path, overrides)
     if prune and config.data.test is None:
         raise ConfigError("data.test", "--prune compares a run with every row and one without the flagged rows on "
                           "test: set data.test")
     with owned_folder(config.output_dir, "label-issues", "--output") as root:
-        if restart:
+        if search.restart:
             clear(root)
-        work = fingerprint(config, folds=folds)
+        method = _chosen(search.method, config)
+        work = fingerprint(config, folds=folds, method=method)
         check_same_work(root, read_work(root / FINGERPRINT), work, "label-issues run")
         pool = labelled_pool(config, folds)
         write_work(root / FINGERPRINT, work)
-        probabilities = _out_of_fold(pool, train_folds(config_path, overrides, config, pool, folds, root), root,
-                                     config.train.evaluation.batch_size)
+        if method == "fine-tune":
+            probabilities = _out_of_fold(pool, train_folds(config_path, overrides, config, pool, folds, root), root,
+                                         config.train.evaluation.batch_size)
+        else:
+            probabilities = _probed_out_of_fold(config, pool, folds)
         issues = _find(pool, probabilities, config.task == "multi_label")
-        summary = {"folds": folds, "rows": len(pool.examples), "flagged": len(issues),
+        summary = {"folds": folds, "method": method, "rows": len(pool.examples), "flagged": len(issues),
                    "given_to_suggested": _pairs(issues)}
         _write_table(root / "label_issues.tsv", pool, issues)
         review = _write_review(root, config, pool, issues)
@@ -89,7 +123,49 @@ def find_issues(config_path: str | None, overrides: list[str], folds: int, outpu
             summary["prune"] = _prune(config_path, overrides, config, pool, issues, root)
         write_text_atomically(root / "label_issues.json", json.dumps(summary, ensure_ascii=False, indent=2) + "\n")
         page = _write_page(root / "report.html", pool, issues, summary)
-    return LabelIssues(len(issues), len(pool.examples), root / "label_issues.tsv", page, review, summary)
+    return LabelIssues(len(issues), method, len(pool.examples), root / "label_issues.tsv", page, review, summary)
+
+
+def _chosen(method: str, config: Config) -> str:
+    """The method `auto` stands for with this config's encoder (said in one line), or `method` as given."""
+    if method not in METHODS:
+        raise UserError(f"label-issues method {method!r}: choose one of {', '.join(METHODS)}")
+    if method != "auto":
+        return method
+    weights = _layer_weights(config)
+    chosen = "fine-tune" if weights is not None and weights <= FINE_TUNE_UP_TO else "embeddings"
+    size = "is of unknown size" if weights is None else f"has {weights / 1e6:.1f}M weights in its layers"
+    how = ("K fine-tunings, each seconds to minutes at this size" if chosen == "fine-tune" else
+           "its frozen embeddings and a logistic regression per fold, instead of K fine-tunings of hours at this "
+           "size")
+    log(f"label-issues: the encoder {size}: {how} (--method embeddings or fine-tune chooses)")
+    return chosen
+
+
+def _layer_weights(config: Config) -> int | None:
+    if config.model.backbone is None:
+        s = config.model.scratch
+        return EncoderFacts(s.num_layers, s.hidden_size, s.intermediate_size, 0, False).layer_weights
+    facts = encoder_facts(Path(resolve_backbone(config.model).backbone))
+    return None if facts is None else facts.layer_weights
+
+
+def _probed_out_of_fold(config: Config, pool: Pool, folds: int) -> np.ndarray:
+    """[rows, labels]: each row's probabilities from a logistic regression on the frozen encoder's vectors of the
+    other folds' rows (the folds `train_folds` would cut)."""
+    label_map, multi_label = pool.dataset.label_map, config.task == "multi_label"
+    model_config = resolve_backbone(config.model)
+    tokenizer = build_tokenizer(model_config)
+    model = build_model(model_config, len(label_map.names), tokenizer, config.data.max_length)
+    features = tokenize(pool.examples, fastest(tokenizer), config.data.max_length, label_map,
+                        Truncation.of(config.data))
+    log(f"label-issues: embedding {len(pool.examples)} rows with the frozen encoder")
+    vectors = features.pool(embed_rows(model, features, config.train.evaluation.batch_size, tokenizer.pad_token_id))
+    parts = stratified_folds([e.label_key for e in pool.examples], folds, config.seed)
+    gold = features.document_labels
+    if not multi_label:
+        gold = np.asarray(gold)
+    return out_of_fold_probabilities(vectors, gold, parts, multi_label)
 
 
 def _out_of_fold(pool: Pool, folds: list[Fold], root: Path, batch_size: int) -> np.ndarray:

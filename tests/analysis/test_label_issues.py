@@ -155,3 +155,64 @@ def test_a_review_file_of_a_run_that_flagged_nothing_changes_nothing(reviewed, t
     empty.write_text("file\tline\ttext\tlabel\tsuggested\tconfidence\tdecision\n", encoding="utf-8")
     assert len(_read(data, empty)["train"]) == 20
     assert "data.corrections: 0 rows relabelled and 0 dropped" in capsys.readouterr().out
+
+
+def test_a_linear_probe_scores_each_row_by_a_fit_that_did_not_see_it():
+    from paddle_ft.analysis.linear_probe import out_of_fold_probabilities
+
+    rng = np.random.default_rng(0)
+    gold = np.arange(300) % 3
+    vectors = np.eye(3)[gold] + rng.normal(0, 0.2, (300, 3))
+    given = gold.copy()
+    given[[5, 100, 200]] = (gold[[5, 100, 200]] + 1) % 3  # flipped: its own fold's probe never saw the flip
+    folds = [np.arange(i, 300, 4) for i in range(4)]
+    probabilities = out_of_fold_probabilities(vectors, given, folds, multi_label=False)
+    assert probabilities.shape == (300, 3) and np.allclose(probabilities.sum(axis=1), 1)
+    assert (probabilities.argmax(axis=1) == gold).mean() > 0.97
+    assert all(probabilities[row, given[row]] < 0.1 for row in (5, 100, 200))
+    multi = out_of_fold_probabilities(vectors, np.eye(3)[given], folds, multi_label=True)
+    assert (multi.argmax(axis=1) == gold).mean() > 0.97
+
+
+@pytest.mark.slow  # five tiny trainings: the encoder, then the fine-tuned folds
+def test_the_frozen_encoders_probe_finds_the_flips_the_fine_tuned_folds_find(tmp_path, capsys):
+    """The cheap path (one forward pass, a logistic regression per fold) against the expensive one (K fine-tunings)
+    on a case small enough to run both, from an encoder that learnt the task's kind of text first, as a pretrained
+    one has (a random encoder's vectors say nothing): the same planted flips found."""
+    data = write_splits(tmp_path / "data", (400, 100, 200))
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    encoder = tmp_path / "encoder"
+    assert main(["train", "--config", DEMO, *overrides(tiny_run_args(data, vocab, encoder))]) == 0
+    rows = synthetic_rows(400, seed=1)
+    flipped = set(random.Random(7).sample(range(400), 40))  # 10%
+    write_tsv(data / "train.tsv", [(text, LABELS[1 - LABELS.index(label)] if i in flipped else label)
+                                   for i, (text, label) in enumerate(rows)])
+    args = overrides([*tiny_run_args(data, vocab, tmp_path / "unused"), f"model.backbone={encoder / 'best'}",
+                      "model.scratch=null", "train.epochs=6", "train.runtime.log_every=100"])
+    found = {}
+    for method in ("embeddings", "fine-tune"):
+        output = tmp_path / method
+        assert main(["label-issues", "--config", DEMO, "--folds", "4", "--output", str(output), "--method", method,
+                     *args]) == 0
+        table = [line.split("\t") for line in (output / "label_issues.tsv").read_text(encoding="utf-8").splitlines()]
+        assert json.loads((output / "label_issues.json").read_text(encoding="utf-8"))["method"] == method
+        found[method] = {int(r[2]) - 2 for r in table[1:] if r[1] == str(data / "train.tsv")}
+    for method, rows_found in found.items():  # measured: recall 1.0 and precision 0.976 both ways
+        recall, precision = len(rows_found & flipped) / len(flipped), len(rows_found & flipped) / len(rows_found)
+        assert recall >= 0.9 and precision >= 0.9, (method, recall, precision)
+    both, either = found["embeddings"] & found["fine-tune"], found["embeddings"] | found["fine-tune"]
+    assert len(both) >= 0.9 * len(either), found  # measured: the same 41 rows
+
+
+def test_auto_fine_tunes_a_small_encoders_folds_and_probes_a_large_ones(tmp_path, capsys):
+    from paddle_ft.workflows.label_issues import FINE_TUNE_UP_TO, _chosen
+
+    small = load_config(DEMO, ["model.scratch.num_layers=2", "model.scratch.hidden_size=128",
+                               "model.scratch.intermediate_size=512"])
+    large = load_config(DEMO, ["model.scratch.num_layers=12", "model.scratch.hidden_size=384",
+                               "model.scratch.intermediate_size=1536"])
+    assert (_chosen("auto", small), _chosen("auto", large), _chosen("fine-tune", large)) == \
+        ("fine-tune", "embeddings", "fine-tune")
+    said = capsys.readouterr().out
+    assert "0.4M weights in its layers: K fine-tunings" in said and "21.2M weights" in said
+    assert FINE_TUNE_UP_TO < 21_233_664

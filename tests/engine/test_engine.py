@@ -230,3 +230,23 @@ def test_a_run_stopped_by_a_signal_resumes_in_process_to_the_same_weights(tuned,
     assert all(np.array_equal(whole[k], resumed[k]) for k in whole)
     assert [(e["step"], e["loss"]) for e in train_events(tmp_path / "whole")] == \
         [(e["step"], e["loss"]) for e in train_events(tmp_path / "broken")]
+
+
+def test_the_best_model_is_scored_on_dev_once(make_model, tokenizer, tmp_path, monkeypatch):
+    """The final scoring takes dev's report from the best evaluation instead of scoring dev a second time."""
+    from paddle_ft.engine.objectives.classification import Classification
+
+    scored_sizes = []
+    score = Classification.score
+
+    def counted(self, model, features, subset, batch_size, autocast):
+        scored_sizes.append(len(subset))
+        return score(self, model, features, subset, batch_size, autocast)
+
+    monkeypatch.setattr(Classification, "score", counted)
+    out = tmp_path / "run"
+    results, _ = run_training(make_model(), tokenizer, out, ["train.epochs=2", "train.batch_size=16"])
+    evals = [e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if e["event"] == "eval"]
+    assert scored_sizes == [16] * len(evals)  # the evaluations, and no final pass over dev
+    best = next(e for e in evals if e["step"] == results.best_step)
+    assert results.dev["accuracy"] == best["accuracy"] and results.dev["examples"] == 16

@@ -78,3 +78,18 @@ def test_cpu_settings_set_the_threads_and_report_them(monkeypatch):
     monkeypatch.setattr(runtime, "_user_threads", 3)
     assert runtime.apply_cpu_settings()["threads"] == 3
     runtime.apply_cpu_settings(runtime.usable_cores())
+
+
+def test_the_users_threads_are_read_once_before_paddles_import_sets_them(monkeypatch):
+    """paddle's import sets OMP_NUM_THREADS=1 where it is unset: a second configure() (a tool that set up the
+    process itself, then ran the command line) must not take that for the user's choice."""
+    monkeypatch.setattr(runtime, "_threads_read", False)
+    monkeypatch.setattr(runtime, "_user_threads", None)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    runtime.configure()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what `import paddle` does next
+    runtime.configure()
+    assert runtime._user_threads is None
+    monkeypatch.setattr(runtime, "_threads_read", False)
+    runtime.configure()  # a process whose first reading finds the user's setting keeps it
+    assert runtime._user_threads == 1
