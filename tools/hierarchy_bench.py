@@ -1,7 +1,7 @@
 """Labels as a tree against flat labels, measured: the demo's domain task (hotel / book / laptop x negative /
 positive) trained three ways on the same rows, leaves and seeds, in one run:
 
-    python tools/hierarchy_bench.py [--seeds 3] [--config configs/demo.yaml] [--output out/hierarchy-bench]
+    python tools/hierarchy_bench.py [--seeds 3] [--config configs/demo-tiny.yaml] [--output out/hierarchy-bench]
 
 - flat: the six labels as names (酒店负面), the usual softmax;
 - tree: the same six written as paths (酒店/负面) with data.label_hierarchy "/": the same softmax over the leaves,

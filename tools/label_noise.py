@@ -2,7 +2,7 @@
 flips a seeded share of the training rows' labels into a copy, runs `label-issues --prune` on it, and prints the
 flagged list's precision at k (k = rows flipped) and recall, and the test scores with and without the flagged rows.
 
-    python tools/label_noise.py --config configs/demo.yaml --share 0.1 --folds 5 --output out/label-noise
+    python tools/label_noise.py --config configs/demo-tiny.yaml --share 0.1 --folds 5 --output out/label-noise
 """
 from __future__ import annotations
 

@@ -191,7 +191,7 @@ def test_tests_run_outside_the_checkout_so_make_demo_then_make_test_passes(in_an
 
 def test_the_shipped_demo_encoder_is_the_one_its_manifest_describes():
     """models/demo-encoder (what make demo fine-tunes) carries how it was made: its weights' and recipe's checksums
-    hold, and PaddleNLP loads it as the encoder configs/demo.yaml names."""
+    hold, and PaddleNLP loads it as the encoder configs/demo-tiny.yaml names."""
     import json
 
     from conftest import ROOT

@@ -1,7 +1,7 @@
 """Run a paddle_ft command as it runs on an AVX2-only CPU (an AMD EPYC without AVX-512, the slowest kind this
 project plans for) on a machine that has AVX-512: how docs/demo.md times the demo for that CPU where none is at hand.
 
-    python tools/bench/avx2_only.py train -c configs/demo-e5.yaml
+    python tools/bench/avx2_only.py train -c configs/demo.yaml
 
 What it holds back: MKL's AVX-512 path (MKL_DEBUG_CPU_TYPE=5, the AVX2 path an AVX2-only AMD CPU gets), oneDNN's
 (ONEDNN_MAX_CPU_ISA=AVX2) and the fused kernels' (built for x86-64-v3, AVX2 + FMA, instead of -march=native).
