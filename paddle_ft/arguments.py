@@ -40,6 +40,13 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text[:40]!r}")
+    return value
+
+
 def share(text: str) -> float:
     value = non_negative_float(text)
     if value > 1:

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+from paddle_ft.arguments import positive_float
 from paddle_ft.commands.flags import output_file_argument
 
 
@@ -30,6 +31,12 @@ def add_arguments(parser) -> None:
                               "pretrained, else fine_tune)")
     decided.add_argument("--no-header", action="store_true", help="TSV/CSV files without a header row: every row "
                                                                   "is data, the columns are named 1, 2, ...")
+    planned = parser.add_argument_group("with --backbone: what the run will take on this machine")
+    planned.add_argument("--budget", type=positive_float, metavar="MINUTES",
+                         help="fit the recipe into this many minutes here, as timed (fewer epochs, or part of one)")
+    planned.add_argument("--no-forecast", action="store_true",
+                         help="do not time a few training steps here (which says the minutes per epoch and the peak "
+                              "memory)")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="set a key of the written config (dotted path, YAML value); repeatable")
 
@@ -41,5 +48,5 @@ def main(args) -> int:
     given = Choices(args.text_column, args.text_pair_column, args.label_column, args.task, args.label_delimiter,
                     header=not args.no_header)
     write_recipe(InitRequest(args.output_file, args.train, args.dev, args.test, args.labels, args.backbone,
-                             args.recipe, given, tuple(args.override)))
+                             args.recipe, given, tuple(args.override), not args.no_forecast, args.budget))
     return 0

@@ -51,6 +51,14 @@ class StepWork:
         final = float(test_lengths.sum()) if test_lengths is not None else 0.0
         return cls(np.asarray(steps, dtype=np.float64), evaluation, final, frozenset(evaluated_after))
 
+    def seconds(self, per_token: float, per_eval_token: float | None = None, done: int = 0) -> float:
+        """What the steps after `done` take at `per_token` seconds a padded token, with the evaluations after them
+        and the final scoring at `per_eval_token` (default: a forward pass's share of `per_token`)."""
+        per_eval_token = per_token * FORWARD_SHARE if per_eval_token is None else per_eval_token
+        evaluations = sum(1 for step in self.evaluated_after if step > done)
+        return per_token * float(self.steps[done:].sum()) + per_eval_token * (evaluations * self.evaluation
+                                                                               + self.final)
+
 
 class TrainingEta:
     """Feed it each step's and each evaluation's seconds; `describe(done)` gives the elapsed time and the ETA."""
@@ -76,11 +84,8 @@ class TrainingEta:
         """None until a step past the warm-up has been timed."""
         if not self.step_tokens:
             return None
-        per_token = self.step_seconds / self.step_tokens
-        per_eval_token = self.eval_seconds / self.eval_tokens if self.eval_tokens else per_token * FORWARD_SHARE
-        evaluations = sum(1 for step in self.work.evaluated_after if step > done)
-        return (per_token * float(self.work.steps[done:].sum())
-                + per_eval_token * (evaluations * self.work.evaluation + self.work.final))
+        return self.work.seconds(self.step_seconds / self.step_tokens,
+                                 self.eval_seconds / self.eval_tokens if self.eval_tokens else None, done)
 
     def describe(self, done: int) -> str:
         left = self.seconds_left(done)

@@ -13,7 +13,7 @@ import paddle
 from tqdm import tqdm
 
 from paddle_ft.artifacts.run import Results
-from paddle_ft.config import Config, EvaluationConfig, TrainConfig
+from paddle_ft.config import Config, EvaluationConfig
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.engine.amp import StepRunner
 from paddle_ft.engine.batching import TrainBatchSampler, micro_batches
@@ -71,7 +71,7 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
         progress = closing.enter_context(tqdm(total=plan.total_steps, initial=state.global_step, desc="train",
                                               unit="step", disable=None if dist.is_main else True, dynamic_ncols=True))
         signals = closing.enter_context(StopRequests())
-        eta, saved, memory = TrainingEta(_planned_work(sampler, plan, splits, tc, dist), state.global_step), None, \
+        eta, saved, memory = TrainingEta(planned_work(splits, config, dist), state.global_step), None, \
             GpuMemory()
         best_dev = None  # the best evaluation's report: the final scoring does not score dev again
         stepped.train()
@@ -138,9 +138,14 @@ def _steps_left(sampler: TrainBatchSampler, state: TrainState, plan: RunPlan):
             yield step_batches[index], index + 1 == len(step_batches)
 
 
-def _planned_work(sampler: TrainBatchSampler, plan: RunPlan, splits: Splits, tc: TrainConfig,
-                  dist: Distributed) -> StepWork:
-    """The run's work as the ETA costs it: every epoch's step batches, drawn as `_steps_left` will draw them."""
+def planned_work(splits: Splits, config: Config, dist: Distributed = Distributed()) -> StepWork:
+    """The run's work as the ETA costs it: every epoch's step batches, drawn as `train` will draw them (its plan, its
+    sampler), and the dev and test texts it will score."""
+    tc = config.train
+    plan = plan_run(len(splits.train), tc.batch_size, tc.accumulate_steps, tc.epochs, tc.max_steps,
+                    tc.optimizer.warmup, dist.world_size)
+    sampler = TrainBatchSampler(splits.train.lengths, plan.effective_batch_size, config.seed,
+                                config.data.group_by_length, min_batch=dist.world_size)
     epochs = []
     for epoch in range(plan.epochs):
         sampler.set_epoch(epoch)

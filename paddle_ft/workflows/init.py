@@ -14,6 +14,8 @@ the command that trains it. Every file goes through the readers, so a bad row is
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 from collections import Counter
@@ -29,7 +31,7 @@ from paddle_ft.data.sniff import Choices, Layout, propose_max_length, sniff_layo
 from paddle_ft.data.vocab import character_vocab
 from paddle_ft.errors import DataError, UserError
 from paddle_ft.io import atomic_path, check_output_file, write_text_atomically
-from paddle_ft.log import log
+from paddle_ft.log import elapsed, log
 from paddle_ft.models.backbone import is_paddlenlp_name, looks_like_a_path
 from paddle_ft.models.hierarchy import Hierarchy
 from paddle_ft.runtime import cpu_supports_bf16
@@ -77,6 +79,10 @@ class InitRequest:
     """Columns, task, delimiter and header as the user set them (None: read from the training file)."""
     overrides: tuple[str, ...] = ()
     """KEY=VALUE settings of the written config."""
+    forecast: bool = True
+    """With a backbone and training rows: time a few training steps here and say what the run will take."""
+    budget_minutes: float | None = None
+    """Fit the recipe into this many minutes on this machine (fewer epochs, or part of one), as timed."""
 
 
 def write_recipe(request: InitRequest) -> Path:
@@ -130,19 +136,64 @@ def write_recipe(request: InitRequest) -> Path:
             notes.append(f"each class's prototype starts from its description in {labels}")
     for key, value in settings.items():
         set_dotted(config, key, value)
-    text = _header(layout, notes, target) + yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
-    with atomic_path(target) as draft:  # in place only once train's own reading accepts it
-        write_text_atomically(draft, text)
-        checked = load_config(draft)
-        read_dataset(checked.data, checked.task)
+    _write_checked(target, _header(layout, notes, target), config)
     for line in [*layout.reasons, *notes]:
         log(line)
+    if backbone is not None and train is not None and request.forecast:
+        if Path(backbone).expanduser().is_dir():
+            _plan_with_the_machine(target, _header(layout, notes, target), config, request.budget_minutes)
+        else:  # a name: its weights are fetched by the first train, not here
+            log(f"not timed here: {backbone} is fetched by the first train; run init with its folder to have the "
+                "minutes per epoch and the peak memory said")
     log(f"wrote {target}; train with: python -m paddle_ft train -c {target}")
     if dev is not None:  # said here, not in the config: it is this machine's CPU, not the recipe's
         reduced = "int8 and bf16 (this CPU has it)" if cpu_supports_bf16() else "int8"
         log(f"then export with --check-precision {dev}: it times {reduced} against fp32 on your dev texts and "
             "recommends the fastest whose answers hold")
     return target
+
+
+def _write_checked(target: Path, header: str, config: dict) -> None:
+    """The config's YAML at `target`, in place only once train's own reading accepts it."""
+    with atomic_path(target) as draft:
+        write_text_atomically(draft, header + yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
+        checked = load_config(draft)
+        read_dataset(checked.data, checked.task)
+
+
+def _plan_with_the_machine(target: Path, header: str, config: dict, budget_minutes: float | None) -> None:
+    """Times the written recipe here and says what its run will take; with a budget, rewrites it to fit (fewer
+    epochs, or part of one). A recipe that cannot be timed (too little memory, say) is kept, and why is said."""
+    from paddle_ft.workflows.forecast import forecast
+
+    log(f"timing a few training steps of {target} on this machine (--no-forecast skips it)")
+    try:
+        plan = forecast(str(target))
+    except (UserError, MemoryError, RuntimeError) as exc:
+        log(f"warning: could not time the recipe here ({str(exc).splitlines()[0][:200]}); it is written as planned")
+        return
+    log(plan.describe())
+    if budget_minutes is None:
+        return
+    try:
+        changes = plan.fitted(budget_minutes * 60)
+    except ValueError as exc:
+        raise UserError(f"--budget {budget_minutes:g}: {exc}; give more minutes, or fewer training rows") from None
+    if changes is None:
+        log(f"it fits your budget of {budget_minutes:g} minutes")
+        return
+    for key, value in changes.items():
+        set_dotted(config, key, value)
+    epochs = changes.get("train.epochs", changes.get("train.max_steps", 0) / plan.steps_per_epoch)
+    what = ", ".join(f"{key}: {value}" for key, value in changes.items())
+    note = (f"--budget {budget_minutes:g}: {what}, about {elapsed(plan.total_seconds(epochs))} here instead of "
+            f"{elapsed(plan.total_seconds())}")
+    if "train.max_steps" in changes:
+        note += " (part of one epoch: expect a weaker model than a full epoch gives; more minutes or fewer rows)"
+    target.unlink()  # the recipe init itself wrote a moment ago
+    with contextlib.redirect_stdout(io.StringIO()):  # its files' row counts were said already
+        _write_checked(target, header + f"# {note}\n", config)
+    log(note)
 
 
 def check_backbone(backbone: str) -> None:

@@ -83,11 +83,7 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
         log("zero-shot: no training file, so no training step; saving the model and scoring it")
         results = trainer.keep_untrained(model, splits, config, folder, objective(config, splits, dist))
     else:
-        seen, engine_config = splits, config
-        if config.train.recipe == "few_shot":  # an epoch passes over the rows several times, in batches of any
-            # lengths: grouped by length, a batch would hold copies of the same few texts, and few pairs to learn from
-            seen = dataclasses.replace(splits, train=repeated(splits.train, config.train.few_shot.iterations))
-            engine_config = dataclasses.replace(config, data=dataclasses.replace(config.data, group_by_length=False))
+        seen, engine_config = as_the_engine_sees(splits, config)
         results = run_engine(partial(trainer.train, model, seen, engine_config, folder, dist, resume_from,
                                      objective(config, splits, dist), on_eval), folder, dist, "train")
     if dist.is_main:
@@ -105,6 +101,16 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
             + ("" if config.train.runtime.write_report else
                f"; the run's page: python -m paddle_ft report {folder.path}"))
     return results
+
+
+def as_the_engine_sees(splits, config):
+    """(splits, config) as the training loop is given them: the few-shot recipe's epoch passes over the rows several
+    times, in batches of any lengths (grouped by length, a batch would hold copies of the same few texts, and few
+    pairs to learn from)."""
+    if config.train.recipe != "few_shot":
+        return splits, config
+    return (dataclasses.replace(splits, train=repeated(splits.train, config.train.few_shot.iterations)),
+            dataclasses.replace(config, data=dataclasses.replace(config.data, group_by_length=False)))
 
 
 def log_coverage(splits, unk_id: int | None) -> None:

@@ -281,3 +281,67 @@ def test_labels_written_as_paths_are_read_as_a_tree_unless_overruled(tmp_path, c
     assert main(["init", "--train", str(parent_too), "--output-file", str(tmp_path / "c.yaml")]) == 0
     assert load_config(tmp_path / "c.yaml").data.label_hierarchy is None
     assert "label '电子' is both a label and the parent of '电子/手机'" in "".join(capsys.readouterr())
+
+
+def test_init_times_the_recipe_here_and_says_the_minutes_and_the_memory(tmp_path, capsys):
+    from e5_file import tiny_e5_folder
+
+    train = write_reviews(tmp_path / "train.csv", 40)
+    folder = tiny_e5_folder(tmp_path)
+    assert main(["init", "--train", str(train), "--backbone", str(folder), "--recipe", "fine_tune", "--output-file",
+                 str(tmp_path / "timed.yaml")]) == 0
+    said = capsys.readouterr().out
+    line = next(line for line in said.splitlines() if line.startswith("on this machine ("))
+    assert "an epoch of 40 rows" in line and "for the recipe's" in line and "peak memory about" in line
+    assert float(line.split("peak memory about ")[1].split(" GB")[0]) > 0.1  # a process with paddle loaded
+    assert said.index("timing a few training steps") < said.index("wrote ")  # the timing's own logs kept back
+    assert "step 8/8" not in said and not list(tmp_path.glob("out*"))  # nothing of the timed run is left
+
+
+def test_a_budget_refused_when_not_even_a_few_steps_fit_it(tmp_path, capsys):
+    from e5_file import tiny_e5_folder
+
+    train = write_reviews(tmp_path / "train.csv", 40)
+    target = tmp_path / "tight.yaml"
+    assert main(["init", "--train", str(train), "--backbone", str(tiny_e5_folder(tmp_path)), "--recipe", "fine_tune",
+                 "--budget", "0.0001", "--output-file", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --budget 0.0001: 50 training steps take about ") and err.count("\n") == 1
+
+
+def fake_forecast(**changed):
+    from paddle_ft.workflows.forecast import Forecast
+
+    values = {"train_rows": 13_889, "epochs": 3, "steps_per_epoch": 435, "epoch_seconds": 600.0,
+              "evaluation_seconds": 20.0, "evaluations_per_epoch": 1.0, "final_seconds": 20.0,
+              "peak_bytes": 3 * 2**30, "machine": "a test CPU"}
+    return Forecast(**{**values, **changed})
+
+
+def test_a_budget_keeps_the_epochs_that_fit_or_a_part_of_one():
+    plan = fake_forecast()
+    assert plan.total_seconds() == 3 * 620 + 20
+    assert plan.fitted(3 * 620 + 20) is None
+    assert plan.fitted(2 * 620 + 20) == {"train.epochs": 2}
+    assert plan.fitted(2 * 620 + 19) == {"train.epochs": 1}
+    # half an epoch: the steps that fit after the final scoring and one evaluation
+    assert plan.fitted(300 + 40) == {"train.max_steps": int(300 / (600 / 435))}
+    with pytest.raises(ValueError, match="50 training steps take about"):
+        plan.fitted(60)
+
+
+def test_init_writes_the_recipe_the_budget_allows(tmp_path, capsys, monkeypatch):
+    from e5_file import tiny_e5_folder
+
+    import paddle_ft.workflows.forecast as forecasting
+
+    monkeypatch.setattr(forecasting, "forecast", lambda path: fake_forecast(epochs=10, steps_per_epoch=4,
+                                                                            train_rows=40))
+    train = write_reviews(tmp_path / "train.csv", 40)
+    target = tmp_path / "budget.yaml"
+    assert main(["init", "--train", str(train), "--backbone", str(tiny_e5_folder(tmp_path)), "--recipe", "fine_tune",
+                 "--budget", "30", "--output-file", str(target)]) == 0
+    written = target.read_text(encoding="utf-8")
+    assert yaml.safe_load(written)["train"]["epochs"] == 2  # (1800 s - 20) // 620
+    assert "# --budget 30: train.epochs: 2, about 21 min 00 s here instead of 1 h 43 min" in written
+    assert "--budget 30: train.epochs: 2" in capsys.readouterr().out
