@@ -12,6 +12,7 @@ import io
 import math
 import resource
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,15 +76,15 @@ class Forecast:
         return {"train.max_steps": steps}
 
 
-def forecast(config_path: str) -> Forecast:
+def forecast(config_path: str, overrides: Sequence[str] = ()) -> Forecast:
     """Times STEPS training steps of the config's recipe (in a temporary folder, its output kept back) and costs the
     whole run from them."""
-    config = load_config(config_path)
+    config = load_config(config_path, list(overrides))
     # the timed run's lines (and the data's, read again below) are not the user's: init says what they came to
     with tempfile.TemporaryDirectory(prefix="paddle_ft-forecast-") as scratch, \
             contextlib.redirect_stdout(io.StringIO()):
         run = Path(scratch) / "run"
-        training.train(config_path, [f"output_dir={run}", f"train.max_steps={STEPS}", "train.runtime.log_every=1",
+        training.train(config_path, [*overrides, f"output_dir={run}", f"train.max_steps={STEPS}", "train.runtime.log_every=1",
                                      "data.dev=null", "data.test=null", "data.group_by_length=false",
                                      "train.checkpoints.keep=0", "train.runtime.write_report=false",
                                      "train.resume=null"])
@@ -104,3 +105,10 @@ def forecast(config_path: str) -> Forecast:
     return Forecast(len(splits.train), plan.epochs, plan.steps_per_epoch, per_token * float(work.steps.sum()) / plan.epochs,
                     per_token * FORWARD_SHARE * work.evaluation, len(work.evaluated_after) / plan.epochs,
                     per_token * FORWARD_SHARE * work.final, peak, machine)
+
+
+def seconds_per_run(config_path: str, overrides: Sequence[str], train_rows: int | None = None) -> float:
+    """What one run of the config takes here (`forecast`), scaled to `train_rows` training rows where each run trains
+    on another number (a cross-validation fold: the pool less the fold)."""
+    plan = forecast(config_path, overrides)
+    return plan.total_seconds() * (1 if train_rows is None else train_rows / max(plan.train_rows, 1))

@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import html
+import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +27,9 @@ from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.config import load_config, save_config
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.io import write_text_atomically
-from paddle_ft.log import log
+from paddle_ft.log import elapsed, log
 from paddle_ft.workflows import training
+from paddle_ft.workflows.forecast import seconds_per_run
 
 HEARTBEAT_SECONDS = 10  # a trial whose process stops beating this long (x2) counts as cut off
 
@@ -47,10 +50,21 @@ class SweepOutcome:
     """sweep.md and the report page."""
 
 
+@dataclass(frozen=True)
+class Limits:
+    """When a sweep stops starting trials."""
+
+    trials: int | None = None
+    """Trials finished in all (default: the space's)."""
+    budget_minutes: float | None = None
+    """No trial starts that would not end within this many minutes of the sweep's start, as timed (the first trial
+    by `forecast`, the next ones by the trials this process ran, pruned ones included)."""
+
+
 def sweep(config_path: str, overrides: list[str], space_path: str, storage: str | None = None,
-          trials: int | None = None, restart: bool = False) -> SweepOutcome:
-    """Trials of the space over the config until `trials` (default: the space's) have finished, in the config's
-    output_dir (a rerun resumes the study there, or in `storage`)."""
+          limits: Limits = Limits(), restart: bool = False) -> SweepOutcome:
+    """Trials of the space over the config until `limits` stop it, in the config's output_dir (a rerun resumes the
+    study there, or in `storage`)."""
     try:
         import optuna
     except ImportError:
@@ -64,7 +78,7 @@ def sweep(config_path: str, overrides: list[str], space_path: str, storage: str 
     with owned_folder(config.output_dir, "sweep", OUTPUT_DIR) as root:
         if restart:
             clear(root)
-        return _search(_study(root, space, storage, restart), config_path, overrides, config, space, root, trials)
+        return _search(_study(root, space, storage, restart), config_path, overrides, config, space, root, limits)
 
 
 def _check_space_values(space: Space, path: Path, config_path: str, overrides: list[str]) -> None:
@@ -97,16 +111,18 @@ def _study(root: Path, space: Space, storage: str | None, restart: bool):
 
 
 def _search(study, config_path: str, overrides: list[str], config, space: Space, root: Path,
-            trials: int | None) -> SweepOutcome:
+            limits: Limits) -> SweepOutcome:
     ranges = {f"params.{p.key}": {k: v for k, v in dataclasses.asdict(p).items() if k != "key"} for p in space.params}
     work = fingerprint(config, space={**ranges, "sampler": space.sampler, "pruner": space.pruner})
     check_same_work(root, study.user_attrs.get("fingerprint"), work, "sweep")
     study.set_user_attr("fingerprint", work)
-    target = trials or space.trials
-    while (done := len(_finished(study))) < target:
+    target = limits.trials or space.trials
+    clock = _Budget(limits.budget_minutes, config_path, overrides, target - len(_finished(study)))
+    while (done := len(_finished(study))) < target and clock.allows_another(done, target):
         study.sampler = _sampler(space, config.seed * 1000 + done)
-        study.optimize(lambda trial: _trial(trial, study, space, config_path, overrides, root,
-                                            config.train.evaluation.metric), n_trials=1)
+        with clock.trial():
+            study.optimize(lambda trial: _trial(trial, study, space, config_path, overrides, root,
+                                                config.train.evaluation.metric), n_trials=1)
     return _write_outcome(study, space, config_path, overrides, root, config.train.evaluation.metric)
 
 
@@ -127,6 +143,40 @@ def _trial(trial, study, space: Space, config_path: str, overrides: list[str], r
     training.train(config_path, [*overrides, *(f"{k}={v}" for k, v in values.items()), f"output_dir={folder}",
                                  *resume], on_eval)
     return RunFiles(folder).read_results().dev[metric]
+
+
+class _Budget:
+    """The sweep's clock under --budget: a trial starts only where the trials so far (or, before any, `forecast`)
+    say it ends within the budget. Without a budget it allows every trial."""
+
+    def __init__(self, minutes: float | None, config_path: str, overrides: list[str], left: int):
+        self.minutes, self.started, self.durations = minutes, time.monotonic(), []
+        if minutes is None or left <= 0:
+            return
+        log(f"sweep --budget {minutes:g}: timing a few training steps of the config here")
+        self.first = seconds_per_run(config_path, overrides)
+        fit = math.floor(minutes * 60 / self.first)
+        if fit < 1:
+            raise UserError(f"--budget {minutes:g}: one trial takes about {elapsed(self.first)} here (unpruned); "
+                            "give more minutes, or a shorter recipe (init --budget)")
+        log(f"sweep: a trial takes about {elapsed(self.first)} here, unpruned: {min(fit, left)} of the {left} left fit "
+            f"in {minutes:g} minutes (pruned trials end sooner; no trial starts that would end after it)")
+
+    @contextlib.contextmanager
+    def trial(self):
+        started = time.monotonic()
+        yield
+        self.durations.append(time.monotonic() - started)
+
+    def allows_another(self, done: int, target: int) -> bool:
+        if self.minutes is None:
+            return True
+        expected = sum(self.durations) / len(self.durations) if self.durations else self.first
+        if time.monotonic() - self.started + expected <= self.minutes * 60:
+            return True
+        log(f"sweep: stopping at {done} of {target} trials: the next would take about {elapsed(expected)}, beyond "
+            f"--budget {self.minutes:g} (a rerun with more minutes goes on from here)")
+        return False
 
 
 def _folder_of(study, trial, values: dict, root: Path) -> Path:

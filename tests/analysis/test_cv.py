@@ -76,3 +76,20 @@ def test_a_label_with_one_row_is_named_before_any_fold_is_written(command, data_
     err = capsys.readouterr().err
     assert "the label '中性' has one row in train and dev" in err and err.count("\n") == 1 and "fold-" not in err
     assert not (tmp_path / "folds" / "folds").exists()
+
+
+def test_a_budget_the_folds_left_would_overrun_is_refused_before_any_fold(tiny_config_args, tmp_path, capsys,
+                                                                        monkeypatch):
+    from paddle_ft.cli import main
+    from paddle_ft.workflows import cv
+
+    timed = []
+    monkeypatch.setattr(cv, "seconds_per_run", lambda path, more, train_rows: timed.append(train_rows) or 600.0)
+    args = overrides(tiny_config_args + [f"output_dir={tmp_path / 'cv'}"])
+    assert main(["cv", "--config", DEMO, "--folds", "3", "--budget", "25", *args]) == 2
+    assert timed == [300 - 100]  # a fold trains on the pool (240 train + 60 dev rows) less its third
+    out, err = capsys.readouterr()
+    assert "cv: a fold takes about 10 min 00 s here; the 3 left about 30 min 00 s (2 fit in 25 minutes)" in out
+    assert err == ("error: --budget 25: the 3 folds left take about 30 min 00 s here, and 2 fit; give more minutes, "
+                   "fewer --folds, or a shorter recipe (init --budget)\n")
+    assert not list((tmp_path / "cv").glob("fold-*"))

@@ -109,3 +109,26 @@ def test_a_sweep_never_writes_into_a_training_run(tmp_path):
     with pytest.raises(UserError, match=r"holds a training run \(its .paddle_ft-owner\); give this sweep its own"):
         sweep.sweep(DEMO, [f"output_dir={run}"], str(space))
     assert sorted(p.name for p in run.iterdir()) == [".paddle_ft-owner", "metrics.jsonl"]  # nothing written beside
+
+
+@pytest.mark.slow  # one training
+def test_a_budget_stops_the_sweep_before_a_trial_that_would_overrun_it(tiny_config_args, tmp_path, monkeypatch,
+                                                                       capsys):
+    from paddle_ft.cli import main
+    from paddle_ft.workflows import sweep
+
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE, encoding="utf-8")
+    args = ["--config", DEMO, "--space", str(space), *overrides(tiny_config_args + ["train.epochs=1",
+                                                                                 f"output_dir={tmp_path / 's'}"])]
+    monkeypatch.setattr(sweep, "seconds_per_run", lambda path, more: 3600.0)
+    assert main(["sweep", "--budget", "30", *args]) == 2
+    assert capsys.readouterr().err == ("error: --budget 30: one trial takes about 1 h 00 min here (unpruned); give "
+                                       "more minutes, or a shorter recipe (init --budget)\n")
+    # the forecast says 1 s a trial, so one fits in 1.2 s; the next is costed by the first (a training: over 0.6 s)
+    monkeypatch.setattr(sweep, "seconds_per_run", lambda path, more: 1.0)
+    assert main(["sweep", "--budget", "0.02", *args]) == 0
+    out = capsys.readouterr().out
+    assert "sweep: a trial takes about 1.0 s here, unpruned: 1 of the 4 left fit in 0.02 minutes" in out
+    assert re.search(r"sweep: stopping at 1 of 4 trials: the next would take about [\d.]+ s, beyond --budget 0.02", out)
+    assert len(_study(tmp_path / "s" / "study.db")) == 1
