@@ -4,6 +4,7 @@ file the model's manifest records); optionally the same as a page of highlighted
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from paddle_ft.analysis.explain import Explainer, Explanation
@@ -12,7 +13,7 @@ from paddle_ft.artifacts.bundle import check_trained_model_folder
 from paddle_ft.artifacts.manifest import training_provenance
 from paddle_ft.data.readers import Columns, format_of, read_examples
 from paddle_ft.errors import UserError
-from paddle_ft.log import log
+from paddle_ft.log import elapsed, log
 from paddle_ft.tokenization import check_texts
 
 
@@ -36,9 +37,14 @@ def explain_texts(model_dir: str, texts: list[str], text_pairs: list[str] | None
         raise UserError(f"{folder} was trained on single texts: leave out --text-pair")
     if neighbours:
         _index(explainer, folder, data)
-    explanations = []
+    explanations, started = [], time.perf_counter()
     for i, text in enumerate(texts):
         explanations += explainer.explain(text, text_pairs[i] if text_pairs else None, label, neighbours)
+    seconds = time.perf_counter() - started
+    # on stderr: stdout carries the explanations. At multilingual-e5-small's size 50 steps take ~2.4 s a text on 2
+    # cores (docs/analysis.md), and 20 steps leave a completeness error of up to 0.07 against 0.004
+    log(f"explained {len(texts)} text(s) in {elapsed(seconds)}: {seconds / len(texts):.2f} s a text at {steps} "
+        "integrated-gradients steps", sys.stderr)
     return explanations
 
 

@@ -2,6 +2,7 @@
 predict without --output-file, explain) print nothing else there: their status and progress lines go to standard
 error."""
 import json
+import re
 
 import pytest
 from conftest import DEMO, overrides, write_tsv
@@ -51,3 +52,4 @@ def test_explain_prints_json_lines_only_while_it_indexes_the_training_file(run, 
     assert main(["explain", "--model", str(run / "out" / "best"), "--text", "好", "--text", "坏", "--steps", "8"]) == 0
     out, err = capsys.readouterr()
     assert len(json_lines(out)) == 2 and "explain: indexing" in err
+    assert re.search(r"explained 2 text\(s\) in [\d.]+ s: [\d.]+ s a text at 8 integrated-gradients steps", err)
