@@ -3,6 +3,9 @@ flips a seeded share of the training rows' labels into a copy, runs `label-issue
 flagged list's precision at k (k = rows flipped) and recall, and the test scores with and without the flagged rows.
 
     python tools/label_noise.py --config configs/demo-tiny.yaml --share 0.1 --folds 5 --output out/label-noise
+    python tools/label_noise.py --config configs/demo.yaml --rows 2000 --method embeddings --no-prune --output DIR
+
+`--rows N` takes the first N training rows (dev is left out of the pool then, so the pool is those N rows).
 """
 from __future__ import annotations
 
@@ -29,12 +32,17 @@ def main() -> int:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--output", required=True)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--rows", type=int, help="only the first N training rows, and no dev rows in the pool")
+    parser.add_argument("--method", default="auto", help="label-issues --method")
+    parser.add_argument("--no-prune", action="store_true", help="leave out --prune's two trainings")
     parser.add_argument("-o", dest="override", action="append", default=[])
     args = parser.parse_args()
+    if args.rows:
+        args.override += ["data.dev=null"]
     root = Path(args.output)
     config = load_config(args.config, args.override)
     dataset = read_dataset(config.data, config.task)
-    rows, names = dataset.examples["train"], dataset.label_map.names
+    rows, names = dataset.examples["train"][:args.rows], dataset.label_map.names
     if config.task != "single_label":
         sys.exit("error: tools/label_noise.py flips single labels; give a single-label config")
     flipped = set(random.Random(args.seed).sample(range(len(rows)), round(args.share * len(rows))))
@@ -46,7 +54,7 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
     write_examples(train, fmt, Columns.of(config.data, config.task == "multi_label"), noisy)
     code = paddle_ft(["label-issues", "--config", args.config, "--folds", str(args.folds), "--output",
-                      str(root / "label-issues"), "--prune",
+                      str(root / "label-issues"), "--method", args.method, *([] if args.no_prune else ["--prune"]),
                       *[item for o in [*args.override, f"data.train={train}"] for item in ("-o", o)]])
     if code:
         return code
@@ -58,7 +66,8 @@ def main() -> int:
     summary = json.loads((root / "label-issues" / "label_issues.json").read_text(encoding="utf-8"))
     print(json.dumps({"rows": len(rows), "flipped": k, "flagged_in_train": len(flagged),
                       "precision_at_k": len(set(flagged[:k]) & flipped) / k,
-                      "recall": len(set(flagged) & flipped) / k, "prune": summary["prune"]}, indent=2))
+                      "recall": len(set(flagged) & flipped) / k, "method": summary["method"],
+                      "prune": summary.get("prune")}, indent=2))
     return 0
 
 

@@ -11,8 +11,12 @@ from __future__ import annotations
 import unicodedata
 from collections import Counter, defaultdict
 from itertools import combinations
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # the type only: the audit reads no model folder
+    from paddle_ft.models.trim import TrimReport
 
 SPLITS = ("train", "dev", "test")
 NEAR_EMPTY = 2  # a text of this many characters or fewer (normalised) says too little to be classified
@@ -100,11 +104,16 @@ def unknown_shares(token_ids, unk_id: int | None) -> tuple[float, float]:
     return sum(counts) / max(total, 1), sum(c > 0 for c in counts) / max(len(counts), 1)
 
 
-def coverage_problem(split: str, tokens: float, texts: float) -> str | None:
-    """The line that says a split is not read by its tokenizer, with the fix; None when it is."""
+def coverage_problem(split: str, tokens: float, texts: float, trim: TrimReport | None = None) -> str | None:
+    """The line that says a split is not read by its tokenizer, with the fix; None when it is. `trim`: how the
+    backbone's vocabulary was trimmed, when it was (then the pieces were there before the trim took them out)."""
     if tokens <= UNKNOWN_LIMIT:
         return None
-    return f"{split}: {tokens:.1%} of the tokens are [UNK] ({texts:.0%} of the texts hold one); {COVERAGE_FIX}"
+    fix = COVERAGE_FIX if trim is None else (
+        f"the backbone's vocabulary was trimmed to the pieces {trim.texts:,} texts use, and these texts use others: "
+        f"trim {trim.source} again with more of your text (python -m paddle_ft trim-vocab --backbone {trim.source} "
+        "--data TRAIN DEV TEST [UNLABELLED ...] --output DIR), or train on it untrimmed")
+    return f"{split}: {tokens:.1%} of the tokens are [UNK] ({texts:.0%} of the texts hold one); {fix}"
 
 
 def _problems(report: dict) -> list[str]:

@@ -43,6 +43,17 @@ class TrimReport:
                 f"{self.texts:,} texts, the rest the most probable and the specials){rows}")
 
 
+def trimmed_from(folder: str | None) -> TrimReport | None:
+    """How a backbone folder was trimmed (its TRIM_INFO), or None for one that was not (or a model name)."""
+    info = Path(folder).expanduser() / TRIM_INFO if folder else None
+    if info is None or not info.is_file():
+        return None
+    try:
+        return TrimReport(**json.loads(info.read_text(encoding="utf-8")))
+    except (ValueError, TypeError):  # a damaged record says nothing of how it was trimmed
+        return None
+
+
 def kept_ids(tokenizer: SentencePieceTokenizer, texts: list[str], keep_top: int,
              scores: np.ndarray) -> tuple[list[int], int]:
     """(the old ids to keep, in order; how many of them the texts use). `scores`: each piece's (`piece_scores`)."""

@@ -21,6 +21,7 @@ from paddle_ft.engine.prototypes import start_prototypes
 from paddle_ft.errors import ConfigError
 from paddle_ft.log import elapsed, log
 from paddle_ft.models.hierarchy import hierarchy_of
+from paddle_ft.models.trim import TrimReport, trimmed_from
 from paddle_ft.text import Truncation
 from paddle_ft.workflows.build import (build_model, build_splits, build_tokenizer, model_meta, read_dataset,
                                        start_at_label_priors)
@@ -66,7 +67,7 @@ def _train(config, dist, folder, resume_from, on_eval, started: float) -> Result
     splits = build_splits(dataset, tokenizer, config.data.max_length, config.data.cache_dir,
                           Truncation.of(config.data))
     if dist.is_main:
-        log_coverage(splits, tokenizer.unk_token_id)
+        log_coverage(splits, tokenizer.unk_token_id, trimmed_from(config.model.backbone))
     model = build_model(model_config, len(dataset.label_map), tokenizer, config.data.max_length)
     if config.task == "multi_label" and resume_from is None and len(splits.train):
         start_at_label_priors(model, splits.train.document_labels)
@@ -113,13 +114,14 @@ def as_the_engine_sees(splits, config):
             dataclasses.replace(config, data=dataclasses.replace(config.data, group_by_length=False)))
 
 
-def log_coverage(splits, unk_id: int | None) -> None:
-    """How much of each split the tokenizer reads as [UNK]; a warning with the fix where it is too much."""
+def log_coverage(splits, unk_id: int | None, trim: TrimReport | None = None) -> None:
+    """How much of each split the tokenizer reads as [UNK]; a warning with the fix where it is too much (for a
+    trimmed backbone, trimming it with more text)."""
     shares = {name: unknown_shares(features.input_ids, unk_id) for name in ("train", "dev", "test")
               if (features := getattr(splits, name)) is not None and len(features)}
     log("[UNK] tokens: " + ", ".join(f"{name} {tokens:.2%}" for name, (tokens, _) in shares.items()))
     for name, (tokens, texts) in shares.items():
-        problem = coverage_problem(name, tokens, texts)
+        problem = coverage_problem(name, tokens, texts, trim)
         if problem:
             log(f"warning: {problem}")
 

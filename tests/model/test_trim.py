@@ -96,3 +96,20 @@ def test_transformers_reads_a_trimmed_folder_as_paddle_ft_does(tmp_path):
     with np.load(tmp_path / "out.npz") as reference:
         assert json.loads(str(reference["ids"])) == ids
         assert np.abs(reference["hidden"][real] - hidden[real]).max() <= 1e-4
+
+
+def test_the_unk_warning_of_a_trimmed_backbone_says_to_trim_it_again_with_more_text(tmp_path, capsys):
+    """Training on a trimmed backbone whose dev texts use pieces the trim left out: the warning names the trim and its
+    source, not "pick another model"."""
+    train = write_tsv(tmp_path / "train.tsv", synthetic_rows(64))
+    dev = write_tsv(tmp_path / "dev.tsv", [("hello world " * 3, label) for _, label in synthetic_rows(8)])
+    full = tiny_e5_folder(tmp_path)
+    assert main(["trim-vocab", "--backbone", str(full), "--data", str(train), "--output", str(tmp_path / "trimmed"),
+                 "--keep-top", "0"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--config", str(ROOT / "configs" / "demo.yaml"), "-o", f"model.backbone={tmp_path / 'trimmed'}",
+                 "-o", f"data.train={train}", "-o", f"data.dev={dev}", "-o", "data.test=null", "-o", "data.max_length=48",
+                 "-o", "train.max_steps=2", "-o", f"output_dir={tmp_path / 'run'}"]) == 0
+    warning = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: dev: "))
+    assert "the backbone's vocabulary was trimmed to the pieces 64 texts use" in warning
+    assert f"trim {full} again with more of your text (python -m paddle_ft trim-vocab --backbone {full}" in warning
