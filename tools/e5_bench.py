@@ -1,7 +1,7 @@
 """paddle_ft against the Hugging Face stack on the same pretrained weights (multilingual-e5-small, trimmed), side by
 side in one run:
 
-    python tools/e5_bench.py [--config configs/demo.yaml] [--output out/e5-bench] [--phases speed,accuracy,inference]
+    python tools/e5_bench.py [--config configs/demo-e5-long.yaml] [--output out/e5-bench] [--phases speed,accuracy,inference]
 
 - speed: `--rounds` turns of `--steps` training steps each, paddle_ft's `train` then the HF `Trainer`
   (tools/e5_bench_peer.py, under the peer environment of `make bench-peers`); samples/s after the first 8 steps,
@@ -42,7 +42,7 @@ BARS = {"accuracy_points_behind_hf": 0.5, "speed_ratio": 1.3, "int8_points_lost"
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/demo.yaml", help="the recipe both engines run")
+    parser.add_argument("--config", default="configs/demo-e5-long.yaml", help="the recipe both engines run")
     parser.add_argument("--output", default="out/e5-bench")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"a comma-separated subset of {','.join(PHASES)}")
     parser.add_argument("--steps", type=int, default=56, help="training steps of each speed run")

@@ -56,7 +56,7 @@ ADD_TRAIN = ["model.head=prototype", "model.pooling=mean", "model.text_prefix='q
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backbone", default="out/e5-small-demo-trimmed", help="make demo-e5 writes it")
+    parser.add_argument("--backbone", default="out/e5-small-demo-trimmed", help="make demo writes it")
     parser.add_argument("--output", default="out/few-shot-bench")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"a comma-separated subset of {','.join(PHASES)}")
     parser.add_argument("--sizes", default="8,16,32", help="rows per class of the few-shot draws")
@@ -140,7 +140,7 @@ def add_class(args, output: Path, results: dict) -> dict:
     test_rows = read_rows(domain / "test.tsv")
     five_dev = write_rows(data / "dev-five.tsv", [r for r in read_rows(domain / "dev.tsv") if r[1] != NEW_LABEL])
     started = time.perf_counter()
-    train(output, "add-class-five", ROOT / "configs" / "demo-e5.yaml",
+    train(output, "add-class-five", ROOT / "configs" / "demo-e5-long.yaml",
           [f"data.train={data / 'five.tsv'}", *common, f"data.dev={five_dev}", "data.test=null"])
     five_minutes = (time.perf_counter() - started) / 60
     started = time.perf_counter()
@@ -151,7 +151,7 @@ def add_class(args, output: Path, results: dict) -> dict:
     change = json.loads((output / "runs" / "add-class-six" / "best" / "manifest.json").read_text(
         encoding="utf-8"))["class_changes"][-1]
     started = time.perf_counter()
-    retrained = train(output, "add-class-retrained", ROOT / "configs" / "demo-e5.yaml",
+    retrained = train(output, "add-class-retrained", ROOT / "configs" / "demo-e5-long.yaml",
                       [f"data.train={data / 'six.tsv'}", *common])
     retrain_minutes = (time.perf_counter() - started) / 60
     old_rows = [i for i, (_, label) in enumerate(test_rows) if label != NEW_LABEL]

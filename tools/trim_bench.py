@@ -27,7 +27,7 @@ from paddle_ft.runtime import cpu_model, cpu_speed_flags  # noqa: E402
 def train_once(backbone: Path, data: Path, steps: int, skip: int, work: Path) -> dict:
     """One short training run in a child process: its samples/s after `skip` steps and its peak memory."""
     out = work / f"run-{os.urandom(4).hex()}"
-    args = ["train", "-c", str(ROOT / "configs" / "demo-e5.yaml"), "-o", f"output_dir={out}",
+    args = ["train", "-c", str(ROOT / "configs" / "demo-e5-long.yaml"), "-o", f"output_dir={out}",
             "-o", f"model.backbone={backbone}", "-o", f"data.train={data}", "-o", "data.dev=null",
             "-o", "data.test=null", "-o", f"train.max_steps={steps}", "-o", "train.runtime.log_every=1",
             "-o", "train.checkpoints.keep=1", "-o", f"model.cache_dir={work / 'backbones'}"]

@@ -262,7 +262,7 @@ def _finish(opt: Optimization, objective, splits: Splits, run: RunFolder, state:
               if (f := getattr(splits, name)) is not None and name not in known]
     if scored:
         say(dist, f"training done; scoring the best model (step {state.best_step}) on {' and '.join(scored)}"
-                  + (" (on dev, its evaluation's scores)" if known else ""))
+                  + ("; its dev scores are its evaluation's" if known else ""))
     results = _scored(opt.model, objective, splits, evaluation, opt.runner.autocast, state.best_step,
                       state.skipped_steps, known)
     events.write("results", state.global_step, **results.as_dict())
