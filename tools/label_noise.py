@@ -19,6 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from paddle_ft import runtime  # noqa: E402
+
+runtime.configure()  # before paddle's import, which would otherwise leave the runs below one math thread
 from paddle_ft.workflows.build import format_of_split, read_dataset  # noqa: E402
 from paddle_ft.cli import main as paddle_ft  # noqa: E402
 from paddle_ft.config import load_config  # noqa: E402

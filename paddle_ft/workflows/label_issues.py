@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paddle_ft import runtime
 from paddle_ft.analysis.cv import stratified_folds
 from paddle_ft.analysis.fingerprint import check_same_work, fingerprint, read_work, write_work
 from paddle_ft.analysis.label_issues import METHODS, LabelIssue, find_label_issues
@@ -157,6 +158,7 @@ def _probed_out_of_fold(config: Config, pool: Pool, folds: int) -> np.ndarray:
     model_config = resolve_backbone(config.model)
     tokenizer = build_tokenizer(model_config)
     model = build_model(model_config, len(label_map.names), tokenizer, config.data.max_length)
+    runtime.apply_cpu_settings(config.train.runtime.cpu_threads)  # every core, as training has them
     features = tokenize(pool.examples, fastest(tokenizer), config.data.max_length, label_map,
                         Truncation.of(config.data))
     log(f"label-issues: embedding {len(pool.examples)} rows with the frozen encoder")
