@@ -69,7 +69,7 @@ def loop(output: Path, args, seed: int, strategy: str, start, pool, pool_file: P
             labelled_file = write_rows(output / "data" / f"seed-{seed}" / f"{strategy}-labelled-{round_ - 1}.tsv",
                                        labelled)
             run(output, f"select-{name}", [sys.executable, "-m", "paddle_ft", "select-texts", "--model", model, "--pool",
-                                           pool_file, "--budget", args.batch, "--strategy", strategy, "--to",
+                                           pool_file, "--count", args.batch, "--strategy", strategy, "--to",
                                            "doccano", "--labelled", labelled_file, "--seed", seed, "--output-file",
                                            selected])
         lines = [json.loads(line)["line"] for line in selected.read_text(encoding="utf-8").splitlines()]

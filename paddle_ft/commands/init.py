@@ -31,9 +31,12 @@ def add_arguments(parser) -> None:
                               "pretrained, else fine_tune)")
     decided.add_argument("--no-header", action="store_true", help="TSV/CSV files without a header row: every row "
                                                                   "is data, the columns are named 1, 2, ...")
-    planned = parser.add_argument_group("with --backbone: what the run will take on this machine")
+    planned = parser.add_argument_group("with --backbone")
     planned.add_argument("--budget", type=positive_float, metavar="MINUTES",
                          help="fit the recipe into this many minutes here, as timed (fewer epochs, or part of one)")
+    planned.add_argument("--no-trim", action="store_true",
+                         help="keep a large SentencePiece vocabulary whole (by default init trims it to the pieces "
+                              "your texts use when they are 1,000 or more)")
     planned.add_argument("--no-forecast", action="store_true",
                          help="do not time a few training steps here (which says the minutes per epoch and the peak "
                               "memory)")
@@ -48,5 +51,6 @@ def main(args) -> int:
     given = Choices(args.text_column, args.text_pair_column, args.label_column, args.task, args.label_delimiter,
                     header=not args.no_header)
     write_recipe(InitRequest(args.output_file, args.train, args.dev, args.test, args.labels, args.backbone,
-                             args.recipe, given, tuple(args.override), not args.no_forecast, args.budget))
+                             args.recipe, given, tuple(args.override), not args.no_forecast, args.budget,
+                             not args.no_trim))
     return 0

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from paddle_ft.analysis.selection import STRATEGIES
 from paddle_ft.arguments import non_negative_int, positive_int
-from paddle_ft.commands.flags import model_argument, output_file_argument
+from paddle_ft.commands.flags import model_argument, output_file_argument, renamed
 from paddle_ft.data.annotation import TOOLS
 
 
 def add_arguments(parser) -> None:
     model_argument(parser)
     parser.add_argument("--pool", required=True, metavar="FILE", help="unlabelled texts (as export-tasks' --input)")
-    parser.add_argument("--budget", required=True, type=positive_int, help="how many texts to select")
+    parser.add_argument("--count", required=True, type=positive_int, help="how many texts to select")
+    # --budget is minutes in init, cv and sweep: one flag, one meaning
+    renamed(parser, "--budget", "--count", "N")
     parser.add_argument("--strategy", choices=STRATEGIES, default="diverse",
                         help="uncertainty (entropy), margin (top-2 gap), diverse (uncertain and spread over the "
                              "embedding space; default) or random")
@@ -27,5 +29,5 @@ def main(args) -> int:
     from paddle_ft.workflows.annotation import Selection, select_texts
 
     select_texts(args.model, args.pool, args.to, args.output_file,
-                 Selection(args.budget, args.strategy, args.seed, args.batch_size), args.labelled)
+                 Selection(args.count, args.strategy, args.seed, args.batch_size), args.labelled)
     return 0

@@ -26,7 +26,7 @@ from paddle_ft.log import LONG_INPUT, Progress, log
 class Selection:
     """Which texts `select_texts` picks."""
 
-    budget: int
+    count: int
     """How many."""
     strategy: str = "diverse"
     """One of analysis.selection.STRATEGIES."""
@@ -51,9 +51,9 @@ def export_tasks(model_dir: str, input_path: str, tool: str, output: str, batch_
 
 def select_texts(model_dir: str, pool_path: str, tool: str, output: str, selection: Selection,
                  labelled_path: str | None = None) -> list[Path]:
-    """The `selection.budget` texts of `pool_path` most worth labelling next, by `selection.strategy`, as `tool`'s
+    """The `selection.count` texts of `pool_path` most worth labelling next, by `selection.strategy`, as `tool`'s
     tasks in `output` (texts of `labelled_path`, by default the model's training file, left out); the files written."""
-    budget, strategy, batch_size = selection.budget, selection.strategy, selection.batch_size
+    count, strategy, batch_size = selection.count, selection.strategy, selection.batch_size
     bundle = _model(model_dir)
     check_output_file(output, "--output-file", {"--pool": pool_path})
     examples, fields = _texts_to_label(Path(pool_path), bundle)
@@ -70,7 +70,7 @@ def select_texts(model_dir: str, pool_path: str, tool: str, output: str, selecti
         covered = _scored(bundle, [Example(t, p, None, 0) for t, p in sorted(labelled, key=str)], batch_size,
                           with_vectors=True).vectors
     thresholds = bundle.meta.label_thresholds if bundle.meta.multi_label else None
-    order, uncertain = rank(strategy, scores.probabilities, budget, thresholds, scores.vectors, covered,
+    order, uncertain = rank(strategy, scores.probabilities, count, thresholds, scores.vectors, covered,
                             selection.seed)
     chosen = Scores(scores.probabilities[order], None)
     tasks = _tasks(bundle, [examples[i] for i in order], chosen,

@@ -2,6 +2,7 @@
 import csv
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -345,3 +346,33 @@ def test_init_writes_the_recipe_the_budget_allows(tmp_path, capsys, monkeypatch)
     assert yaml.safe_load(written)["train"]["epochs"] == 2  # (1800 s - 20) // 620
     assert "# --budget 30: train.epochs: 2, about 21 min 00 s here instead of 1 h 43 min" in written
     assert "--budget 30: train.epochs: 2" in capsys.readouterr().out
+
+
+def test_init_trims_a_large_sentencepiece_vocabulary_to_enough_texts_and_not_to_a_few(tmp_path, capsys, monkeypatch):
+    from e5_file import tiny_e5_folder
+
+    from paddle_ft.models.trim import trimmed_from
+    from paddle_ft.workflows import init
+
+    folder = tiny_e5_folder(tmp_path)
+    monkeypatch.setattr(init, "TRIM_ABOVE", 10)  # the tiny folder's ~150 pieces stand for e5's 250,002
+    monkeypatch.setattr(init, "MIN_TRIM_TEXTS", 10)
+    few = write_reviews(tmp_path / "few.csv", 9)
+    assert main(["init", "--train", str(few), "--backbone", str(folder), "--recipe", "fine_tune", "--no-forecast",
+                 "--output-file", str(tmp_path / "few.yaml")]) == 0
+    assert yaml.safe_load((tmp_path / "few.yaml").read_text(encoding="utf-8"))["model"]["backbone"] == str(folder)
+    assert re.search(r"the vocabulary is not trimmed: \d distinct texts are too few to trim on \(a piece they do not "
+                     r"use would read as <unk> in every new text\); with 10 or more, python -m paddle_ft trim-vocab",
+                     capsys.readouterr().out)
+    enough = write_reviews(tmp_path / "reviews.csv", 60)
+    for name in ("a.yaml", "b.yaml"):  # the second init reuses the folder the first trimmed
+        assert main(["init", "--train", str(enough), "--backbone", str(folder), "--recipe", "fine_tune",
+                     "--no-forecast", "--output-file", str(tmp_path / name)]) == 0
+        said = capsys.readouterr().out
+        assert ("trimming " in said) == (name == "a.yaml")
+    trimmed = Path(yaml.safe_load((tmp_path / "b.yaml").read_text(encoding="utf-8"))["model"]["backbone"])
+    assert trimmed.parent == folder.parent and trimmed.name.startswith(f"{folder.name}-trimmed-reviews-")
+    assert trimmed_from(str(trimmed)).texts == 60 and f"model.backbone {trimmed}: " in said
+    assert main(["init", "--train", str(enough), "--backbone", str(folder), "--no-trim", "--no-forecast",
+                 "--recipe", "fine_tune", "--output-file", str(tmp_path / "whole.yaml")]) == 0
+    assert yaml.safe_load((tmp_path / "whole.yaml").read_text(encoding="utf-8"))["model"]["backbone"] == str(folder)

@@ -138,7 +138,7 @@ def test_select_repeats_exactly_ranks_by_its_strategy_and_leaves_out_what_is_lab
     for strategy in ("uncertainty", "margin", "diverse", "random"):
         for attempt in (1, 2):
             out = tmp_path / f"{strategy}-{attempt}.jsonl"
-            assert main(["select-texts", "--model", str(trained / "out" / "best"), "--pool", str(pool), "--budget", "8",
+            assert main(["select-texts", "--model", str(trained / "out" / "best"), "--pool", str(pool), "--count", "8",
                          "--strategy", strategy, "--to", "doccano", "--output-file", str(out)]) == 0
             assert "5 texts of" in capsys.readouterr().out  # the training rows in the pool are labelled already
             outputs[strategy, attempt] = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
