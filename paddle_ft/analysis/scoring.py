@@ -9,7 +9,7 @@ import numpy as np
 from paddle_ft.artifacts.bundle import Bundle
 from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import Example
-from paddle_ft.engine.evaluate import embed_rows, predict_logits
+from paddle_ft.engine.evaluate import logits_and_vectors, predict_logits
 from paddle_ft.text import sigmoid, softmax
 from paddle_ft.tokenization import fastest
 
@@ -27,14 +27,15 @@ def score_texts(bundle: Bundle, examples: list[Example], batch_size: int, with_v
                 on_batch=None) -> Scores:
     meta, tokenizer = bundle.meta, fastest(bundle.tokenizer)
     features = tokenize(examples, tokenizer, meta.max_length, None, meta.truncation_rule)
-    logits = features.pool(predict_logits(bundle.model, features, batch_size, tokenizer.pad_token_id,
-                                          on_batch=on_batch))
-    probabilities = sigmoid(logits) if meta.multi_label else softmax(logits / meta.temperature)
     vectors = None
-    if with_vectors:
-        rows = embed_rows(bundle.model, features, batch_size, tokenizer.pad_token_id)
-        pooled = rows if features.documents is None else _mean_windows(rows, features.documents)
+    if with_vectors:  # one pass through the encoder for both
+        rows, raw = logits_and_vectors(bundle.model, features, batch_size, tokenizer.pad_token_id, on_batch)
+        pooled = raw if features.documents is None else _mean_windows(raw, features.documents)
         vectors = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+    else:
+        rows = predict_logits(bundle.model, features, batch_size, tokenizer.pad_token_id, on_batch=on_batch)
+    logits = features.pool(rows)
+    probabilities = sigmoid(logits) if meta.multi_label else softmax(logits / meta.temperature)
     return Scores(probabilities, vectors)
 
 

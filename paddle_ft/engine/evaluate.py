@@ -26,7 +26,7 @@ def predict_logits(model, features: Features, batch_size: int, pad_token_id: int
                    subset: np.ndarray | None = None, autocast=contextlib.nullcontext, on_batch=None) -> np.ndarray:
     """Logits [n, num_classes] of the rows of `features` (or of the rows in `subset`), in order, computed
     under `autocast()` (training's precision); `on_batch(rows)` after each batch (progress)."""
-    out = _rows_through(model, model.classifier.weight.shape[1], features, batch_size, pad_token_id, subset,
+    out = _rows_through(model, model, model.classifier.weight.shape[1], features, batch_size, pad_token_id, subset,
                         autocast, on_batch)
     if not np.isfinite(out).all():  # NaN weights score "accuracy" by chance: never report that as a result
         raise NonFiniteScores("the model's scores are NaN/inf: its weights are not finite (training diverged); "
@@ -39,16 +39,36 @@ def embed_rows(model, features: Features, batch_size: int, pad_token_id: int,
                autocast=contextlib.nullcontext) -> np.ndarray:
     """The vector the head reads of every row [n, hidden] float32 (`model.embed`), unit length: what a prototype
     head compares."""
-    vectors = _rows_through(model.embed, model.encoder.config.hidden_size, features, batch_size, pad_token_id,
+    vectors = _rows_through(model, model.embed, model.encoder.config.hidden_size, features, batch_size, pad_token_id,
                             None, autocast, None)
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
-def _rows_through(forward, width: int, features: Features, batch_size: int, pad_token_id: int, subset, autocast,
-                  on_batch) -> np.ndarray:
-    """`forward(input_ids, token_type_ids)` -> [batch, width] over the rows (of `subset`), in order, in eval mode,
-    batched by length."""
-    getattr(forward, "__self__", forward).eval()  # a Layer, or a Layer's method
+@paddle.no_grad()
+def logits_and_vectors(model, features: Features, batch_size: int, pad_token_id: int,
+                       on_batch=None) -> tuple[np.ndarray, np.ndarray]:
+    """(logits [n, num_classes], the head's input vectors [n, hidden], not normalised) of every row, from one pass
+    through the encoder: what needs both (select-texts' diverse strategy) pays for one forward, not two."""
+    hidden = model.encoder.config.hidden_size
+
+    def both(input_ids, token_type_ids):
+        pooled = model.embed(input_ids, token_type_ids)
+        return paddle.concat([model.classifier(model.dropout(pooled)).astype(pooled.dtype), pooled], axis=-1)
+
+    out = _rows_through(model, both, model.classifier.weight.shape[1] + hidden, features, batch_size, pad_token_id, None,
+                        contextlib.nullcontext, on_batch)
+    logits, vectors = out[:, :-hidden], out[:, -hidden:]
+    if not np.isfinite(logits).all():
+        raise NonFiniteScores("the model's scores are NaN/inf: its weights are not finite (training diverged); "
+                              "retrain with a lower train.optimizer.learning_rate, or use an earlier checkpoint")
+    return logits, vectors
+
+
+def _rows_through(model, forward, width: int, features: Features, batch_size: int, pad_token_id: int, subset,
+                  autocast, on_batch) -> np.ndarray:
+    """`forward(input_ids, token_type_ids)` -> [batch, width] over the rows (of `subset`), in order, with `model` in
+    eval mode, batched by length."""
+    model.eval()
     subset = np.arange(len(features)) if subset is None else np.asarray(subset)
     out = np.zeros((len(subset), width), dtype=np.float32)
     for positions in eval_batches(features.lengths[subset], batch_size):

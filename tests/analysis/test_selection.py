@@ -67,3 +67,25 @@ def test_a_budget_larger_than_the_pool_takes_the_pool():
     probabilities, vectors = pool(n=5)
     for strategy in STRATEGIES:
         assert sorted(select(strategy, probabilities, 50, vectors=vectors)[0].tolist()) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("head", ["linear", "prototype"])
+def test_one_pass_gives_the_logits_and_vectors_two_passes_give(head, tokenizer):
+    """select-texts' diverse strategy reads both from one pass through the encoder."""
+    import paddle
+
+    from conftest import features_of, synthetic_rows
+    from paddle_ft.engine.evaluate import embed_rows, logits_and_vectors, predict_logits
+    from paddle_ft.models.networks import BERTForTextClassification, scratch_encoder
+
+    paddle.seed(3)
+    encoder = scratch_encoder("bert", len(tokenizer.vocab), hidden_size=32, num_layers=2, num_heads=2,
+                              intermediate_size=64, max_position_embeddings=64, dropout=0.1,
+                              pad_token_id=tokenizer.pad_token_id)
+    model = BERTForTextClassification(encoder, 2, dropout=0.3, pooling="mean", head=head)
+    model.train()  # left in training mode: each way must switch dropout off itself
+    features = features_of(synthetic_rows(40, seed=4), tokenizer)
+    logits, vectors = logits_and_vectors(model, features, 8, tokenizer.pad_token_id)
+    np.testing.assert_allclose(logits, predict_logits(model, features, 8, tokenizer.pad_token_id), atol=1e-5)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    np.testing.assert_allclose(unit, embed_rows(model, features, 8, tokenizer.pad_token_id), atol=1e-5)
