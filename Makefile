@@ -121,7 +121,7 @@ bench: $(VENV)/.installed data/demo/train.tsv
 
 # paddle_ft against the HF Trainer on the same trimmed e5-small weights and recipe (~1.5 h on 2 cores)
 bench-e5: $(VENV)/.installed $(PEERS)/.installed $(DEMO_DATA) $(E5_TRIMMED)/config.json
-	$(PYTHON) tools/e5_bench.py --config configs/demo.yaml --output out/e5-bench
+	$(PYTHON) tools/e5_bench.py --config configs/demo-e5-long.yaml --output out/e5-bench
 
 # The Hugging Face peer lives in its own environment: torch and paddle never share a process.
 # torch 2.13.0 is the CPU build this machine kind keeps on disk.

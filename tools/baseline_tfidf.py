@@ -6,6 +6,7 @@ files a config trains on, read by paddle_ft's own readers (any format, header or
     python tools/baseline_tfidf.py --train a.csv --dev b.csv --test c.csv [--text-column review --label-column rating]
 """
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -50,8 +51,9 @@ def main() -> int:
     from paddle_ft.workflows.build import read_dataset
     from paddle_ft.errors import UserError
 
-    try:
-        examples = read_dataset(data_config(args)).examples
+    try:  # the reader's row counts to stderr: stdout is the scores alone (make demo prints them on one line)
+        with contextlib.redirect_stdout(sys.stderr):
+            examples = read_dataset(data_config(args)).examples
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -33,6 +33,7 @@ def main(args) -> int:
     found = find_issues(args.config, args.override, Search(args.folds, args.output, args.method, args.prune,
                                                            args.restart, args.fold_reports))
     log(f"label-issues: {found.flagged} of {found.rows} rows ({found.flagged / found.rows:.1%}) are probably "
-        f"mislabelled (out-of-fold probabilities by {found.method}); wrote {found.table}, {found.page} and {found.review} (fill its {DECISION} column, then train "
+        f"mislabelled (out-of-fold probabilities by {found.method}); wrote {found.table}, {found.page} and "
+        f"{found.review} (fill its {DECISION} column, then train "
         f"with -o data.corrections={found.review})")
     return 0

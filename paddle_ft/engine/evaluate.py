@@ -55,8 +55,8 @@ def logits_and_vectors(model, features: Features, batch_size: int, pad_token_id:
         pooled = model.embed(input_ids, token_type_ids)
         return paddle.concat([model.classifier(model.dropout(pooled)).astype(pooled.dtype), pooled], axis=-1)
 
-    out = _rows_through(model, both, model.classifier.weight.shape[1] + hidden, features, batch_size, pad_token_id, None,
-                        contextlib.nullcontext, on_batch)
+    out = _rows_through(model, both, model.classifier.weight.shape[1] + hidden, features, batch_size, pad_token_id,
+                        None, contextlib.nullcontext, on_batch)
     logits, vectors = out[:, :-hidden], out[:, -hidden:]
     if not np.isfinite(logits).all():
         raise NonFiniteScores("the model's scores are NaN/inf: its weights are not finite (training diverged); "

@@ -150,7 +150,8 @@ def planned_work(splits: Splits, config: Config, dist: Distributed = Distributed
     for epoch in range(plan.epochs):
         sampler.set_epoch(epoch)
         epochs.append(list(sampler))
-    lengths = {name: None if (f := getattr(splits, name)) is None else np.asarray(f.lengths) for name in ("dev", "test")}
+    lengths = {name: None if (f := getattr(splits, name)) is None else np.asarray(f.lengths)
+               for name in ("dev", "test")}
     return StepWork.plan(epochs, plan.total_steps, np.asarray(splits.train.lengths), tc.batch_size, dist.rank,
                          dist.world_size, lengths["dev"], lengths["test"], tc.evaluation.every)
 

@@ -84,8 +84,9 @@ def forecast(config_path: str, overrides: Sequence[str] = ()) -> Forecast:
     with tempfile.TemporaryDirectory(prefix="paddle_ft-forecast-") as scratch, \
             contextlib.redirect_stdout(io.StringIO()):
         run = Path(scratch) / "run"
-        training.train(config_path, [*overrides, f"output_dir={run}", f"train.max_steps={STEPS}", "train.runtime.log_every=1",
-                                     "data.dev=null", "data.test=null", "data.group_by_length=false",
+        training.train(config_path, [*overrides, f"output_dir={run}", f"train.max_steps={STEPS}",
+                                     "train.runtime.log_every=1", "data.dev=null", "data.test=null",
+                                     "data.group_by_length=false",
                                      "train.checkpoints.keep=0", "train.runtime.write_report=false",
                                      "train.resume=null"])
         events = RunFiles(run).read_events("train")
@@ -102,8 +103,8 @@ def forecast(config_path: str, overrides: Sequence[str] = ()) -> Forecast:
     plan = plan_run(len(seen.train), tc.batch_size, tc.accumulate_steps, tc.epochs, tc.max_steps, tc.optimizer.warmup)
     work = planned_work(seen, engine_config)
     machine = f"{cpu_model()}, {usable_cores()} cores, {' '.join(cpu_speed_flags()) or 'no AVX2'}"
-    return Forecast(len(splits.train), plan.epochs, plan.steps_per_epoch, per_token * float(work.steps.sum()) / plan.epochs,
-                    per_token * FORWARD_SHARE * work.evaluation, len(work.evaluated_after) / plan.epochs,
+    return Forecast(len(splits.train), plan.epochs, plan.steps_per_epoch,
+                    per_token * float(work.steps.sum()) / plan.epochs, per_token * FORWARD_SHARE * work.evaluation, len(work.evaluated_after) / plan.epochs,
                     per_token * FORWARD_SHARE * work.final, peak, machine)
 
 

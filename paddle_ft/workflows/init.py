@@ -176,8 +176,8 @@ def _trimmed_for_the_data(config: dict, notes: list[str], backbone: str, paths: 
     texts = [t for examples in splits.values() for e in examples for t in (e.text, e.text_pair) if t]
     kept = [note for note in notes if not note.startswith("its embedding table has")]
     if len(set(texts)) < MIN_TRIM_TEXTS:
-        return kept + [f"the vocabulary is not trimmed: {len(set(texts))} distinct texts are too few to trim on (a piece "
-                       f"they do not use would read as <unk> in every new text); with {MIN_TRIM_TEXTS} or more, "
+        return kept + [f"the vocabulary is not trimmed: {len(set(texts))} distinct texts are too few to trim on (a "
+                       f"piece they do not use would read as <unk> in every new text); with {MIN_TRIM_TEXTS} or more, "
                        f"python -m paddle_ft trim-vocab --backbone {backbone} --data YOUR_FILES UNLABELLED_TEXTS "
                        "--output DIR, then set model.backbone to DIR (less memory, faster training)"]
     digest = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()[:8]

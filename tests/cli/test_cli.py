@@ -126,8 +126,8 @@ def test_the_pinned_loss_in_process(tiny_config_args, tmp_path, capsys):
      "--output-file", "FILE"),
     (["import-annotations", "e.json", "--from", "doccano", "--output", "x.tsv"], "--output", "--output-file", "FILE"),
     # issue 63: --budget is minutes (init, cv, sweep); select-texts' number of texts is --count
-    (["select-texts", "--model", "m", "--pool", "p.txt", "--budget", "8", "--to", "doccano", "--output-file", "t.jsonl"],
-     "--budget", "--count", "N"),
+    (["select-texts", "--model", "m", "--pool", "p.txt", "--budget", "8", "--to", "doccano", "--output-file",
+      "t.jsonl"], "--budget", "--count", "N"),
 ])
 def test_a_flag_of_the_old_names_is_refused_naming_the_new_one(argv, old, new, what, capsys):
     with pytest.raises(SystemExit) as exit:

@@ -107,9 +107,10 @@ def test_the_unk_warning_of_a_trimmed_backbone_says_to_trim_it_again_with_more_t
     assert main(["trim-vocab", "--backbone", str(full), "--data", str(train), "--output", str(tmp_path / "trimmed"),
                  "--keep-top", "0"]) == 0
     capsys.readouterr()
-    assert main(["train", "--config", str(ROOT / "configs" / "demo.yaml"), "-o", f"model.backbone={tmp_path / 'trimmed'}",
-                 "-o", f"data.train={train}", "-o", f"data.dev={dev}", "-o", "data.test=null", "-o", "data.max_length=48",
-                 "-o", "train.max_steps=2", "-o", f"output_dir={tmp_path / 'run'}"]) == 0
+    settings = [f"model.backbone={tmp_path / 'trimmed'}", f"data.train={train}", f"data.dev={dev}", "data.test=null",
+                "data.max_length=48", "train.max_steps=2", f"output_dir={tmp_path / 'run'}"]
+    assert main(["train", "--config", str(ROOT / "configs" / "demo.yaml"),
+                 *(part for setting in settings for part in ("-o", setting))]) == 0
     warning = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: dev: "))
     assert "the backbone's vocabulary was trimmed to the pieces 64 texts use" in warning
     assert f"trim {full} again with more of your text (python -m paddle_ft trim-vocab --backbone {full}" in warning
