@@ -25,9 +25,9 @@ def test_demo_config_loads_with_its_values():
 
 
 def test_the_demo_fine_tunes_what_the_demo_pretraining_writes_and_scratch_is_the_same_model():
-    """The three demo rows compare like with like: one encoder shape, one data split, one fine-tuning recipe. The
-    demo fine-tunes the shipped encoder, which tools/demo_encoder.py ships from the pretraining run's best/."""
-    pretrain, demo = load_config(ROOT / "configs" / "pretrain-demo.yaml"), load_config(ROOT / "configs" / "demo.yaml")
+    """The three small-encoder rows compare like with like: one encoder shape, one data split, one fine-tuning recipe.
+    make demo-tiny fine-tunes the shipped encoder, which tools/demo_encoder.py ships from the pretraining run's best/."""
+    pretrain, demo = load_config(ROOT / "configs" / "pretrain-demo.yaml"), load_config(ROOT / "configs" / "demo-tiny.yaml")
     shipping = runpy.run_path(str(ROOT / "tools" / "demo_encoder.py"))
     assert shipping["RUN"] == ROOT / pretrain.output_dir and shipping["SHIPPED"] == ROOT / demo.model.backbone
     assert demo.model.scratch is None

@@ -1,14 +1,16 @@
-"""The demo's pretrained encoder, shipped in models/demo-encoder/ so that `make demo` fine-tunes at once.
+"""The demo's pretrained encoder, shipped in models/demo-encoder/ so that `make demo-tiny` fine-tunes at once.
 
     python tools/demo_encoder.py compare    # after make pretrain-demo: its held-out masked accuracy beside the shipped one
     python tools/demo_encoder.py ship       # replace the shipped encoder with out/pretrain-demo/best, with its manifest
 
-The manifest says how the encoder was made: the recipe and the corpus and vocabulary it read (with their sha256), the
+The manifest says how the encoder was made: the recipe (the sha256 of its settings) and the corpus and vocabulary
+it read (with their sha256), the
 held-out masked accuracy, the versions and the commit.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
 import shutil
@@ -29,6 +31,15 @@ CORPUS, VOCAB = ROOT / "data" / "demo" / "unlabeled.txt", ROOT / "data" / "demo"
 MANIFEST = "manifest.json"
 ENCODER_FILES = ("config.json", "model_state.pdparams", "vocab.txt", "tokenizer_config.json",
                  "special_tokens_map.json")  # the encoder; pretraining's own heads stay behind
+
+
+def settings_sha256(recipe: Path) -> str:
+    """The sha256 of a recipe's settings as training reads them (every key, defaults filled in), not of its text: an
+    edited comment leaves the shipped encoder the recipe's."""
+    from paddle_ft.config import config_to_dict, load_config
+
+    settings = json.dumps(config_to_dict(load_config(recipe)), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(settings.encode("utf-8")).hexdigest()
 
 
 def held_out(run: Path) -> dict:
@@ -61,7 +72,7 @@ def ship() -> int:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     manifest = {
         "made_by": "make pretrain-demo, then python tools/demo_encoder.py ship",
-        "recipe": {"file": str(RECIPE.relative_to(ROOT)), "sha256": file_sha256(RECIPE)},
+        "recipe": {"file": str(RECIPE.relative_to(ROOT)), "settings_sha256": settings_sha256(RECIPE)},
         "corpus": {"file": str(CORPUS.relative_to(ROOT)), "sha256": file_sha256(CORPUS),
                    "texts": len(CORPUS.read_text(encoding="utf-8").splitlines())},
         "vocabulary": {"file": str(VOCAB.relative_to(ROOT)), "sha256": file_sha256(VOCAB)},

@@ -208,7 +208,7 @@ def test_a_classifier_with_a_pretraining_metric_is_refused(metric, tiny_config_a
 
 @pytest.mark.slow  # starts the launcher: 2 gloo workers
 def test_pretraining_on_two_gloo_workers_is_the_one_process_run(tiny_config_args, corpus, tmp_path):
-    """What make demo relies on: 2 workers of 8 texts mask and learn as one process of 16 does (no dropout, whose
+    """What make pretrain-demo relies on: 2 workers of 8 texts mask and learn as one process of 16 does (no dropout, whose
     draws differ by process, as the demo's pretraining has none)."""
     one = pretrain_args(tiny_config_args, corpus, tmp_path / "one", *OBJECTIVES["mlm"], "model.dropout=0.0")
     assert main(["pretrain", *one]) == 0

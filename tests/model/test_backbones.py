@@ -184,15 +184,16 @@ def test_recompute_gives_bit_identical_gradients_dropout_included(fast_linear, m
 
 
 def test_tests_run_outside_the_checkout_so_make_demo_then_make_test_passes(in_an_empty_working_folder):
-    """make demo writes out/pretrain-demo/best into the checkout; the relative paths above must not find it."""
+    """make pretrain-demo writes out/pretrain-demo/best into the checkout; the relative paths above must not find it."""
     assert Path.cwd() == in_an_empty_working_folder and ROOT not in Path.cwd().parents
     assert list(Path.cwd().iterdir()) == []
 
 
 def test_the_shipped_demo_encoder_is_the_one_its_manifest_describes():
-    """models/demo-encoder (what make demo fine-tunes) carries how it was made: its weights' and recipe's checksums
+    """models/demo-encoder (what make demo-tiny fine-tunes) carries how it was made: its weights' and recipe's checksums
     hold, and PaddleNLP loads it as the encoder configs/demo-tiny.yaml names."""
     import json
+    import runpy
 
     from conftest import ROOT
 
@@ -203,8 +204,9 @@ def test_the_shipped_demo_encoder_is_the_one_its_manifest_describes():
     folder = ROOT / "models" / "demo-encoder"
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["weights_sha256"] == file_sha256(folder / "model_state.pdparams")
-    assert manifest["recipe"]["sha256"] == file_sha256(ROOT / manifest["recipe"]["file"])  # changed: ship it again
+    shipping = runpy.run_path(str(ROOT / "tools" / "demo_encoder.py"))  # changed settings: ship it again
+    assert manifest["recipe"]["settings_sha256"] == shipping["settings_sha256"](ROOT / manifest["recipe"]["file"])
     assert 0.2 < manifest["held_out"]["masked_accuracy"] < 1
-    assert load_config(ROOT / "configs" / "demo.yaml").model.backbone == "models/demo-encoder"
+    assert load_config(ROOT / "configs" / "demo-tiny.yaml").model.backbone == "models/demo-encoder"
     encoder, report = load_encoder(str(folder))
     assert report.newly_initialised == () and encoder.config.num_hidden_layers == 2
