@@ -3,6 +3,7 @@ same study as an uninterrupted one, the best config written, and a space file ch
 import json
 import re
 import sqlite3
+import types
 from pathlib import Path
 
 import pytest
@@ -111,7 +112,7 @@ def test_a_sweep_never_writes_into_a_training_run(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == [".paddle_ft-owner", "metrics.jsonl"]  # nothing written beside
 
 
-@pytest.mark.slow  # one training
+@pytest.mark.slow  # two trainings
 def test_a_budget_stops_the_sweep_before_a_trial_that_would_overrun_it(tiny_config_args, tmp_path, monkeypatch,
                                                                        capsys):
     from paddle_ft.cli import main
@@ -125,11 +126,13 @@ def test_a_budget_stops_the_sweep_before_a_trial_that_would_overrun_it(tiny_conf
     assert main(["sweep", "--budget", "30", *args]) == 2
     assert capsys.readouterr().err == ("error: --budget 30: one trial takes about 1 h 00 min here (unpruned); give "
                                        "more minutes, or a shorter recipe (init --budget)\n")
-    # the forecast says 1 s a trial, so one fits in 1.2 s; the next is costed by the first (a training: over 0.6 s)
+    # the forecast says 1 s a trial, so 3 fit in 3 s; the sweep's clock (a fake) moves 0.4 s at each reading, so a
+    # trial takes 0.4 s and after two the next would end at 3.2 s
+    readings = iter(0.4 * i for i in range(100))
+    monkeypatch.setattr(sweep, "time", types.SimpleNamespace(monotonic=lambda: next(readings)))
     monkeypatch.setattr(sweep, "seconds_per_run", lambda path, more: 1.0)
-    assert main(["sweep", "--budget", "0.02", *args]) == 0
+    assert main(["sweep", "--budget", "0.05", *args]) == 0
     out = capsys.readouterr().out
-    assert "sweep: a trial takes about 1.0 s here, unpruned: 1 of the 4 left fit in 0.02 minutes" in out
-    assert re.search(r"sweep: stopping at 1 of 4 trials: the next would take about [\w. ]+, beyond --budget 0.02",
-                     out), out
-    assert len(_study(tmp_path / "s" / "study.db")) == 1
+    assert "sweep: a trial takes about 1.0 s here, unpruned: 3 of the 4 left fit in 0.05 minutes" in out
+    assert "sweep: stopping at 2 of 4 trials: the next would take about 0.4 s, beyond --budget 0.05" in out, out
+    assert len(_study(tmp_path / "s" / "study.db")) == 2
