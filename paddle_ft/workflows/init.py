@@ -118,6 +118,10 @@ def write_recipe(request: InitRequest) -> Path:
                         "there; choose another --output-file name (init never overwrites a file)")
     if backbone is not None:
         check_backbone(backbone)
+    if request.budget_minutes is not None and not (request.forecast and train is not None and backbone is not None
+                                                   and Path(backbone).expanduser().is_dir()):
+        raise UserError("--budget fits the recipe to minutes timed here, which takes --train and a --backbone folder "
+                        "(and no --no-forecast)")
     settings = dict(parse_override(item) for item in overrides)
     on_bad_row, skip_option = settings.get("data.on_bad_row", "error"), "-o data.on_bad_row=skip"
     paths = {name: path for name, path in (("train", train), ("dev", dev), ("test", test)) if path is not None}
@@ -217,6 +221,7 @@ def _plan_with_the_machine(target: Path, header: str, config: dict, budget_minut
     try:
         changes = plan.fitted(budget_minutes * 60)
     except ValueError as exc:
+        target.unlink()  # refused: no recipe is left behind that would not fit
         raise UserError(f"--budget {budget_minutes:g}: {exc}; give more minutes, or fewer training rows") from None
     if changes is None:
         log(f"it fits your budget of {budget_minutes:g} minutes")

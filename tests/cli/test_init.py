@@ -308,6 +308,13 @@ def test_a_budget_refused_when_not_even_a_few_steps_fit_it(tmp_path, capsys):
                  "--budget", "0.0001", "--output-file", str(target)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --budget 0.0001: 50 training steps take about ") and err.count("\n") == 1
+    assert not target.exists()  # no recipe left behind that would not fit
+    for ignored in (["--no-forecast"], []):  # timing is what a budget is fitted to: never silently ignored
+        backbone = ["--backbone", str(tiny_e5_folder(tmp_path))] if ignored else []
+        assert main(["init", "--train", str(train), *backbone, *ignored, "--budget", "5", "--output-file",
+                     str(target)]) == 2
+        assert capsys.readouterr().err == ("error: --budget fits the recipe to minutes timed here, which takes --train "
+                                           "and a --backbone folder (and no --no-forecast)\n")
 
 
 def fake_forecast(**changed):
