@@ -164,10 +164,8 @@ def _probed_out_of_fold(config: Config, pool: Pool, folds: int) -> np.ndarray:
     log(f"label-issues: embedding {len(pool.examples)} rows with the frozen encoder")
     vectors = features.pool(embed_rows(model, features, config.train.evaluation.batch_size, tokenizer.pad_token_id))
     parts = stratified_folds([e.label_key for e in pool.examples], folds, config.seed)
-    gold = features.document_labels
-    if not multi_label:
-        gold = np.asarray(gold)
-    return out_of_fold_probabilities(vectors, gold, parts, multi_label)
+    # label ids, or for multi-label a 0/1 row per text
+    return out_of_fold_probabilities(vectors, np.asarray(features.document_labels), parts, multi_label)
 
 
 def _out_of_fold(pool: Pool, folds: list[Fold], root: Path, batch_size: int) -> np.ndarray:
