@@ -26,12 +26,8 @@ def predict_logits(model, features: Features, batch_size: int, pad_token_id: int
                    subset: np.ndarray | None = None, autocast=contextlib.nullcontext, on_batch=None) -> np.ndarray:
     """Logits [n, num_classes] of the rows of `features` (or of the rows in `subset`), in order, computed
     under `autocast()` (training's precision); `on_batch(rows)` after each batch (progress)."""
-    out = _rows_through(model, model, model.classifier.weight.shape[1], features, batch_size, pad_token_id, subset,
-                        autocast, on_batch)
-    if not np.isfinite(out).all():  # NaN weights score "accuracy" by chance: never report that as a result
-        raise NonFiniteScores("the model's scores are NaN/inf: its weights are not finite (training diverged); "
-                               "retrain with a lower train.optimizer.learning_rate, or use an earlier checkpoint")
-    return out
+    return _finite(_rows_through(model, model, model.classifier.weight.shape[1], features, batch_size, pad_token_id,
+                                 subset, autocast, on_batch))
 
 
 @paddle.no_grad()
@@ -57,11 +53,15 @@ def logits_and_vectors(model, features: Features, batch_size: int, pad_token_id:
 
     out = _rows_through(model, both, model.classifier.weight.shape[1] + hidden, features, batch_size, pad_token_id,
                         None, contextlib.nullcontext, on_batch)
-    logits, vectors = out[:, :-hidden], out[:, -hidden:]
+    return _finite(out[:, :-hidden]), out[:, -hidden:]
+
+
+def _finite(logits: np.ndarray) -> np.ndarray:
+    """`logits`, refused where NaN weights made them NaN/inf: those score "accuracy" by chance, never a result."""
     if not np.isfinite(logits).all():
         raise NonFiniteScores("the model's scores are NaN/inf: its weights are not finite (training diverged); "
                               "retrain with a lower train.optimizer.learning_rate, or use an earlier checkpoint")
-    return logits, vectors
+    return logits
 
 
 def _rows_through(model, forward, width: int, features: Features, batch_size: int, pad_token_id: int, subset,

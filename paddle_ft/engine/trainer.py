@@ -51,17 +51,11 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
     trial by raising there)."""
     tc = config.train
     objective = objective or Classification(splits.label_names, splits.pad_token_id)
-    plan = plan_run(len(splits.train), tc.batch_size, tc.accumulate_steps, tc.epochs, tc.max_steps,
-                    tc.optimizer.warmup, dist.world_size)
+    plan, sampler = schedule(splits, config, dist)
     opt = Optimization.build(model, tc, plan)
     state = _start(opt, plan, resume_from, dist)
     # DataParallel all-reduces (averages) gradients in backward; it starts from rank 0's weights
     stepped = paddle.DataParallel(opt.model) if dist.active else opt.model
-    # One shuffled order of step batches (all examples of one optimizer step), the same on every rank
-    # thanks to the same seed; each rank takes its share of each micro-batch. Batching by step keeps
-    # k micro-batches of b, or r ranks of b, exactly one batch of k*b (or r*b), grouping included.
-    sampler = TrainBatchSampler(splits.train.lengths, plan.effective_batch_size, config.seed,
-                                config.data.group_by_length, min_batch=dist.world_size)
     speed = Throughput()
     with contextlib.ExitStack() as closing:  # every way out, an exception included, closes the log and the bar
         events = closing.enter_context(run.event_log(state.global_step if resume_from else None)) \
@@ -71,8 +65,8 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
         progress = closing.enter_context(tqdm(total=plan.total_steps, initial=state.global_step, desc="train",
                                               unit="step", disable=None if dist.is_main else True, dynamic_ncols=True))
         signals = closing.enter_context(StopRequests())
-        eta, saved, memory = TrainingEta(planned_work(splits, config, dist), state.global_step), None, \
-            GpuMemory()
+        eta = TrainingEta(planned_work(plan, sampler, splits, config, dist), state.global_step)
+        saved, memory = None, GpuMemory()
         best_dev = None  # the best evaluation's report: the final scoring does not score dev again
         stepped.train()
         for step_batch, end_of_epoch in _steps_left(sampler, state, plan):
@@ -138,22 +132,32 @@ def _steps_left(sampler: TrainBatchSampler, state: TrainState, plan: RunPlan):
             yield step_batches[index], index + 1 == len(step_batches)
 
 
-def planned_work(splits: Splits, config: Config, dist: Distributed = Distributed()) -> StepWork:
-    """The run's work as the ETA costs it: every epoch's step batches, drawn as `train` will draw them (its plan, its
-    sampler), and the dev and test texts it will score."""
+def schedule(splits: Splits, config: Config,
+             dist: Distributed = Distributed()) -> tuple[RunPlan, TrainBatchSampler]:
+    """The run's plan and its order of step batches.
+
+    One shuffled order of step batches (all examples of one optimizer step), the same on every rank thanks to the
+    same seed; each rank takes its share of each micro-batch. Batching by step keeps k micro-batches of b, or r ranks
+    of b, exactly one batch of k*b (or r*b), grouping included."""
     tc = config.train
     plan = plan_run(len(splits.train), tc.batch_size, tc.accumulate_steps, tc.epochs, tc.max_steps,
                     tc.optimizer.warmup, dist.world_size)
-    sampler = TrainBatchSampler(splits.train.lengths, plan.effective_batch_size, config.seed,
-                                config.data.group_by_length, min_batch=dist.world_size)
+    return plan, TrainBatchSampler(splits.train.lengths, plan.effective_batch_size, config.seed,
+                                   config.data.group_by_length, min_batch=dist.world_size)
+
+
+def planned_work(plan: RunPlan, sampler: TrainBatchSampler, splits: Splits, config: Config,
+                 dist: Distributed = Distributed()) -> StepWork:
+    """The run's work as the ETA costs it: every epoch's step batches as `schedule` orders them, and the dev and test
+    texts the run will score."""
     epochs = []
     for epoch in range(plan.epochs):
         sampler.set_epoch(epoch)
         epochs.append(list(sampler))
     lengths = {name: None if (f := getattr(splits, name)) is None else np.asarray(f.lengths)
                for name in ("dev", "test")}
-    return StepWork.plan(epochs, plan.total_steps, np.asarray(splits.train.lengths), tc.batch_size, dist.rank,
-                         dist.world_size, lengths["dev"], lengths["test"], tc.evaluation.every)
+    return StepWork.plan(epochs, plan.total_steps, np.asarray(splits.train.lengths), config.train.batch_size,
+                         dist.rank, dist.world_size, lengths["dev"], lengths["test"], config.train.evaluation.every)
 
 
 def _due(state: TrainState, every: int) -> bool:

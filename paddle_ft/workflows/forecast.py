@@ -19,8 +19,7 @@ from pathlib import Path
 from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.config import load_config
 from paddle_ft.engine.eta import FORWARD_SHARE, WARM_UP_STEPS
-from paddle_ft.engine.plan import plan_run
-from paddle_ft.engine.trainer import planned_work
+from paddle_ft.engine.trainer import planned_work, schedule
 from paddle_ft.log import elapsed
 from paddle_ft.runtime import cpu_model, cpu_speed_flags, usable_cores
 from paddle_ft.text import Truncation
@@ -99,13 +98,12 @@ def forecast(config_path: str, overrides: Sequence[str] = ()) -> Forecast:
     seconds = sum(step_examples / v["samples_per_s"] for v in timed)
     per_token = seconds / sum(v["padded_tokens_per_s"] * step_examples / v["samples_per_s"] for v in timed)
     seen, engine_config = training.as_the_engine_sees(splits, config)
-    tc = engine_config.train
-    plan = plan_run(len(seen.train), tc.batch_size, tc.accumulate_steps, tc.epochs, tc.max_steps, tc.optimizer.warmup)
-    work = planned_work(seen, engine_config)
+    plan, sampler = schedule(seen, engine_config)
+    work = planned_work(plan, sampler, seen, engine_config)
     machine = f"{cpu_model()}, {usable_cores()} cores, {' '.join(cpu_speed_flags()) or 'no AVX2'}"
     return Forecast(len(splits.train), plan.epochs, plan.steps_per_epoch,
-                    per_token * float(work.steps.sum()) / plan.epochs, per_token * FORWARD_SHARE * work.evaluation, len(work.evaluated_after) / plan.epochs,
-                    per_token * FORWARD_SHARE * work.final, peak, machine)
+                    per_token * float(work.steps.sum()) / plan.epochs, per_token * FORWARD_SHARE * work.evaluation,
+                    len(work.evaluated_after) / plan.epochs, per_token * FORWARD_SHARE * work.final, peak, machine)
 
 
 def seconds_per_run(config_path: str, overrides: Sequence[str], train_rows: int | None = None) -> float:
