@@ -171,7 +171,7 @@ def _trimmed_for_the_data(config: dict, notes: list[str], backbone: str, paths: 
     MIN_TRIM_TEXTS texts or more, its copy trimmed to the pieces they use (and the KEEP_TOP most probable others) in a
     folder named after the data, reused when the same texts made it; the config trains on it. The notes, with what was
     done in place of the offer to trim."""
-    from paddle_ft.models.trim import trim_folder, trimmed_from
+    from paddle_ft.models.trim import TRIM_INFO, trim_folder, trimmed_from
     from paddle_ft.tokenization import tokenizer_kind
 
     source, facts = Path(backbone).expanduser(), encoder_facts(Path(backbone).expanduser())
@@ -187,6 +187,9 @@ def _trimmed_for_the_data(config: dict, notes: list[str], backbone: str, paths: 
     digest = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()[:8]
     folder = source.parent / f"{source.name}-trimmed-{Path(paths['train']).stem}-{digest}"
     report = trimmed_from(str(folder))
+    if report is None and (folder.exists() or folder.is_symlink()):  # not a trim of these texts: never replaced
+        raise UserError(f"{folder} exists and is not a trim init made of these texts (no readable "
+                        f"{TRIM_INFO}); move it away, or give --no-trim")
     if report is None:
         log(f"trimming {backbone}'s vocabulary ({facts.vocab:,} rows) to the pieces of your {len(texts):,} texts")
         report = trim_folder(source, texts, folder, KEEP_TOP)

@@ -2,6 +2,7 @@
 import csv
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -380,6 +381,15 @@ def test_init_trims_a_large_sentencepiece_vocabulary_to_enough_texts_and_not_to_
     trimmed = Path(yaml.safe_load((tmp_path / "b.yaml").read_text(encoding="utf-8"))["model"]["backbone"])
     assert trimmed.parent == folder.parent and trimmed.name.startswith(f"{folder.name}-trimmed-reviews-")
     assert trimmed_from(str(trimmed)).texts == 60 and f"model.backbone {trimmed}: " in said
+    # a folder of that name that init did not trim is never replaced
+    shutil.rmtree(trimmed)
+    trimmed.mkdir()
+    (trimmed / "mine.txt").write_text("a user's file\n", encoding="utf-8")
+    assert main(["init", "--train", str(enough), "--backbone", str(folder), "--recipe", "fine_tune", "--no-forecast",
+                 "--output-file", str(tmp_path / "c.yaml")]) == 2
+    assert capsys.readouterr().err == (f"error: {trimmed} exists and is not a trim init made of these texts (no "
+                                       "readable paddle_ft_trim.json); move it away, or give --no-trim\n")
+    assert (trimmed / "mine.txt").read_text(encoding="utf-8") == "a user's file\n" and not (tmp_path / "c.yaml").exists()
     assert main(["init", "--train", str(enough), "--backbone", str(folder), "--no-trim", "--no-forecast",
                  "--recipe", "fine_tune", "--output-file", str(tmp_path / "whole.yaml")]) == 0
     assert yaml.safe_load((tmp_path / "whole.yaml").read_text(encoding="utf-8"))["model"]["backbone"] == str(folder)
