@@ -41,8 +41,11 @@ def non_negative_float(text: str) -> float:
 
 
 def positive_float(text: str) -> float:
-    value = non_negative_float(text)
-    if value == 0:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text[:40]!r}")
     return value
 

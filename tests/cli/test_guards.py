@@ -41,6 +41,14 @@ def model(tmp_path_factory):
     (["serve", "--export", "E", "--port", "70000"], "argument --port: expected a port from 0 to 65535"),
     (["serve", "--export", "E", "--max-wait-ms", "nan"], "expected a finite number >= 0, got 'nan'"),
     (["serve", "--export", "E", "--read-timeout", "-3"], "expected a finite number >= 0"),
+    # issue 63: --budget is minutes, and no budget is zero
+    (["init", "--train", "T", "--budget", "0", "--output-file", "x.yaml"],
+     "argument --budget: expected a finite number > 0, got '0'"),
+    (["cv", "--config", "C", "--budget", "nan"], "argument --budget: expected a finite number > 0, got 'nan'"),
+    (["sweep", "--config", "C", "--space", "S", "--budget", "-5"],
+     "argument --budget: expected a finite number > 0, got '-5'"),
+    (["select-texts", "--model", "M", "--pool", "P", "--count", "0", "--to", "doccano", "--output-file", "t.jsonl"],
+     "argument --count: expected a positive integer, got '0'"),
 ])
 def test_every_numeric_option_is_range_checked_in_one_line(argv, fragment, capsys):
     with pytest.raises(SystemExit) as exited:
