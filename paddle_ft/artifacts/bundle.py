@@ -31,6 +31,7 @@ from paddle_ft.errors import UserError, first_line
 from paddle_ft.io import atomic_directory, write_text_atomically
 from paddle_ft.models.convert import PADDLE_WEIGHTS
 from paddle_ft.models.networks import BERTForTextClassification, float32_state, in_dtypes_of
+from paddle_ft.models.state_file import save_state
 from paddle_ft.tokenization import load_tokenizer
 
 MODEL_STATE = PADDLE_WEIGHTS  # best/'s weights, under PaddleNLP's name
@@ -60,8 +61,7 @@ def save_bundle(directory: Path, model: BERTForTextClassification, tokenizer, me
         raise ValueError(f"the head has {model.classifier.weight.shape[1]} classes, the meta {meta.num_classes}")
     with atomic_directory(directory) as tmp:
         paddlenlp_config(model, meta).save_pretrained(str(tmp))
-        paddle.save(_as_paddlenlp_names(float32_state(model), model.encoder.base_model_prefix),
-                    str(tmp / MODEL_STATE))
+        save_state(_as_paddlenlp_names(float32_state(model), model.encoder.base_model_prefix), tmp / MODEL_STATE)
         tokenizer.save_pretrained(str(tmp))
         LabelMap(meta.labels).save(tmp)
         write_model_meta(meta, tmp)  # last, as it marks the folder as a model

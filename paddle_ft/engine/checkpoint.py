@@ -23,6 +23,7 @@ from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_directory, file_sha256
 from paddle_ft.models.convert import PADDLE_WEIGHTS
 from paddle_ft.models.networks import in_dtypes_of
+from paddle_ft.models.state_file import save_state
 
 TRAINER_STATE = "trainer_state.json"
 CHECKSUMS = "checksums.json"
@@ -116,9 +117,9 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, 
     """Write step-N atomically; `rng_states` holds one entry per rank (default: this process's)."""
     final = checkpoints_dir / f"step-{state.global_step}"
     with atomic_directory(final) as tmp:
-        paddle.save(model.state_dict(), str(tmp / PADDLE_WEIGHTS))
-        paddle.save(_rename_keys(optimizer.state_dict(), _internal_to_structured(model)), str(tmp / "optimizer.pdopt"))
-        paddle.save(scheduler.state_dict(), str(tmp / "scheduler.pdparams"))
+        save_state(model.state_dict(), tmp / PADDLE_WEIGHTS)  # one tensor copied at a time (paddle.save: all)
+        save_state(_rename_keys(optimizer.state_dict(), _internal_to_structured(model)), tmp / "optimizer.pdopt")
+        save_state(scheduler.state_dict(), tmp / "scheduler.pdparams")
         (tmp / "scaler.pdparams").write_bytes(pickle.dumps(scaler.state_dict()))  # {} when loss scaling is off
         rng_states = rng_states or [capture_rng()]
         (tmp / "rng.pdstate").write_bytes(pickle.dumps(rng_states))  # paddle.load cannot read these types back

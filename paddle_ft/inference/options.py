@@ -24,6 +24,10 @@ class PredictOptions:
     """Paddle Inference's oneDNN kernels on CPU."""
     gpu_id: int = 0
     use_tensorrt: bool = False
+    warm_up: bool = True
+    """Open the engines at load and run each padded width once, so that the first calls pay no allocation (a
+    server's, a long-lived Classifier's). False: where a route kept from an earlier load says which engine runs
+    which calls, each engine opens at its first call and one no call uses is never loaded (a one-off `predict`)."""
     # the answers, per call
     batch_size: int = 32
     """Texts per engine call."""

@@ -233,7 +233,6 @@ def cache_file(export_files: list[Path], threads: int | None) -> Path | None:
     uses. The files count by path, size and modification time: a new export, or a copy, is measured afresh. None
     where there is no home folder to keep it in."""
     import onnxruntime
-    import paddle
 
     from paddle_ft.runtime import SHARED_SPIN_MS, cpu_identity, usable_cores
 
@@ -242,10 +241,25 @@ def cache_file(export_files: list[Path], threads: int | None) -> Path | None:
         return None
     files = [(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in export_files]
     key = json.dumps({"files": files, "cpu": cpu_identity(), "threads": threads, "cores": usable_cores(),
-                      "versions": [paddle.__version__, onnxruntime.__version__], "calls": MEASURED_CALLS,
+                      "versions": [_paddle_version(), onnxruntime.__version__], "calls": MEASURED_CALLS,
                       "rules": [PASSES, MAX_ROUNDS, PASS_BUDGET_S, BURST, STOP_AFTER_S, LONG_CALL_S,
                                 SHARED_SPIN_MS]})
     return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+
+
+def _paddle_version() -> str:
+    """The installed Paddle's version, from its package's metadata: importing paddle only to ask would load it (a
+    second and ~250 MB) for a route that may never call it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for package in ("paddlepaddle", "paddlepaddle-gpu"):
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            continue
+    import paddle  # a build installed some other way
+
+    return paddle.__version__
 
 
 def read_cached(path: Path | None) -> Route | None:
@@ -278,9 +292,13 @@ class Engines:
     (or only one can run the request), else (`auto`) the CPU fp32 engines, timed on this export at load, or the
     route measured at an earlier load of it (the cache), keeping only the engines the route calls."""
 
-    def __init__(self, engines: dict[str, Engine], route: Route, pad_token_id: int, max_length: int):
+    def __init__(self, engines: dict[str, Engine], route: Route, pad_token_id: int, max_length: int,
+                 openers: dict[str, Callable[[], Engine]] | None = None):
+        """`engines`: the open ones; `openers`: how to open each other engine the route may call, at its first call
+        (`PredictOptions.warm_up` False)."""
         self.pad_token_id, self.max_length = pad_token_id, max_length
         self.engines, self.route = engines, route
+        self.openers = openers or {}
 
     @property
     def route(self) -> Route:
@@ -324,8 +342,12 @@ class Engines:
         if cached and not set(cached.engines) <= {AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN}:
             cached = None  # kept by another version of paddle_ft, with other engines: measured again
         names = cached.engines if cached else (AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN)
-        engines = {name: onnxruntime_engine(export_dir, options.cpu_threads, spinning=len(names) == 1)
-                   if name == AUTO_ORT else paddle(name == AUTO_ONEDNN) for name in names}
+        openers = {name: partial(onnxruntime_engine, export_dir, options.cpu_threads, spinning=len(names) == 1)
+                   if name == AUTO_ORT else partial(paddle, name == AUTO_ONEDNN) for name in names}
+        if cached and not options.warm_up:  # each engine at its first call: 3 texts of a 12-layer export, which
+            # the route sends to one engine, loaded one copy of the weights (1.2 GB peak) instead of two (2.3 GB)
+            return cls({}, cached, pad_id, max_length, openers)
+        engines = {name: open_engine() for name, open_engine in openers.items()}
         opened = cls(engines, cached or single_route(names[0]), pad_id, max_length)
         opened.warm_up(cls_id)
         if cached is None:
@@ -361,7 +383,9 @@ class Engines:
         help, and the extra tokens would only cost it time."""
         from paddle_ft.runtime import share_cores_with_other_engines
 
-        if engine != AUTO_ORT and len(self.engines) > 1:
+        if engine not in self.engines:
+            self.engines[engine] = self.openers.pop(engine)()
+        if engine != AUTO_ORT and len(self.route.engines) > 1:
             share_cores_with_other_engines()  # Paddle's threads would spin on into ONNX Runtime's next call
         width = input_ids.shape[1]
         target = min(-(-width // WIDTH_STEP) * WIDTH_STEP, max(width, self.max_length))

@@ -13,6 +13,7 @@ from paddle_ft.errors import ConfigError, first_line
 from paddle_ft.io import atomic_directory
 from paddle_ft.models.convert import PADDLE_WEIGHTS, SAFETENSORS, cached_conversion, is_hf_folder, read_safetensors
 from paddle_ft.models.networks import float32_state, in_dtypes_of
+from paddle_ft.models.state_file import save_state
 from paddle_ft.models.trim import TRIM_INFO
 
 WEIGHT_FILES = (PADDLE_WEIGHTS, SAFETENSORS)
@@ -158,15 +159,13 @@ def save_backbone(directory: Path, model, tokenizer) -> None:
     """A pretrained model (`MaskedLanguageModel` or `ReplacedTokenDetection`) as a PaddleNLP folder that
     `model.backbone` loads: the encoder's config and weights and the tokenizer; the rest (the masked-LM head, or
     ELECTRA's generator and discriminator head) beside them, for a later continued pretraining."""
-    import paddle
-
     with atomic_directory(directory) as tmp:
         encoder = model.encoder
         encoder.config.architectures = [type(encoder).__name__]
         encoder.config.save_pretrained(str(tmp))
-        paddle.save(float32_state(encoder), str(tmp / WEIGHT_FILES[0]))
+        save_state(float32_state(encoder), tmp / WEIGHT_FILES[0])
         head = {k: v for k, v in float32_state(model).items() if not k.startswith("encoder.")}
-        paddle.save(head, str(tmp / PRETRAINING_HEAD))
+        save_state(head, tmp / PRETRAINING_HEAD)
         tokenizer.save_pretrained(str(tmp))
 
 

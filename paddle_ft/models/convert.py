@@ -23,6 +23,7 @@ import numpy as np
 
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_directory
+from paddle_ft.models.state_file import save_state
 from paddle_ft.tokenization import load_tokenizer
 
 SAFETENSORS, TORCH_BIN = "model.safetensors", "pytorch_model.bin"
@@ -114,7 +115,7 @@ def convert_hf_folder(source: Path, output: Path) -> dict:
     report = {"source": str(source), "family": family, "converted": len(state), "left_out": left_out}
     with atomic_directory(output) as tmp:
         (tmp / "config.json").write_text(json.dumps(paddle_config, indent=2), encoding="utf-8")
-        paddle.save(state, str(tmp / PADDLE_WEIGHTS))
+        save_state(state, tmp / PADDLE_WEIGHTS)
         tokenizer.save_pretrained(str(tmp))
         (tmp / CONVERSION_INFO).write_text(json.dumps(report, indent=2), encoding="utf-8")  # last: it is complete
     return report

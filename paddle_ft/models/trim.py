@@ -19,6 +19,7 @@ import numpy as np
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_directory
 from paddle_ft.models.convert import PADDLE_WEIGHTS, SAFETENSORS, is_hf_folder, read_safetensors
+from paddle_ft.models.state_file import save_state
 from paddle_ft.tokenization import SentencePieceTokenizer, load_tokenizer, tokenizer_kind
 from paddle_ft.tokenization.sentencepiece import TOKENIZER_JSON
 
@@ -141,5 +142,5 @@ def _write_trimmed_weights(source: Path, target: Path, kept: np.ndarray, rows: i
     import paddle
 
     state = paddle.load(str(source / PADDLE_WEIGHTS))
-    paddle.save({name: paddle.to_tensor(cut(name, np.asarray(tensor))) for name, tensor in state.items()},
-                str(target / PADDLE_WEIGHTS))
+    save_state({name: paddle.to_tensor(cut(name, np.asarray(tensor))) for name, tensor in state.items()},
+               target / PADDLE_WEIGHTS)

@@ -356,7 +356,7 @@ def _config(layout: Layout, paths: dict, splits: dict, counts: Counter, backbone
         optimizer = {**optimizer, "learning_rate": learning_rate_for(facts)}
         if not facts.has_pooler:
             model["pooling"] = "mean"
-        notes += recipe_notes(facts, backbone, paths["train"], optimizer["learning_rate"])
+        notes += recipe_notes(facts, backbone, list(paths.values()), optimizer["learning_rate"])
     metric = "micro_f1" if layout.multi_label else "accuracy"
     kind = "pretrained" if backbone is not None else "scratch"
     fewest = min(counts.values())

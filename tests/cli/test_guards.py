@@ -198,15 +198,15 @@ def test_a_full_disk_while_training_is_one_line_naming_the_resume(tiny_config_ar
 
     import paddle_ft.engine.checkpoint as checkpoint
 
-    real_save, calls = checkpoint.paddle.save, []
+    real_save, calls = checkpoint.save_state, []
 
-    def save_until_full(obj, path, *args, **kwargs):
+    def save_until_full(obj, path):
         calls.append(path)
         if len(calls) > 3:  # the first checkpoint's model, optimizer and scheduler fit; then the disk is full
             raise OSError(errno.ENOSPC, "No space left on device", path)
-        return real_save(obj, path, *args, **kwargs)
+        return real_save(obj, path)
 
-    monkeypatch.setattr(checkpoint.paddle, "save", save_until_full)
+    monkeypatch.setattr(checkpoint, "save_state", save_until_full)
     out = tmp_path / "out"
     assert main(["train", "--config", DEMO, *overrides(tiny_config_args + ["train.checkpoints.every=5"])]) == 2
     one_line_error(capsys, "the disk is full writing", "the last complete checkpoint is intact",

@@ -135,9 +135,10 @@ def test_init_fits_the_recipe_to_a_local_encoder_and_offers_trimming(tmp_path, c
     assert written["model"] == {"backbone": str(folder), "pooling": "mean"}  # e5 has no pooler
     assert written["train"]["optimizer"]["learning_rate"] == 2e-3  # 2 layers, 32 wide
     assert "learning rate 0.002: " in capsys.readouterr().out
-    notes = recipe_notes(EncoderFacts(12, 384, 1536, 250_037, False), "e5", "train.csv", 7e-5)
-    assert any(note.startswith("its embedding table has 250,037 rows") and "trim-vocab --backbone e5 --data train.csv"
-               in note for note in notes)
+    notes = recipe_notes(EncoderFacts(12, 384, 1536, 250_037, False), "e5", ["train.csv", "dev.csv", "test.csv"],
+                         7e-5)
+    assert any(note.startswith("its embedding table has 250,037 rows") and "trim-vocab --backbone e5 --data train.csv "
+               "dev.csv test.csv --output" in note for note in notes)  # every labelled file, not the training one
 
 
 def test_a_few_rows_per_class_get_the_few_shot_recipe_and_descriptions_alone_a_zero_shot_config(tmp_path, capsys):

@@ -178,6 +178,26 @@ def test_auto_sends_each_call_to_its_engine_with_the_probabilities_of_each(expor
                                    atol=1e-5)
 
 
+def test_without_warm_up_an_engine_opens_at_its_first_call_and_one_no_call_uses_is_never_loaded(export, tmp_path,
+                                                                                                 monkeypatch):
+    """A one-off `predict` of a few texts loaded both engines of a kept route, each with its copy of the weights (2.3
+    GB peak at e5-small's full vocabulary, 1.2 GB with the one its calls use)."""
+    monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
+    routing.keep(routing.cache_file(export_files(export), 1), Route(((1, "onnxruntime"), (32, "paddle")), {}))
+    lazy = Predictor(export, PredictOptions(cpu_threads=1, warm_up=False))
+    assert lazy.engines.engines == {}
+    texts = [text for text, _ in synthetic_rows(3, seed=5)]
+    answers = lazy.predict(texts, batch_size=1)
+    assert list(lazy.engines.engines) == ["onnxruntime"]
+    np.testing.assert_allclose(stack_probabilities(answers), stack_probabilities(
+        Predictor(export, PredictOptions(cpu_threads=1)).predict(texts, batch_size=1)), atol=1e-6)
+    lazy.predict(texts * 11, batch_size=32)
+    assert list(lazy.engines.engines) == ["onnxruntime", "paddle"]
+    # with nothing kept, the route is measured at load, on every engine: warm_up=False changes nothing there
+    monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "other-routes"))
+    assert list(Predictor(export, PredictOptions(cpu_threads=1, warm_up=False)).engines.engines) != []
+
+
 def test_auto_shortens_the_openmp_spin_of_the_threads_that_call_paddle_inference(export, tmp_path, monkeypatch):
     """Intel OpenMP keeps Paddle's threads spinning 200 ms after a call, which slowed ONNX Runtime's next calls in
     the same process 2-4x: a thread that runs a Paddle engine of an auto route sets it to SHARED_SPIN_MS."""
