@@ -45,8 +45,6 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from dataclasses import replace
-
     from paddle_ft.inference.options import PredictOptions
 
     options = PredictOptions(args.device, args.threads, args.precision, args.backend, gpu_id=args.gpu_id,
@@ -63,9 +61,8 @@ def main(args) -> int:
         raise UserError("predict reads one --input file; for many (or a glob pattern), add --ray")
     from paddle_ft.workflows.predict_files import predict
 
-    # one pass over the texts: engines open at their first call, and one that no batch goes to is never loaded
-    predict(args.export, args.text, args.text_pair, args.input[0] if args.input else None, args.output_file,
-            replace(options, warm_up=False), args.on_bad_row)
+    predict(args.export, args.text, args.text_pair, args.input[0] if args.input else None, args.output_file, options,
+            args.on_bad_row)
     return 0
 
 

@@ -24,10 +24,12 @@ class PredictOptions:
     """Paddle Inference's oneDNN kernels on CPU."""
     gpu_id: int = 0
     use_tensorrt: bool = False
-    warm_up: bool = True
-    """Open the engines at load and run each padded width once, so that the first calls pay no allocation (a
-    server's, a long-lived Classifier's). False: where a route kept from an earlier load says which engine runs
-    which calls, each engine opens at its first call and one no call uses is never loaded (a one-off `predict`)."""
+    one_off: bool = False
+    """A few calls and done (`predict` of a short input): backend auto measures no route at load and warms no engine
+    up; an engine opens at its first call, one that no call goes to is never loaded, and where no route was kept
+    from an earlier load of the export, ONNX Runtime (the faster on small calls) runs them all. False (a server, a
+    long-lived Classifier): every engine of the route is opened and warmed up at load, the route measured if none
+    is kept."""
     # the answers, per call
     batch_size: int = 32
     """Texts per engine call."""

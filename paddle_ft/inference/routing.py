@@ -229,7 +229,7 @@ def fit_crossover(times: list[dict[str, float]]) -> list[str]:
 def cache_file(export_files: list[Path], threads: int | None) -> Path | None:
     """Where the route measured on these export files, on this CPU with these threads and engine versions, is kept
     (PADDLE_FT_ROUTE_CACHE, default ~/.cache/paddle_ft/routes): a later load of the same export here (the server's
-    restart, each `predict --text`) takes it instead of measuring for seconds again, and loads only the engines it
+    restart, a long `predict`) takes it instead of measuring for seconds again, and loads only the engines it
     uses. The files count by path, size and modification time: a new export, or a copy, is measured afresh. None
     where there is no home folder to keep it in."""
     import onnxruntime
@@ -344,9 +344,10 @@ class Engines:
         names = cached.engines if cached else (AUTO_ORT, AUTO_ONEDNN, AUTO_PLAIN)
         openers = {name: partial(onnxruntime_engine, export_dir, options.cpu_threads, spinning=len(names) == 1)
                    if name == AUTO_ORT else partial(paddle, name == AUTO_ONEDNN) for name in names}
-        if cached and not options.warm_up:  # each engine at its first call: 3 texts of a 12-layer export, which
-            # the route sends to one engine, loaded one copy of the weights (1.2 GB peak) instead of two (2.3 GB)
-            return cls({}, cached, pad_id, max_length, openers)
+        if options.one_off:  # 3 texts of e5-small at its full vocabulary: 2.3 GB and 4 s with the kept route's
+            # two engines opened and warmed up, 1.2 GB and 2.5 s with the one its calls use; 2.7 GB and 14 s where
+            # the route was measured first
+            return cls({}, cached or single_route(AUTO_ORT), pad_id, max_length, openers)
         engines = {name: open_engine() for name, open_engine in openers.items()}
         opened = cls(engines, cached or single_route(names[0]), pad_id, max_length)
         opened.warm_up(cls_id)

@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from paddle_ft.artifacts.export_folder import program_file, read_export_info
@@ -41,7 +42,8 @@ def predict(export_dir: str, texts: list[str] | None, text_pair: list[str] | Non
             check_texts(text_pair, "--text-pair {}")
     if output_path:
         check_output_file(output_path, "--output-file", {"--input": input_path})
-    predictor = Predictor(export_dir, options)
+    # a short input is done in seconds: measuring the engines first would take longer than the answers
+    predictor = Predictor(export_dir, replace(options, one_off=len(texts) <= LONG_INPUT))
     # without --output-file the answers go to standard output, and the progress to standard error, apart from them
     results = _predicted(predictor, texts, text_pair or None, None if output_path else sys.stderr)
     with atomic_file(output_path) if output_path else contextlib.nullcontext(sys.stdout) as out:

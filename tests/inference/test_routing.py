@@ -178,13 +178,12 @@ def test_auto_sends_each_call_to_its_engine_with_the_probabilities_of_each(expor
                                    atol=1e-5)
 
 
-def test_without_warm_up_an_engine_opens_at_its_first_call_and_one_no_call_uses_is_never_loaded(export, tmp_path,
-                                                                                                 monkeypatch):
-    """A one-off `predict` of a few texts loaded both engines of a kept route, each with its copy of the weights (2.3
-    GB peak at e5-small's full vocabulary, 1.2 GB with the one its calls use)."""
+def test_a_one_off_opens_an_engine_at_its_first_call_and_measures_nothing(export, tmp_path, monkeypatch):
+    """A `predict` of a few texts loaded both engines of a kept route, each with its copy of the weights (2.3 GB peak
+    at e5-small's full vocabulary, 1.2 GB with the one its calls use), or measured a route first (14 s)."""
     monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "routes"))
     routing.keep(routing.cache_file(export_files(export), 1), Route(((1, "onnxruntime"), (32, "paddle")), {}))
-    lazy = Predictor(export, PredictOptions(cpu_threads=1, warm_up=False))
+    lazy = Predictor(export, PredictOptions(cpu_threads=1, one_off=True))
     assert lazy.engines.engines == {}
     texts = [text for text, _ in synthetic_rows(3, seed=5)]
     answers = lazy.predict(texts, batch_size=1)
@@ -193,9 +192,12 @@ def test_without_warm_up_an_engine_opens_at_its_first_call_and_one_no_call_uses_
         Predictor(export, PredictOptions(cpu_threads=1)).predict(texts, batch_size=1)), atol=1e-6)
     lazy.predict(texts * 11, batch_size=32)
     assert list(lazy.engines.engines) == ["onnxruntime", "paddle"]
-    # with nothing kept, the route is measured at load, on every engine: warm_up=False changes nothing there
+    # with no route kept, none is measured (nor kept): ONNX Runtime runs every call
     monkeypatch.setenv(routing.CACHE_VARIABLE, str(tmp_path / "other-routes"))
-    assert list(Predictor(export, PredictOptions(cpu_threads=1, warm_up=False)).engines.engines) != []
+    monkeypatch.setattr(routing, "measure_route", lambda *args: pytest.fail("measured"))
+    unmeasured = Predictor(export, PredictOptions(cpu_threads=1, one_off=True))
+    unmeasured.predict(texts * 11, batch_size=32)
+    assert list(unmeasured.engines.engines) == ["onnxruntime"] and not (tmp_path / "other-routes").exists()
 
 
 def test_auto_shortens_the_openmp_spin_of_the_threads_that_call_paddle_inference(export, tmp_path, monkeypatch):
