@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
+from paddle_ft.data import text_files
 from paddle_ft.errors import DataError, UserError
 from paddle_ft.io import atomic_file
 
@@ -95,12 +96,14 @@ def label_config(label_names: tuple[str, ...], multi_label: bool, text_pair: boo
             f'showInline="true">\n{choices}\n  </Choices>\n</View>\n')
 
 
+LABEL_STUDIO_FIX = "export the Label Studio project as JSON or JSON-MIN"
+
+
 def read_annotations(path: Path, tool: str, from_name: str | None = None) -> tuple[list[Labelled], ImportReport]:
     """The labelled texts of a `tool` export, in its order."""
-    if not path.is_file():
-        raise UserError(f"{path}: file not found")
+    path = text_files.check_readable(path)
     report = ImportReport()
-    rows = _label_studio(path, _json_list(path), from_name, report) if tool == "label-studio" else \
+    rows = _label_studio(path, _json_list(path, "Label Studio", LABEL_STUDIO_FIX), from_name, report) if tool == "label-studio" else \
         _doccano(path, report)
     if not rows:
         raise DataError(str(path), None, f"no labelled task ({report.unlabelled} without an answer): label some in "
@@ -108,15 +111,11 @@ def read_annotations(path: Path, tool: str, from_name: str | None = None) -> tup
     return rows, report
 
 
-def _json_list(path: Path) -> list:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(str(path), getattr(exc, "lineno", None),
-                        f"not JSON ({exc}); export the project as JSON or JSON-MIN") from None
+def _json_list(path: Path, tool: str, fix: str) -> list:
+    data = text_files.read_json(path, fix)
     if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
-        raise DataError(str(path), None, f"a {type(data).__name__} where Label Studio's JSON export is a list of "
-                                         "tasks (objects); export the project as JSON or JSON-MIN")
+        raise DataError(str(path), None, f"a {type(data).__name__} where {tool}'s JSON export is a list of objects; "
+                                         f"{fix}")
     return data
 
 
@@ -257,19 +256,16 @@ def _doccano(path: Path, report: ImportReport) -> list[Labelled]:
     return rows
 
 
+DOCCANO_FIX = "export the doccano project as JSONL"
+
+
 def _doccano_records(path: Path):
     """(line, object) of a JSONL export, or of a JSON list (line: its position)."""
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        yield from enumerate(_json_list(path), start=1)
+    first = next((text for _, text in text_files.text_lines(path) if text.strip()), "")
+    if first.lstrip().startswith("["):
+        yield from enumerate(_json_list(path, "doccano", DOCCANO_FIX), start=1)
         return
-    for line, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise DataError(str(path), line, f"not a JSON object ({exc.msg}); export the project as JSONL") from None
+    for line, record in text_files.json_lines(path, DOCCANO_FIX):
         if not isinstance(record, dict):
-            raise DataError(str(path), line, "not a JSON object; export the project as JSONL")
+            raise DataError(str(path), line, f"not a JSON object; {DOCCANO_FIX}")
         yield line, record

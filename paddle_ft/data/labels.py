@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
+from paddle_ft.data import text_files
 from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.io import write_text_atomically
 
@@ -61,12 +62,8 @@ def resolve_labels(labels: tuple[str, ...] | str | None, train_labels: Iterable[
         if not path.is_file():
             raise ConfigError("data.labels", f"label file {path} not found; give a file with one label per "
                               "line, a list, or null to take labels from train")
-        try:
-            text = path.read_text(encoding="utf-8-sig")  # -sig: a spreadsheet's byte-order mark is not a label
-        except UnicodeDecodeError as exc:
-            raise ConfigError("data.labels", f"label file {path} is not UTF-8 (byte {exc.start}); re-save it as "
-                              "UTF-8") from None
-        return _label_map([line.strip() for line in text.splitlines() if line.strip()], f"the label file {path}")
+        names = [line.strip() for _, line in text_files.text_lines(path) if line.strip()]
+        return _label_map(names, f"the label file {path}")
     if train_labels is None:
         raise ConfigError("data.labels", "needed when there is no training file to take labels from")
     return _label_map(sorted(set(train_labels)), "the training file (data.train)")
@@ -80,20 +77,16 @@ def _label_map(names, source: str) -> LabelMap:
 
 
 def read_label_descriptions(path: str | Path, key: str = "data.label_descriptions") -> dict[str, str]:
-    """{label name: description}, in the file's order, from lines of `name<TAB>description` (UTF-8; blank lines
-    and lines starting with # are skipped). Every problem is one line naming the file and line."""
+    """{label name: description}, in the file's order, from lines of `name<TAB>description` (read by the shared
+    rules of `text_files`: a line starting with # is a label like any other; blank lines are skipped). Every problem
+    is one line naming the file and line."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except FileNotFoundError:
+    if not path.exists():
         raise ConfigError(key, f"{path} does not exist; give a file of a label name, a tab and its description per "
-                          "line") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(key, f"{path} cannot be read as UTF-8 text ({exc.__class__.__name__}); save it as UTF-8")\
-            from None
+                          "line")
     descriptions: dict[str, str] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
+    for number, line in text_files.text_lines(path):
+        if not line.strip():
             continue
         name, tab, description = line.partition("\t")
         name, description = name.strip(), description.strip()

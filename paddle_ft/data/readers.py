@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from paddle_ft.data import text_files
 from paddle_ft.errors import DataError
 from paddle_ft.io import atomic_file
 from paddle_ft.tokenization import NO_TOKEN, without_tokens
@@ -102,9 +103,7 @@ def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozense
                   on_bad_row: str = "error", skip_option: str = "data.on_bad_row=skip"
                   ) -> tuple[list[Example], ReadReport]:
     """All rows of `path`. With `labels`, a row whose label is not in it is a bad row."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(str(path), None, "file not found; check the data path in the config or command")
+    path = text_files.check_readable(path, "check the data path in the config or command")
     report = ReadReport(str(path))
     records = {"tsv": _tsv_records, "csv": _csv_records, "jsonl": _jsonl_records}[fmt]
 
@@ -142,9 +141,7 @@ def read_records(path: str | Path, fmt: str, header: bool = True, on_bad_row: st
     its columns from them); a bad row is a `DataError` naming its line (and `skip_option`, where the caller takes
     one), or with `on_bad_row="skip"` left out. A file of no rows is an error unless `allow_empty` (a review file
     of a run that flagged nothing)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(str(path), None, "file not found")
+    path = text_files.check_readable(path)
     reader = {"tsv": _tsv_records, "csv": _csv_records, "jsonl": _jsonl_records}[fmt]
     records = []
     for line, record in reader(path, Columns(None, None, None, header=header)):
@@ -256,21 +253,13 @@ def _load_with_paddlenlp(rows) -> list[Example]:
 
 
 def _decoded_lines(path: Path) -> Iterator[tuple[int, str | _BadRow]]:
-    """(line number, text) of each non-blank line; undecodable bytes are a bad row. Lines end at b"\n" only."""
-    if not path.is_file():
-        raise DataError(str(path), None, "file not found")
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]  # UTF-8 byte-order mark written by some spreadsheet tools
-            try:
-                text = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as exc:
-                yield number, _BadRow(number, f"bytes that are not UTF-8 at byte {exc.start}; "
-                                              "re-save the file as UTF-8")
-                continue
-            if text.strip():
-                yield number, text
+    """(line number, text) of each non-blank line by the shared rules (`text_files`); undecodable bytes are a bad
+    row."""
+    for number, text in text_files.lines(path):
+        if isinstance(text, text_files.NotUtf8):
+            yield number, _BadRow(number, text.reason)
+        elif text.strip():
+            yield number, text
 
 
 def _tsv_records(path: Path, columns: Columns):
@@ -368,29 +357,17 @@ def _jsonl_records(path: Path, columns: Columns):
             yield number, text
             continue
         try:
-            record = json.loads(text, parse_constant=_refuse_constant)
+            record = text_files.parse_json(text)
         except json.JSONDecodeError as exc:
             yield number, _BadRow(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
             continue
-        except ValueError as exc:  # NaN/Infinity (from _refuse_constant), or an integer Python will not convert
-            reason = str(exc) if isinstance(exc, _RefusedConstant) else "an integer of more digits than can be read"
-            yield number, _BadRow(number, f"not usable JSON ({reason})")
-            continue
-        except RecursionError:
-            yield number, _BadRow(number, "JSON nested too deeply")
+        except ValueError as exc:  # NaN/Infinity, a key twice, an integer Python will not convert, deep nesting
+            yield number, _BadRow(number, f"not usable JSON ({exc})")
             continue
         if not isinstance(record, dict):
             yield number, _BadRow(number, "expected a JSON object per line")
             continue
         yield number, record
-
-
-class _RefusedConstant(ValueError):
-    pass
-
-
-def _refuse_constant(name: str):
-    raise _RefusedConstant(f"{name} is not a text or a label")
 
 
 def _to_example(line: int, record, columns: Columns, labels: frozenset[str] | None) -> Example:

@@ -17,7 +17,7 @@ from paddle_ft.data.annotation import Labelled, Task, read_annotations, write_ta
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.readers import (Columns, Example, format_of, one_line, read_examples, read_records, read_texts,
                                     write_records)
-from paddle_ft.errors import UserError
+from paddle_ft.errors import DataError, UserError
 from paddle_ft.io import atomic_file, check_output_file
 from paddle_ft.log import LONG_INPUT, Progress, log
 
@@ -193,12 +193,29 @@ def _texts_to_label(path: Path, bundle: Bundle) -> tuple[list[Example], list[dic
     if records and all(key in records[0][1] for key in (FILE, LINE, SUGGESTED, DECISION)):  # a label-issues review
         examples = [Example(r[meta.text_column], r.get(meta.text_pair_column) if meta.text_pair_column else None,
                             None, line) for line, r in records]
-        fields = [{FILE: r[FILE], LINE: int(r[LINE]), "given": r[meta.label_column], SUGGESTED: r[SUGGESTED],
-                   "confidence": float(r["confidence"])} for _, r in records]
-        return examples, fields
+        return examples, [_review_fields(path, line, r, meta.label_column) for line, r in records]
     texts, pairs, lines = read_texts(path, meta.text_column, meta.text_pair_column, header=meta.header)
     return ([Example(text, pairs[i] if pairs else None, None, line) for i, (text, line) in enumerate(zip(texts, lines))],
             [{"line": line} for line in lines])
+
+
+def _review_fields(path: Path, line: int, record: dict, label_column: str) -> dict:
+    """What a label-issues review row's task carries back, its cells checked (the review is the user's to edit)."""
+    missing = [name for name in (label_column, "confidence") if name not in record]
+    if missing:
+        raise DataError(str(path), line, f"a label-issues review row without the column '{missing[0]}'; write the "
+                                         "review again with label-issues")
+    try:
+        number, confidence = int(record[LINE]), float(record["confidence"])
+    except ValueError:
+        raise DataError(str(path), line, f"'{LINE}' must be a line number and 'confidence' a number (found "
+                                         f"{record[LINE]!r}, {record['confidence']!r}); restore them as label-issues "
+                                         "wrote them") from None
+    if number < 1 or not 0 <= confidence <= 1:
+        raise DataError(str(path), line, f"'{LINE}' {number} or 'confidence' {confidence} out of range (a line from "
+                                         "1, a probability from 0 to 1); restore them as label-issues wrote them")
+    return {FILE: record[FILE], LINE: number, "given": record[label_column], SUGGESTED: record[SUGGESTED],
+            "confidence": confidence}
 
 
 def _labelled_texts(model_dir: Path, bundle: Bundle, given: str | None) -> set[tuple[str, str | None]]:

@@ -158,7 +158,7 @@ def read_rows(path):
 @pytest.mark.parametrize("args, message", [
     (["export-tasks", "--model", "{export}", "--input", "{test}", "--to", "doccano", "--output-file", "{out}"],
      "is an export; give the training run's best/ folder"),
-    (["import-annotations", "{test}", "--from", "doccano", "--output-file", "{out}"], "not a JSON object"),
+    (["import-annotations", "{test}", "--from", "doccano", "--output-file", "{out}"], "not valid JSON"),
     (["import-annotations", "{tasks}", "--from", "label-studio", "--output-file", "{tmp}/x.json"], "cannot tell the format"),
 ])
 def test_bad_input_is_one_line(trained, tmp_path, capsys, args, message):

@@ -117,7 +117,8 @@ def test_csv_undecodable_bytes_and_duplicate_header(tmp_path):
     ('{"text": "x", "label": Infinity}', "not usable JSON (Infinity is not a text or a label)"),
     ('{"text": "\\ud800", "label": "正面"}', "column 'text' holds bytes that are not UTF-8 or a lone surrogate"),
     ('{"text": ' + "7" * 5000 + ', "label": "正面"}', "not usable JSON (an integer of more digits than can be read)"),
-    ('{"text": ' + "[" * 5000 + "]" * 5000 + "}", "JSON nested too deeply"),
+    ('{"text": ' + "[" * 5000 + "]" * 5000 + "}", "not usable JSON (JSON nested too deeply)"),
+    ('{"text": "x", "label": "正面", "text": "y"}', "not usable JSON (the key 'text' is given twice in one object)"),
 ])
 def test_hostile_jsonl_rows_are_bad_rows_with_their_line(tmp_path, line, reason):
     path = write_bytes(tmp_path, ('{"text": "好", "label": "正面"}\n' + line + "\n").encode(), "d.jsonl")
