@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Iterable
 
 from paddle_ft.data import text_files
-from paddle_ft.errors import ConfigError, UserError
+from paddle_ft.errors import ConfigError, DataError, UserError
 from paddle_ft.io import write_text_atomically
 
 LABEL_MAP_FILE = "label_map.json"
@@ -62,7 +62,10 @@ def resolve_labels(labels: tuple[str, ...] | str | None, train_labels: Iterable[
         if not path.is_file():
             raise ConfigError("data.labels", f"label file {path} not found; give a file with one label per "
                               "line, a list, or null to take labels from train")
-        names = [line.strip() for _, line in text_files.text_lines(path) if line.strip()]
+        try:
+            names = [line.strip() for _, line in text_files.text_lines(path) if line.strip()]
+        except DataError as exc:
+            raise ConfigError("data.labels", str(exc)) from None
         return _label_map(names, f"the label file {path}")
     if train_labels is None:
         raise ConfigError("data.labels", "needed when there is no training file to take labels from")

@@ -16,7 +16,7 @@ from typing import Iterator
 from paddle_ft.data import text_files
 from paddle_ft.errors import DataError
 from paddle_ft.io import atomic_file
-from paddle_ft.tokenization import NO_TOKEN, without_tokens
+from paddle_ft.tokenization import NO_TOKEN, readable, without_tokens
 
 FORMATS = ("tsv", "csv", "jsonl")
 MAX_SKIPPED_SHARE = 0.05
@@ -100,9 +100,9 @@ def format_of(path: str | Path, default: str | None = None) -> str:
 
 
 def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozenset[str] | None = None,
-                  on_bad_row: str = "error", skip_option: str = "data.on_bad_row=skip"
-                  ) -> tuple[list[Example], ReadReport]:
-    """All rows of `path`. With `labels`, a row whose label is not in it is a bad row."""
+                  on_bad_row: str = "error", skip_option: str | None = None) -> tuple[list[Example], ReadReport]:
+    """All rows of `path`. With `labels`, a row whose label is not in it is a bad row. A bad row is an error naming
+    its line, and `skip_option` (the setting or flag of the caller that leaves bad rows out) where it has one."""
     path = text_files.check_readable(path, "check the data path in the config or command")
     report = ReadReport(str(path))
     records = {"tsv": _tsv_records, "csv": _csv_records, "jsonl": _jsonl_records}[fmt]
@@ -113,8 +113,7 @@ def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozense
                 yield _to_example(line, record, columns, labels)
             except _BadRow as bad:
                 if on_bad_row != "skip":
-                    raise DataError(str(path), bad.line, f"{bad.reason} (fix the row, or use {skip_option} to drop "
-                                                         "bad rows)") from None
+                    raise DataError(str(path), bad.line, bad.reason + _fix(skip_option)) from None
                 report.skipped.append((bad.line, bad.reason))
 
     examples = _load_with_paddlenlp(rows)
@@ -125,13 +124,17 @@ def read_examples(path: str | Path, fmt: str, columns: Columns, labels: frozense
     return examples, report
 
 
-def _check_skipped_share(path: Path, skipped: list[tuple[int, str]], kept: int, skip_option: str) -> None:
+def _fix(skip_option: str | None) -> str:
+    return f" (fix the row, or use {skip_option} to drop bad rows)" if skip_option else " (fix the row or remove it)"
+
+
+def _check_skipped_share(path: Path, skipped: list[tuple[int, str]], kept: int, skip_option: str | None) -> None:
     """More bad rows than MAX_SKIPPED_SHARE of a file's rows is not a few bad rows but a wrong file: an error at the
     first of them."""
     if len(skipped) > MAX_SKIPPED_SHARE * (kept + len(skipped)):
         line, reason = min(skipped)
         raise DataError(str(path), line, f"{reason}; {len(skipped)} of {kept + len(skipped)} rows are bad, more than "
-                        f"{skip_option} drops ({MAX_SKIPPED_SHARE:.0%}): is the file in another format or delimiter? "
+                        f"{skip_option or 'skipping bad rows'} drops ({MAX_SKIPPED_SHARE:.0%}): is the file in another format or delimiter? "
                         "Fix the file")
 
 
@@ -148,8 +151,7 @@ def read_records(path: str | Path, fmt: str, header: bool = True, on_bad_row: st
         if isinstance(record, _BadRow):
             if on_bad_row == "skip":
                 continue
-            fix = f" (fix the row, or use {skip_option} to drop bad rows)" if skip_option else ""
-            raise DataError(str(path), record.line, record.reason + fix)
+            raise DataError(str(path), record.line, record.reason + _fix(skip_option))
         records.append((line, record))
     if not records and not allow_empty:
         raise DataError(str(path), None, "no rows in the file (a header and at least one row are needed)")
@@ -157,7 +159,7 @@ def read_records(path: str | Path, fmt: str, header: bool = True, on_bad_row: st
 
 
 def read_texts(path: Path, text_column: str = "text", text_pair_column: str | None = None, on_bad_row: str = "error",
-               skipped: list | None = None, skip_option: str = "data.on_bad_row=skip", header: bool = True
+               skipped: list | None = None, skip_option: str | None = None, header: bool = True
                ) -> tuple[list[str], list[str] | None, list[int]]:
     """Texts of a .txt file (one per non-blank line) or of the text column of a .tsv/.csv/.jsonl file, the second
     texts of its pair column when one is named, and the line each text came from. A .txt line ends at a line
@@ -186,7 +188,7 @@ def read_texts(path: Path, text_column: str = "text", text_pair_column: str | No
     return texts, pairs, lines
 
 
-def _texts_of(path: Path, columns: Columns, on_bad_row: str, bad: list[tuple[int, str]], skip_option: str):
+def _texts_of(path: Path, columns: Columns, on_bad_row: str, bad: list[tuple[int, str]], skip_option: str | None):
     if path.suffix.lower() in (".tsv", ".csv", ".jsonl"):
         examples, report = read_examples(path, format_of(path), columns, on_bad_row=on_bad_row,
                                          skip_option=skip_option)
@@ -375,6 +377,9 @@ def _to_example(line: int, record, columns: Columns, labels: frozenset[str] | No
         raise record
     text = _field(record, columns.text, line)
     pair = _field(record, columns.text_pair, line) if columns.text_pair else None
+    for column, value in ((columns.text, text), (columns.text_pair, pair)):
+        if value is not None and not readable(value):  # one rule for every reader of rows: train, eval, cv, ...
+            raise _BadRow(line, f"the text in column '{column}' {NO_TOKEN}")
     label = None
     if columns.label is not None and columns.label_delimiter is not None:
         label = _label_set(record, columns, line, labels)

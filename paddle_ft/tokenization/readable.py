@@ -11,7 +11,8 @@ from typing import Sequence
 from paddle_ft.errors import UserError
 
 NO_TOKEN = ("holds no character the model reads (no letter, digit, punctuation or symbol: it is empty, or only "
-            "blanks, control or format characters); give it at least one")
+            "blanks, control, format or unassigned characters, as an emoji newer than this Python's Unicode tables "
+            "is); give it at least one")
 _READABLE = "LNPS"  # the Unicode categories of letters, numbers, punctuation and symbols
 
 

@@ -37,6 +37,9 @@ def format_of_split(data: DataConfig, path: str) -> str:
     return data.format or format_of(path, "tsv")
 
 
+SKIP_SETTING = "data.on_bad_row=skip"
+
+
 def read_dataset(data: DataConfig, task: str = "single_label") -> Dataset:
     """Read every configured split; labels come from `data.labels` or from train."""
     columns = Columns.of(data, task == "multi_label")
@@ -44,7 +47,7 @@ def read_dataset(data: DataConfig, task: str = "single_label") -> Dataset:
     if data.train is not None:
         examples["train"], report = read_examples(
             data.train, format_of_split(data, data.train), columns, frozenset(given.names) if given else None,
-            data.on_bad_row)
+            data.on_bad_row, SKIP_SETTING)
         log(report.summary())
     label_map = given or resolve_labels(None, [name for e in examples.get("train", []) for name in e.label_names]
                                         or None)
@@ -52,7 +55,7 @@ def read_dataset(data: DataConfig, task: str = "single_label") -> Dataset:
         path = getattr(data, split)
         if path is not None:
             examples[split], report = read_examples(path, format_of_split(data, path), columns,
-                                                    frozenset(label_map.names), data.on_bad_row)
+                                                    frozenset(label_map.names), data.on_bad_row, SKIP_SETTING)
             log(report.summary())
     paths = {split: getattr(data, split) for split in examples}
     if data.label_hierarchy is not None:

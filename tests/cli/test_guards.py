@@ -162,7 +162,7 @@ def test_unreadable_configs_are_one_line(tmp_path, content, fragment, capsys):
 
 
 @pytest.mark.parametrize("labels, fragment", [
-    (b"\xff\xfe\n", "config key 'data.labels': label file {p} is not UTF-8"),
+    (b"\xff\xfe\n", "config key 'data.labels': {p}:1: bytes that are not UTF-8 at byte 0; re-save the file as UTF-8"),
     ("正面\n正面\n".encode(), "config key 'data.labels': the label file {p}: duplicate label names"),
     ("正面\n".encode(), "config key 'data.labels': the label file {p}: a classifier needs at least 2 labels"),
 ])

@@ -34,7 +34,7 @@ def test_an_unknown_label_first_points_at_data_labels(tmp_path):
     path = write_tsv(tmp_path / "d.tsv", [("好", "正面"), ("还行", "中性")])
     with pytest.raises(DataError, match=r":3: label '中性' is not one of 正面, 负面 \(if it is a real label, add it to "
                                         r"data.labels\) \(fix the row, or use data.on_bad_row=skip"):
-        read_examples(path, "tsv", Columns(), frozenset({"正面", "负面"}))
+        read_examples(path, "tsv", Columns(), frozenset({"正面", "负面"}), skip_option="data.on_bad_row=skip")
 
 
 def test_a_package_past_its_pin_is_one_line_with_the_command_that_fixes_it(monkeypatch, capsys):

@@ -11,7 +11,7 @@ LABELS = frozenset({"负面", "正面"})
 
 
 def read(path, fmt="tsv", columns=COLUMNS, labels=LABELS, on_bad_row="error"):
-    return read_examples(path, fmt, columns, labels, on_bad_row)
+    return read_examples(path, fmt, columns, labels, on_bad_row, "data.on_bad_row=skip")
 
 
 def write_bytes(tmp_path, data: bytes, name="d.tsv"):

@@ -78,10 +78,24 @@ def test_a_file_line_the_model_reads_as_nothing_is_named_by_file_and_line(export
     assert (code, records, err) == (2, [], f"error: {path}:2: the text {NO_TOKEN}; fix the line or remove it\n")
 
 
-def test_a_training_row_the_model_reads_as_nothing_is_named_by_file_and_line(tiny_config_args, tmp_path, capsys):
+@pytest.mark.parametrize("command", ["train", "eval", "label-issues", "export-tasks"])
+def test_a_row_the_model_reads_as_nothing_is_named_by_file_and_line_by_every_reader_of_rows(
+        command, tiny_config_args, export_dir, tmp_path, capsys):
+    """Issue 64, root 7: eval scored zero-width and control-only rows that train refused. The rule now sits in the
+    reader of labelled rows itself, so every command that reads them refuses alike."""
     bad = write_tsv(tmp_path / "bad.tsv", [("好棒", "正面"), ("\u200b\x01", "负面"), ("差", "负面")])
-    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + [f"data.train={bad}"])]) == 2
-    assert capsys.readouterr().err == f"error: {bad}:3: the text {NO_TOKEN}; fix the row or remove it\n"
+    model = export_dir.parent / "best"
+    args = {"train": ["train", "--config", DEMO, *overrides(tiny_config_args + [f"data.train={bad}"])],
+            "eval": ["eval", "--model", str(model), "--data", str(bad)],
+            "label-issues": ["label-issues", "--config", DEMO, *overrides(tiny_config_args + [f"data.train={bad}"]),
+                             "--output", str(tmp_path / "issues")],
+            "export-tasks": ["export-tasks", "--model", str(model), "--input", str(bad), "--to", "doccano",
+                             "--output-file", str(tmp_path / "tasks.jsonl")]}[command]
+    assert main(args) == 2
+    # the way to leave bad rows out where the command has one (a config's data.on_bad_row), never one it lacks
+    fix = ", or use data.on_bad_row=skip to drop bad rows" if command in ("train", "label-issues") else " or remove it"
+    assert capsys.readouterr().err.endswith(f"error: {bad}:3: the text in column 'text' {NO_TOKEN} (fix the row{fix})"
+                                            "\n")
 
 
 def test_the_python_api_checks_its_arguments_as_the_cli_does(predictor, classifier, export_dir):
