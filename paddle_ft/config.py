@@ -717,6 +717,11 @@ def _prototype_problems(config: Config, where) -> list[ConfigError]:
     if config.data.train is None and config.data.label_descriptions is None and not config.pretrain.corpus:
         problems.append(ConfigError("data.label_descriptions", "is not set and neither is data.train: a prototype "
                                     "head starts from one of them", where("data.label_descriptions")))
+    if config.train.recipe == "few_shot" and config.train.batch_size < 2:  # a batch of one row holds no pair: the
+        # run trained nothing (loss 0.0) and exited 0
+        problems.append(ConfigError("train.batch_size", f"is {config.train.batch_size}, but the few_shot recipe "
+                                    "learns from the pairs of rows within a batch: set 2 or more (init writes 16)",
+                                    where("train.batch_size")))
     return problems
 
 

@@ -96,7 +96,7 @@ def _choose_mkl_path() -> None:
     the CPU has AVX-512 (paddle_ft.kernels.mkl_vendor), else its AVX2 one (MKL_DEBUG_CPU_TYPE=5, ~2.7x the generic
     path's matmuls here). Before MKL loads; a user's MKL_DEBUG_CPU_TYPE wins."""
     global _mkl_path
-    mkl_vendor.opted_out(os.environ)  # a bad value raised on every CPU, not only where it would matter
+    check_environment()  # a bad value raised on every CPU, not only where it would matter
     if cpu_vendor() != "AuthenticAMD" or "MKL_DEBUG_CPU_TYPE" in os.environ or _mkl_path == "avx512":
         return
     _mkl_path = "avx2"
@@ -108,6 +108,12 @@ def _choose_mkl_path() -> None:
         _mkl_path = f"avx2 (not AVX-512: {why_not})"
     os.environ["MKL_DEBUG_CPU_TYPE"] = "5"
     _variables_set.add("MKL_DEBUG_CPU_TYPE")
+
+
+def check_environment() -> None:
+    """The environment variables paddle_ft reads, checked at every entry point (the commands, `train()`, `Predictor`
+    and `Classifier`), so that PADDLE_FT_MKL_AVX512=yes is refused by all alike: a UserError."""
+    mkl_vendor.opted_out(os.environ)
 
 
 def quiet() -> None:

@@ -8,6 +8,7 @@ from typing import Iterable
 from paddle_ft.data import text_files
 from paddle_ft.errors import ConfigError, DataError, UserError
 from paddle_ft.io import write_text_atomically
+from paddle_ft.tokenization.readable import NO_TOKEN, readable
 
 LABEL_MAP_FILE = "label_map.json"
 
@@ -96,6 +97,10 @@ def read_label_descriptions(path: str | Path, key: str = "data.label_description
         if not tab or not name or not description:
             raise UserError(f"{path}:{number}: expected a label name, a tab and a short description of the label "
                             f"(as: 正面<TAB>顾客满意的好评), got {line.strip()[:60]!r}")
+        unreadable = next((what for what, text in (("label name", name), ("description", description))
+                           if not readable(text)), None)
+        if unreadable:  # train would refuse it later, after init had written a config holding it
+            raise UserError(f"{path}:{number}: the {unreadable} {NO_TOKEN}")
         if name in descriptions:
             raise UserError(f"{path}:{number}: label {name!r} is described twice (first on an earlier line); keep one")
         descriptions[name] = description

@@ -18,7 +18,7 @@ from paddle_ft.inference.backends import choose_backend
 from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.routing import Engines
 from paddle_ft.models.hierarchy import Hierarchy
-from paddle_ft.runtime import cpu_supports_bf16, quiet
+from paddle_ft.runtime import check_environment, cpu_supports_bf16, quiet
 from paddle_ft.text import TRUNCATIONS, Truncation, pad_ids, pool_windows, sigmoid, softmax
 from paddle_ft.tokenization import FastTokenizer, check_texts, load_tokenizer
 
@@ -36,6 +36,7 @@ class Predictor:
         request (CPU, fp32, an export with model.onnx), each call on the engine measured fastest at its size) and
         the defaults of `predict` (batch size, truncation, abstain threshold)."""
         quiet()  # as quiet as the command line
+        check_environment()  # refused here as by the commands (the MKL path itself is the process's to choose)
         options = self.options = options or PredictOptions()
         export_dir = self.export_dir = Path(export_dir)
         program = program_file(export_dir)

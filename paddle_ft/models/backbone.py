@@ -152,6 +152,16 @@ def usable_positions(encoder: nn.Layer) -> int:
     return config.max_position_embeddings
 
 
+def positions_in_config(config: dict) -> int:
+    """`usable_positions` read from a folder's config.json (a Hugging Face model_type or PaddleNLP's architectures),
+    for plans made before any model is built (init)."""
+    names = [str(config.get("model_type", "")), *map(str, config.get("architectures") or [])]
+    positions = int(config.get("max_position_embeddings", 512))
+    if any("roberta" in name.lower() for name in names):
+        return positions - int(config.get("pad_token_id") or 0) - 1
+    return positions
+
+
 PRETRAINING_HEAD = "pretraining_head.pdparams"
 
 

@@ -33,7 +33,7 @@ from paddle_ft.data.vocab import character_vocab
 from paddle_ft.errors import DataError, UserError
 from paddle_ft.io import atomic_path, check_output_file, write_text_atomically
 from paddle_ft.log import elapsed, log
-from paddle_ft.models.backbone import is_paddlenlp_name, looks_like_a_path
+from paddle_ft.models.backbone import is_paddlenlp_name, looks_like_a_path, positions_in_config
 from paddle_ft.models.hierarchy import Hierarchy
 from paddle_ft.runtime import cpu_supports_bf16
 from paddle_ft.tokenization import fastest, load_tokenizer
@@ -147,9 +147,14 @@ def write_recipe(request: InitRequest) -> Path:
             _check_zero_shot_labels(paths, splits, descriptions, labels)
             config["data"]["label_descriptions"] = labels
             notes.append(f"each class's prototype starts from its description in {labels}")
-    for key, value in settings.items():
-        set_dotted(config, key, value)
-    _write_checked(target, _header(layout, notes, target), config)
+    try:
+        for key, value in settings.items():
+            set_dotted(config, key, value)
+        _write_checked(target, _header(layout, notes, target), config)
+    except UserError:
+        if backbone is None:  # the scratch encoder's vocabulary, written by this init (one already there is refused
+            vocab_file(target).unlink(missing_ok=True)  # above): a refused init leaves nothing that blocks its rerun
+        raise
     for line in [*layout.reasons, *notes]:
         log(line)
     if backbone is not None and train is not None and request.forecast:
@@ -203,8 +208,13 @@ def _write_checked(target: Path, header: str, config: dict) -> None:
     """The config's YAML at `target`, in place only once train's own reading accepts it."""
     with atomic_path(target) as draft:
         write_text_atomically(draft, header + yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
-        checked = load_config(draft)
-        read_dataset(checked.data, checked.task)
+        try:
+            checked = load_config(draft)
+            read_dataset(checked.data, checked.task)
+        except UserError as exc:  # named after the config it would have been: the draft is gone when this is read
+            raise UserError(f"init wrote nothing: train would refuse this config ("
+                            f"{str(exc).replace(str(draft), str(target))}); change the -o setting or file it names")\
+                from None
 
 
 def _plan_with_the_machine(target: Path, header: str, config: dict, budget_minutes: float | None) -> None:
@@ -291,7 +301,8 @@ def _zero_shot_config(layout: Layout, paths: dict, splits: dict, backbone: str, 
         data["header"] = False
     tokenizer, limit = _backbone_tokenizer(backbone)
     scored = [e for examples in splits.values() for e in examples]
-    max_length, why = (128, "max_length 128: no file to measure the texts by")
+    fallback = min(128, limit)  # the backbone's own limit, where it takes fewer tokens
+    max_length, why = (fallback, f"max_length {fallback}: no file to measure the texts by")
     if scored and tokenizer is not None:
         max_length, why = propose_max_length(_lengths(scored, tokenizer), False, limit, "the texts to score")
     notes.append(why)
@@ -447,7 +458,7 @@ def _backbone_tokenizer(backbone: str):
         return None, 512
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        return load_tokenizer(folder), int(config.get("max_position_embeddings", 512))
+        return load_tokenizer(folder), positions_in_config(config)
     except (OSError, ValueError, UserError) as exc:
         raise UserError(f"--backbone {backbone}: its tokenizer or config.json cannot be read ({exc}); give a "
                         "PaddleNLP or Hugging Face model folder") from None

@@ -109,7 +109,7 @@ def data_record(dataset: Dataset, corrections: str | None) -> dict:
     return files
 
 
-def seal_best(folder: RunFolder, config: Config, data: dict, results: Results, reference: dict) -> None:
+def seal_best(folder: RunFolder, config: Config, data: dict, results: Results, reference: dict | None) -> None:
     """best/'s model card and manifest, once the run has scored it: data, config, seed, scores, and the training
     side of drift (`drift.reference`)."""
     metrics = {split: report for split in ("dev", "test") if (report := getattr(results, split)) is not None}
@@ -118,10 +118,13 @@ def seal_best(folder: RunFolder, config: Config, data: dict, results: Results, r
                                                     "pretrained": pretrained_source(config.model.backbone)})
 
 
-def drift_reference(dataset: Dataset, splits, unk_token_id: int | None) -> dict:
+def drift_reference(dataset: Dataset, splits, unk_token_id: int | None) -> dict | None:
     """The training rows' label shares, text lengths and [UNK] share, for the server's drift gauges (a zero-shot
-    model, trained on no row: those of the split it was scored on)."""
-    name = next(split for split in ("train", "dev", "test") if dataset.examples.get(split))
+    model, trained on no row: those of the split it was scored on; None for one made from its label descriptions
+    alone, which has no rows to compare live texts with: the server's drift gauges then read NaN)."""
+    name = next((split for split in ("train", "dev", "test") if dataset.examples.get(split)), None)
+    if name is None:
+        return None
     rows = dataset.examples[name]
     tokens, _ = unknown_shares(getattr(splits, name).input_ids, unk_token_id)
     return reference([name for e in rows for name in e.label_names], dataset.label_map.names,

@@ -394,3 +394,54 @@ def test_init_trims_a_large_sentencepiece_vocabulary_to_enough_texts_and_not_to_
     assert main(["init", "--train", str(enough), "--backbone", str(folder), "--no-trim", "--no-forecast",
                  "--recipe", "fine_tune", "--output-file", str(tmp_path / "whole.yaml")]) == 0
     assert yaml.safe_load((tmp_path / "whole.yaml").read_text(encoding="utf-8"))["model"]["backbone"] == str(folder)
+
+
+def test_the_readmes_zero_shot_line_with_no_data_file_trains_a_model_that_predicts(tmp_path, capsys):
+    """Issue 64, root 8: `init --labels L --backbone DIR --output-file my.yaml` (README's line, no data file) wrote a
+    config whose train ended in a StopIteration traceback (no split had rows to take the drift reference from)."""
+    from e5_file import tiny_e5_folder
+
+    folder = tiny_e5_folder(tmp_path)
+    labels = tmp_path / "labels.tsv"
+    labels.write_text("差评\t顾客不满意的评价\n好评\t顾客满意的评价\n", encoding="utf-8")
+    config = tmp_path / "zero.yaml"
+    assert main(["init", "--labels", str(labels), "--backbone", str(folder), "--output-file", str(config),
+                 "-o", f"output_dir={tmp_path / 'zero'}"]) == 0
+    assert main(["train", "--config", str(config)]) == 0
+    best = tmp_path / "zero" / "best"
+    manifest = json.loads((best / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["metrics"] == {} and manifest["reference"] is None  # no row scored, none to compare drift with
+    assert main(["export", "--model", str(best), "--output", str(tmp_path / "export")]) == 0
+    capsys.readouterr()
+    assert main(["predict", "--export", str(tmp_path / "export"), "--text", "非常满意"]) == 0
+    assert json.loads(capsys.readouterr().out)["label"] in ("差评", "好评")
+
+
+def test_a_refused_init_leaves_nothing_behind_and_names_no_file_that_is_gone(tmp_path, capsys):
+    """Issue 64, root 8: a refused init named its vanished draft file and left my-vocab.txt, which blocked the rerun."""
+    train = write_reviews(tmp_path / "train.csv", 40)
+    target = tmp_path / "my.yaml"
+    assert main(["init", "--train", str(train), "--output-file", str(target), "-o", "train.epochs=0"]) == 2
+    error = one_line(capsys)
+    assert f"{target}" in error and ".tmp-" not in error and "init wrote nothing" in error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.csv"]
+    assert main(["init", "--train", str(train), "--output-file", str(target)]) == 0  # the rerun is not blocked
+
+
+def test_init_refuses_a_description_the_model_reads_as_nothing_and_few_shot_needs_pairs_in_a_batch(tmp_path, capsys):
+    from e5_file import tiny_e5_folder
+
+    from paddle_ft.tokenization import NO_TOKEN
+
+    folder = tiny_e5_folder(tmp_path)
+    labels = tmp_path / "labels.tsv"
+    labels.write_text("差评\t\u200b\u200b\n好评\t满意\n", encoding="utf-8")
+    assert main(["init", "--labels", str(labels), "--backbone", str(folder), "--output-file",
+                 str(tmp_path / "z.yaml")]) == 2
+    assert one_line(capsys) == f"error: {labels}:1: the description {NO_TOKEN}"
+    train = write_reviews(tmp_path / "train.csv", 20)
+    assert main(["init", "--train", str(train), "--backbone", str(folder), "--output-file", str(tmp_path / "f.yaml"),
+                 "-o", "train.batch_size=1"]) == 2  # a batch of one row holds no pair: the run would learn nothing
+    error = one_line(capsys)
+    assert "config key 'train.batch_size'" in error and "is 1, but the few_shot recipe learns from the pairs of rows " \
+        "within a batch: set 2 or more" in error

@@ -41,6 +41,20 @@ def test_the_command_line_says_a_bad_opt_out_in_one_line_on_any_cpu(monkeypatch,
         "default) or 0 (MKL's AVX2 path there)"]
 
 
+def test_the_python_api_refuses_a_bad_opt_out_as_the_commands_do(monkeypatch, tmp_path):
+    """Issue 64, root 8: PADDLE_FT_MKL_AVX512=yes was refused by the commands and taken by Predictor/Classifier."""
+    from conftest import export_tiny_model
+
+    from paddle_ft import Classifier, train
+    from paddle_ft.inference.predictor import Predictor
+
+    export = export_tiny_model(tmp_path / "model")
+    monkeypatch.setenv(mkl_vendor.OPT_OUT_VARIABLE, "yes")
+    for entry in (lambda: Predictor(export), lambda: Classifier(export), lambda: train(tmp_path / "none.yaml")):
+        with pytest.raises(UserError, match=r"^PADDLE_FT_MKL_AVX512='yes': give 1"):
+            entry()
+
+
 @pytest.fixture
 def amd_cpu(monkeypatch):
     """runtime on an AMD CPU with `flags`, no MKL_DEBUG_CPU_TYPE given, nothing chosen yet; the environment
