@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -80,24 +81,56 @@ _MODES = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CR
 
 def open_own_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8", newline: str | None = None):
     """Open a file paddle_ft keeps under its own name (a lock, a log, metrics.jsonl, a temporary file) for writing:
-    created if missing, and never through a symbolic link. A link planted at that name could point at any file of
-    the user's, which a truncation or a write would destroy (`O_NOFOLLOW`). `mode` is "w", "a" or "r+" (read and
-    write, not truncated), with "b" for bytes (then no `encoding`). A link or a folder in the way is a one-line
-    `UserError` naming the path and what to do."""
+    created if missing, and only where that name holds a regular file of one name. A symbolic link (`O_NOFOLLOW`)
+    or a hard link planted there could be a file of the user's, which a truncation or a write would destroy; a FIFO
+    would hang the command: each is a one-line `UserError` naming the path, and nothing is truncated before the
+    check. `mode` is "w", "a" or "r+" (read and write, not truncated), with "b" for bytes (then no `encoding`)."""
     path = Path(path)
-    try:
-        descriptor = os.open(path, _MODES[mode.replace("b", "")] | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}), where paddle_ft writes a file of its "
-                            "own; it never writes through a link, which could point at a file of yours: remove the "
-                            "link") from None
-        if exc.errno == errno.EISDIR:
-            raise UserError(f"{path} is a folder, where paddle_ft writes a file of its own; move the folder away")
-        raise
+    flags = _MODES[mode.replace("b", "")]
+    descriptor = _open_own(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if flags & os.O_TRUNC:
+        os.ftruncate(descriptor, 0)
     if "b" in mode:
         return os.fdopen(descriptor, mode)
     return os.fdopen(descriptor, mode, encoding=encoding, newline=newline)
+
+
+def read_own_text(path: str | Path) -> str:
+    """The text of a file paddle_ft wrote under its own name (metrics.jsonl, results.json), read only where that
+    name holds a regular file: a FIFO planted there made a resume wait for ever."""
+    descriptor = _open_own(Path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "r", encoding="utf-8") as handle:
+        return handle.read()
+
+
+NOT_REGULAR = "is not a regular file (a pipe, a device or a socket)"
+
+
+def _open_own(path: Path, flags: int) -> int:
+    """A descriptor of `path` opened with `flags` (without blocking on a FIFO), once it is known to be a regular file
+    with no other name; else a one-line UserError."""
+    try:
+        descriptor = os.open(path, flags | os.O_NONBLOCK, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}), where paddle_ft keeps a file of its "
+                            "own; it never writes through a link, which could point at a file of yours: remove the "
+                            "link") from None
+        if exc.errno == errno.EISDIR:
+            raise UserError(f"{path} is a folder, where paddle_ft keeps a file of its own; move the folder away") \
+                from None
+        if exc.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
+            raise UserError(f"{path} {NOT_REGULAR}, where paddle_ft keeps a file of its own; remove it") from None
+        raise
+    info = os.fstat(descriptor)
+    problem = None if stat.S_ISREG(info.st_mode) else NOT_REGULAR
+    if problem is None and info.st_nlink > 1:
+        problem = f"has {info.st_nlink} names (a hard link: the same file as another, which could be yours)"
+    if problem:
+        os.close(descriptor)
+        raise UserError(f"{path} {problem}, where paddle_ft keeps a file of its own; remove it")
+    os.set_blocking(descriptor, True)
+    return descriptor
 
 
 def write_text_atomically(final: str | Path, text: str) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from paddle_ft.artifacts.meta import MODEL_META
 from paddle_ft.errors import UserError
-from paddle_ft.io import write_text_atomically
+from paddle_ft.io import read_own_text, write_text_atomically
 
 CONFIG_FILE, METRICS_FILE, RESULTS_FILE = "config.yaml", "metrics.jsonl", "results.json"
 BEST_DIR, CHECKPOINTS_DIR = "best", "checkpoints"
@@ -112,7 +112,7 @@ class RunFiles:
             raise UserError(f"{self.path} is not a finished training run (no {RESULTS_FILE}); give the output_dir "
                             "of a run that finished, or resume it with -o train.resume=auto")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_own_text(path))
             return Results(int(data["best_step"]), str(data["metric"]), int(data["skipped_steps"]),
                            data.get("dev"), data.get("test"))
         except (OSError, ValueError, KeyError, TypeError):
@@ -122,7 +122,7 @@ class RunFiles:
         """The run's events in order (only those of `kind` when given)."""
         events = []
         try:
-            lines = self.metrics_file.read_text(encoding="utf-8").splitlines()
+            lines = read_own_text(self.metrics_file).split("\n")  # a label may hold U+2028, which splitlines breaks at
         except OSError as exc:
             raise UserError(f"{self.metrics_file} cannot be read ({exc.strerror}); give the output_dir of a training "
                             "run") from None

@@ -260,6 +260,34 @@ def test_a_link_planted_where_training_writes_its_own_file_leaves_the_users_file
     assert users.read_text(encoding="utf-8") == "years of work"
 
 
+@pytest.mark.parametrize("planted", ["lock", "metrics"])
+@pytest.mark.parametrize("kind", ["hard link", "fifo"])
+def test_a_hard_link_or_a_fifo_planted_at_trainings_own_file_is_one_line_and_no_file_is_touched(
+        planted, kind, tiny_config_args, tmp_path, capsys):
+    """Issue 64, root 6: a hard link at .paddle_ft-lock was truncated (and the user's file with it); a FIFO there
+    was a traceback, and at metrics.jsonl a resume that waited for ever."""
+    import threading
+
+    users = tmp_path / "thesis.txt"
+    users.write_text("years of work", encoding="utf-8")
+    run = tmp_path / "out"
+    run.mkdir()
+    (run / OWNER_FILE).write_text(json.dumps({"kind": "train"}), encoding="utf-8")
+    path = run / (LOCK_FILE if planted == "lock" else "metrics.jsonl")
+    os.link(users, path) if kind == "hard link" else os.mkfifo(path)
+    resume = ["-o", "train.resume=auto"] if planted == "metrics" else []
+    outcome = []
+    command = threading.Thread(target=lambda: outcome.append(
+        main(["train", "--config", DEMO, *overrides(tiny_config_args), *resume])), daemon=True)
+    command.start()
+    command.join(timeout=60)
+    assert outcome == [2], "the command hung or went on"
+    line = one_error_line(capsys)
+    what = "has 2 names (a hard link" if kind == "hard link" else "is not a regular file (a pipe, a device or a socket)"
+    assert f"{path} {what}" in line and "where paddle_ft keeps a file of its own; remove it" in line
+    assert users.read_text(encoding="utf-8") == "years of work"
+
+
 def test_a_lock_path_that_is_a_folder_is_one_line(tiny_config_args, tmp_path, capsys):
     (tmp_path / "out" / LOCK_FILE).mkdir(parents=True)
     assert main(["train", "--config", DEMO, *overrides(tiny_config_args)]) == 2
