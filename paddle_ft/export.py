@@ -21,7 +21,7 @@ from paddle_ft.errors import UserError
 from paddle_ft.inference.backends import onnx_export_possible, write_onnx
 from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor
-from paddle_ft.io import atomic_directory, check_output_folder
+from paddle_ft.io import atomic_directory, check_output_folder, claimed
 from paddle_ft.log import native_output_captured
 
 # a warning Paddle's C++ prints on a process's first jit.save of our models (and of others'), which asks nothing of
@@ -48,7 +48,8 @@ def export_model(model_dir: Path, output_dir: Path, tolerance: float = PARITY_TO
     `output_dir` is replaced only when it holds an earlier export and nothing else, and `overwrite` is set.
     """
     check_export_target(Path(output_dir), Path(model_dir), overwrite)
-    with _on_cpu():
+    with claimed(output_dir, "--output"), _on_cpu():  # a second export into it meanwhile is refused, not lost
+        check_export_target(Path(output_dir), Path(model_dir), overwrite)  # as it is now, under the claim
         return _export(Path(model_dir), Path(output_dir), tolerance, onnx)
 
 

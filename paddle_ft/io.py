@@ -207,6 +207,70 @@ def _is_alive(pid: int) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def claimed(final: str | Path, option: str) -> Iterator[Path]:
+    """Holds the name of a command's output (a folder or a file) for this process while it is checked and written:
+    a second paddle_ft process on the same output, even at the same instant, is refused in one line naming the PID
+    that holds it, and checks made inside the block (is it new, or empty?) stay true until the block ends. Two
+    add-class (or export) into one --output both exited 0 with one model lost, as each had checked before the
+    other wrote. The claim is a marker beside the output, `.NAME.claim`, created exclusively (O_EXCL) and holding
+    the PID; one a dead process left is taken over."""
+    final = Path(final)
+    marker = final.with_name(f".{final.name}.claim")
+    mine = final.with_name(f".{final.name}.claim-{os.getpid()}")
+    mine.unlink(missing_ok=True)
+    mine.write_text(f"{os.getpid()}\n", encoding="utf-8")
+    try:
+        for attempt in range(2):
+            try:
+                os.link(mine, marker)  # made whole, PID inside, or not at all: no reader sees an empty claim
+                break
+            except FileExistsError:
+                holder = _claim_holder(marker)
+                if holder is not None and _is_alive(holder):
+                    raise UserError(f"{option} {final} is being written by another paddle_ft process (PID {holder}); "
+                                    "wait for it to finish, or give another path") from None
+                if attempt:
+                    raise UserError(f"{option} {final}: cannot claim it ({marker} is in the way); remove that "
+                                    "file") from None
+                marker.unlink(missing_ok=True)  # left by a process that is gone
+    finally:
+        mine.unlink(missing_ok=True)
+    try:
+        yield final
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+def check_new_output_folder(path: str | Path, option: str, fix: str) -> Path:
+    """A folder a command creates: `check_output_folder`, and new or empty (else a one-line error ending in `fix`)."""
+    target = check_output_folder(path, option)
+    if target.exists() and any(target.iterdir()):
+        raise UserError(f"{option} {target} already exists and is not empty; {fix}")
+    return target
+
+
+@contextlib.contextmanager
+def new_output_folder(path: str | Path, option: str, fix: str) -> Iterator[Path]:
+    """`check_new_output_folder`'s folder, `claimed` for the block: it is still new or empty when the block writes it,
+    and no other paddle_ft process writes it meanwhile. (A command may check early, before minutes of work, too.)"""
+    with claimed(path, option) as target:
+        yield check_new_output_folder(target, option, fix)
+
+
+def is_claim(name: str) -> bool:
+    """Whether `name` is a claim marker of `claimed` (a command writing the output beside it, or one that died)."""
+    return re.fullmatch(r"\..+\.claim(-\d+)?", name) is not None
+
+
+def _claim_holder(marker: Path) -> int | None:
+    try:
+        text = marker.read_text(encoding="utf-8", errors="replace").strip() if marker.is_file() else ""
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
 def check_output_file(path: str | Path, option: str, inputs: dict[str, str | Path] | None = None) -> Path:
     """A file a command will create or overwrite: its folder must exist, it must not be a folder, and it must not be
     one of the command's `inputs` ({option: path}), which it would replace."""

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from paddle_ft.errors import UserError
-from paddle_ft.io import being_written, check_output_folder, open_own_file, write_text_atomically
+from paddle_ft.io import being_written, check_output_folder, is_claim, open_own_file, write_text_atomically
 from paddle_ft.log import log
 
 OWNER_FILE, LOCK_FILE = ".paddle_ft-owner", ".paddle_ft-lock"
@@ -105,7 +105,7 @@ def _check_claimable(folder: Path, kind: str, option: str) -> None:
 def _is_marker(name: str) -> bool:
     """The lock, or the owner marker a racing process is writing this instant (io's atomic write): seen before this
     process takes the lock, that one must be refused as busy, not as foreign."""
-    return name == LOCK_FILE or being_written(name) == OWNER_FILE
+    return name == LOCK_FILE or being_written(name) == OWNER_FILE or is_claim(name)
 
 
 def _lock(folder: Path, kind: str, option: str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paddle_ft.errors import UserError
-from paddle_ft.io import check_output_folder
+from paddle_ft.io import new_output_folder
 from paddle_ft.models.convert import convert_hf_folder, is_hf_folder
 
 
@@ -19,10 +19,8 @@ def main(args) -> int:
     if not is_hf_folder(source):
         raise UserError(f"--from-hf {source} is not a Hugging Face checkpoint folder (config.json with "
                         "model.safetensors or pytorch_model.bin)")
-    check_output_folder(output, "--output")
-    if output.exists() and any(output.iterdir()):
-        raise UserError(f"--output {output} already exists and is not empty; convert into a new folder")
-    report = convert_hf_folder(source, output)
+    with new_output_folder(output, "--output", "convert into a new folder"):
+        report = convert_hf_folder(source, output)
     print(f"converted {report['converted']} tensors of {source} into {output} (left out: "
           f"{', '.join(report['left_out']) or 'nothing'}); use it with -o model.backbone={output}")
     return 0

@@ -20,7 +20,7 @@ from xml.sax.saxutils import quoteattr
 
 from paddle_ft.data import text_files
 from paddle_ft.errors import DataError, UserError
-from paddle_ft.io import atomic_file
+from paddle_ft.io import atomic_file, claimed
 
 TOOLS = ("label-studio", "doccano")
 FROM_NAME, TO_NAME = "label", "text"  # the control and object tags of the labelling config written with the tasks
@@ -75,11 +75,13 @@ def write_tasks(path: Path, tool: str, tasks: list[Task], label_names: tuple[str
                 "predictions": [{"model_version": MODEL_VERSION, "score": round(t.score, 6), "result": [
                     {"from_name": FROM_NAME, "to_name": TO_NAME, "type": "choices",
                      "value": {"choices": list(t.labels)}}]}]} for t in tasks]
-    with atomic_file(path) as out:
-        json.dump(records, out, ensure_ascii=False, indent=1)
     config = label_config_path(path)
-    with atomic_file(config) as out:
-        out.write(label_config(label_names, multi_label, any(t.text_pair is not None for t in tasks)))
+    with claimed(path, "--output-file"):  # the pair is written by one process at a time
+        check_tasks_output(path, tool)
+        with atomic_file(path) as out:
+            json.dump(records, out, ensure_ascii=False, indent=1)
+        with atomic_file(config) as out:
+            out.write(label_config(label_names, multi_label, any(t.text_pair is not None for t in tasks)))
     return [path, config]
 
 
@@ -87,11 +89,30 @@ def label_config_path(tasks_path: Path) -> Path:
     return tasks_path.with_name(tasks_path.stem + ".label_config.xml")
 
 
+def check_tasks_output(path: Path, tool: str) -> None:
+    """The file Label Studio's tasks are written to names a second one, its labelling config, which the user did not
+    name: it may replace only a config paddle_ft wrote (a user's own user.label_config.xml was replaced)."""
+    config = label_config_path(path)
+    if tool != "label-studio" or not (config.exists() or config.is_symlink()):
+        return
+    try:
+        ours = config.is_file() and not config.is_symlink() and \
+            config.read_text(encoding="utf-8").startswith(_LABEL_CONFIG_START)
+    except (OSError, UnicodeDecodeError):
+        ours = False
+    if not ours:
+        raise UserError(f"--output-file {path}: its labelling config goes to {config}, which holds a file paddle_ft "
+                        "did not write; move that file away, or give the tasks another name")
+
+
+_LABEL_CONFIG_START = f'<View>\n  <Text name="{TO_NAME}" value="${TEXT_KEY}"/>'  # how every config written starts
+
+
 def label_config(label_names: tuple[str, ...], multi_label: bool, text_pair: bool) -> str:
     """Label Studio's labelling config for these tasks: paste it in the project's Settings > Labeling Interface."""
     choices = "\n".join(f"    <Choice value={quoteattr(name)}/>" for name in label_names)
     pair = f'\n  <Text name="{PAIR_KEY}" value="${PAIR_KEY}"/>' if text_pair else ""
-    return (f'<View>\n  <Text name="{TO_NAME}" value="${TEXT_KEY}"/>{pair}\n'
+    return (f'{_LABEL_CONFIG_START}{pair}\n'
             f'  <Choices name="{FROM_NAME}" toName="{TO_NAME}" choice="{"multiple" if multi_label else "single"}" '
             f'showInline="true">\n{choices}\n  </Choices>\n</View>\n')
 
@@ -103,8 +124,10 @@ def read_annotations(path: Path, tool: str, from_name: str | None = None) -> tup
     """The labelled texts of a `tool` export, in its order."""
     path = text_files.check_readable(path)
     report = ImportReport()
-    rows = _label_studio(path, _json_list(path, "Label Studio", LABEL_STUDIO_FIX), from_name, report) if tool == "label-studio" else \
-        _doccano(path, report)
+    if tool == "label-studio":
+        rows = _label_studio(path, _json_list(path, "Label Studio", LABEL_STUDIO_FIX), from_name, report)
+    else:
+        rows = _doccano(path, report)
     if not rows:
         raise DataError(str(path), None, f"no labelled task ({report.unlabelled} without an answer): label some in "
                                          f"{tool} and export again")

@@ -134,8 +134,8 @@ def _check_skipped_share(path: Path, skipped: list[tuple[int, str]], kept: int, 
     if len(skipped) > MAX_SKIPPED_SHARE * (kept + len(skipped)):
         line, reason = min(skipped)
         raise DataError(str(path), line, f"{reason}; {len(skipped)} of {kept + len(skipped)} rows are bad, more than "
-                        f"{skip_option or 'skipping bad rows'} drops ({MAX_SKIPPED_SHARE:.0%}): is the file in another format or delimiter? "
-                        "Fix the file")
+                        f"{skip_option or 'skipping bad rows'} drops ({MAX_SKIPPED_SHARE:.0%}): is the file in "
+                        "another format or delimiter? Fix the file")
 
 
 def read_records(path: str | Path, fmt: str, header: bool = True, on_bad_row: str = "error",

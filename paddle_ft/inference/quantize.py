@@ -25,7 +25,7 @@ from paddle_ft.data.readers import Columns, format_of, read_examples, read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.inference.options import PredictOptions
 from paddle_ft.inference.predictor import Predictor
-from paddle_ft.io import atomic_directory, check_output_folder
+from paddle_ft.io import atomic_directory, new_output_folder
 from paddle_ft.text import pad_ids
 
 METHODS = ("dynamic", "static")
@@ -48,30 +48,28 @@ def quantize_export(export_dir: Path, data: Path, output_dir: Path, method: str 
         raise UserError(f"{export_dir} is already quantized; quantize the fp32 export it came from")
     if method == "static" and calibration is None:
         raise UserError("--method static fixes activation ranges from real texts: give --calibration FILE")
-    check_output_folder(output_dir, "--output")
-    if output_dir.exists() and any(output_dir.iterdir()):
-        raise UserError(f"--output {output_dir} already exists and is not empty; quantize into a new folder")
-    reference = Predictor(export_dir, PredictOptions(backend="onnxruntime"))
-    examples = labelled(data, info.model)
-    with atomic_directory(output_dir) as tmp:
-        for name in (*(n for n in info.files if n not in SEALS), EXPORT_INFO):  # the seals are written anew
-            shutil.copy2(export_dir / name, tmp / name)
-        _quantize_onnx(export_dir / ONNX_FILE, tmp / ONNX_FILE, method, calibration, reference)
-        check = _compare(reference, Predictor(tmp, PredictOptions(backend="onnxruntime")), examples, info.model)
-        check.update(method=method, data=str(data), source_export=str(export_dir))
-        quantized = dataclasses.replace(info, quantization=check, files=tuple(sorted({*info.files, *SEALS})))
-        write_export_info(quantized, tmp)
-        if check["agreement"] < min_agreement:
-            raise AccuracyDropped(f"int8 gives the fp32 model's answer on {check['agreement']:.2%} of the "
-                                  f"{check['texts']} texts of {data}, less than --min-agreement {min_agreement:g}; "
-                                  f"nothing was written to {output_dir}")
-        drop = 100 * (check["accuracy_fp32"] - check["accuracy_int8"])
-        if drop > max_drop:
-            raise AccuracyDropped(f"int8 accuracy on {data} is {check['accuracy_int8']:.4f} against fp32's "
-                                  f"{check['accuracy_fp32']:.4f}: {drop:.2f} points lost, more than --max-drop "
-                                  f"{max_drop:g}; nothing was written to {output_dir}")
-        seal(tmp, quantized, Path(output_dir).name, training_provenance(export_dir))
-    return check
+    with new_output_folder(output_dir, "--output", "quantize into a new folder"):  # no other writer meanwhile
+        reference = Predictor(export_dir, PredictOptions(backend="onnxruntime"))
+        examples = labelled(data, info.model)
+        with atomic_directory(output_dir) as tmp:
+            for name in (*(n for n in info.files if n not in SEALS), EXPORT_INFO):  # the seals are written anew
+                shutil.copy2(export_dir / name, tmp / name)
+            _quantize_onnx(export_dir / ONNX_FILE, tmp / ONNX_FILE, method, calibration, reference)
+            check = _compare(reference, Predictor(tmp, PredictOptions(backend="onnxruntime")), examples, info.model)
+            check.update(method=method, data=str(data), source_export=str(export_dir))
+            quantized = dataclasses.replace(info, quantization=check, files=tuple(sorted({*info.files, *SEALS})))
+            write_export_info(quantized, tmp)
+            if check["agreement"] < min_agreement:
+                raise AccuracyDropped(f"int8 gives the fp32 model's answer on {check['agreement']:.2%} of the "
+                                      f"{check['texts']} texts of {data}, less than --min-agreement {min_agreement:g}; "
+                                      f"nothing was written to {output_dir}")
+            drop = 100 * (check["accuracy_fp32"] - check["accuracy_int8"])
+            if drop > max_drop:
+                raise AccuracyDropped(f"int8 accuracy on {data} is {check['accuracy_int8']:.4f} against fp32's "
+                                      f"{check['accuracy_fp32']:.4f}: {drop:.2f} points lost, more than --max-drop "
+                                      f"{max_drop:g}; nothing was written to {output_dir}")
+            seal(tmp, quantized, Path(output_dir).name, training_provenance(export_dir))
+        return check
 
 
 def _quantize_onnx(source: Path, target: Path, method: str, calibration: Path | None, reference: Predictor) -> None:

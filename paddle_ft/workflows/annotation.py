@@ -13,7 +13,7 @@ from paddle_ft.analysis.scoring import Scores, answers, score_texts
 from paddle_ft.analysis.selection import select as rank
 from paddle_ft.artifacts.bundle import Bundle, check_trained_model_folder, load_bundle
 from paddle_ft.artifacts.manifest import training_provenance
-from paddle_ft.data.annotation import Labelled, Task, read_annotations, write_tasks
+from paddle_ft.data.annotation import Labelled, Task, check_tasks_output, read_annotations, write_tasks
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.readers import (Columns, Example, format_of, one_line, read_examples, read_records, read_texts,
                                     write_records)
@@ -40,6 +40,7 @@ def export_tasks(model_dir: str, input_path: str, tool: str, output: str, batch_
     as pre-annotations; the files written."""
     bundle = _model(model_dir)
     check_output_file(output, "--output-file", {"--input": input_path})
+    check_tasks_output(Path(output), tool)  # before minutes of scoring, not after
     examples, fields = _texts_to_label(Path(input_path), bundle)
     scores = _scored(bundle, examples, batch_size, with_vectors=False)
     tasks = _tasks(bundle, examples, scores, fields)
@@ -56,6 +57,7 @@ def select_texts(model_dir: str, pool_path: str, tool: str, output: str, selecti
     count, strategy, batch_size = selection.count, selection.strategy, selection.batch_size
     bundle = _model(model_dir)
     check_output_file(output, "--output-file", {"--pool": pool_path})
+    check_tasks_output(Path(output), tool)
     examples, fields = _texts_to_label(Path(pool_path), bundle)
     labelled = _labelled_texts(Path(model_dir), bundle, labelled_path)
     keep = [i for i, e in enumerate(examples) if (e.text, e.text_pair) not in labelled]

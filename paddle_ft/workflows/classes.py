@@ -19,7 +19,7 @@ from paddle_ft.artifacts.manifest import MANIFEST, data_file, training_provenanc
 from paddle_ft.data.readers import Columns, format_of, read_examples, read_texts
 from paddle_ft.engine.prototypes import text_vectors
 from paddle_ft.errors import UserError
-from paddle_ft.io import check_output_folder, file_sha256
+from paddle_ft.io import check_new_output_folder, file_sha256, new_output_folder
 from paddle_ft.log import elapsed, log
 from paddle_ft.models.networks import BERTForTextClassification
 
@@ -35,6 +35,9 @@ class ClassChange:
     labels: tuple[str, ...]
     change: dict
     """What the new folder's manifest records of the change (added or removed, from which model, ...)."""
+
+
+NEW_MODEL = "write the new model into a new folder"
 
 
 def add_class(model_dir: str, label: str, examples: str | None, description: str | None, output: str,
@@ -94,9 +97,7 @@ def remove_class(model_dir: str, label: str, output: str) -> ClassChange:
 
 
 def _opened(model_dir: str, output: str) -> tuple[Bundle, Path]:
-    target = check_output_folder(output, "--output")
-    if target.exists() and any(target.iterdir()):
-        raise UserError(f"--output {target} already exists and is not empty; write the new model into a new folder")
+    target = check_new_output_folder(output, "--output", NEW_MODEL)  # before the work; again before the write
     bundle = load_bundle(model_dir)
     if bundle.meta.head != "prototype":
         raise UserError(f"{model_dir} has a linear head, whose classes are learnt together: add-class and remove-class "
@@ -203,11 +204,12 @@ def _write(bundle: Bundle, head: _Head, labels: tuple[str, ...], target: Path, c
     model.classifier.set_prototypes(head.prototypes)
     model.classifier.bias.set_value(head.bias.astype(model.classifier.bias.numpy().dtype))
     model.eval()
-    save_bundle(target, model, bundle.tokenizer, dataclasses.replace(bundle.meta, labels=labels))
     provenance = {key: value for key, value in training_provenance(source).items() if key != "metrics"}
     history = [*provenance.get("class_changes", []), change]
-    seal_bundle(target, target.parent.name if target.name == "best" else target.name,
-                {**provenance, "class_changes": history})
+    with new_output_folder(target, "--output", NEW_MODEL):  # another add-class into it meanwhile: refused, not lost
+        save_bundle(target, model, bundle.tokenizer, dataclasses.replace(bundle.meta, labels=labels))
+        seal_bundle(target, target.parent.name if target.name == "best" else target.name,
+                    {**provenance, "class_changes": history})
 
 
 def _origin(model_dir: Path) -> dict:

@@ -86,7 +86,7 @@ def recipe_notes(facts: EncoderFacts, backbone: str, data_files: list[str], rate
         notes.append(f"its embedding table has {facts.vocab:,} rows (one per vocabulary piece, and any spare ones), "
                      "most of which your texts never use: python -m "
                      f"paddle_ft trim-vocab --backbone {backbone} --data {' '.join(data_files)} --output "
-                     f"{Path(backbone)}-trimmed keeps the ones they do (add files of the unlabelled text the model will "
-                     "read: a piece none of them holds reads as <unk>) and takes far less memory in training; then set "
-                     "model.backbone to that folder")
+                     f"{Path(backbone)}-trimmed keeps the ones they do (add files of the unlabelled text the model "
+                     "will read: a piece none of them holds reads as <unk>) and takes far less memory in training; then "
+                     "set model.backbone to that folder")
     return notes

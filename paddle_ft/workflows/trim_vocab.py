@@ -7,7 +7,7 @@ from pathlib import Path
 from paddle_ft.config import ModelConfig
 from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
-from paddle_ft.io import check_output_folder
+from paddle_ft.io import new_output_folder
 from paddle_ft.log import log
 from paddle_ft.models.backbone import WEIGHT_FILES, resolve
 from paddle_ft.models.trim import TrimReport, trim_folder
@@ -21,11 +21,9 @@ def trim_vocabulary(backbone: str, data: list[str], output: str, keep_top: int =
     source = Path(backbone)
     if not source.is_dir():
         raise UserError(f"--backbone {backbone} is not a folder; give a local Hugging Face or PaddleNLP model folder")
-    target = check_output_folder(output, "--output")
-    if target.exists() and any(target.iterdir()):
-        raise UserError(f"--output {target} already exists and is not empty; trim into a new folder")
-    texts = [text for path in data for text in read_texts(Path(path), text_column)[0]]
-    # a PyTorch-pickle Hugging Face folder is read through its converted copy; a safetensors one as it is
-    folder = source if any((source / name).is_file() for name in WEIGHT_FILES) \
-        else Path(resolve(str(source), cache_dir or ModelConfig().cache_dir, log))
-    return trim_folder(folder, texts, target, keep_top)
+    with new_output_folder(output, "--output", "trim into a new folder") as target:
+        texts = [text for path in data for text in read_texts(Path(path), text_column)[0]]
+        # a PyTorch-pickle Hugging Face folder is read through its converted copy; a safetensors one as it is
+        folder = source if any((source / name).is_file() for name in WEIGHT_FILES) \
+            else Path(resolve(str(source), cache_dir or ModelConfig().cache_dir, log))
+        return trim_folder(folder, texts, target, keep_top)

@@ -82,8 +82,8 @@ def test_doccano_exports_read_as_its_documentation_writes_them(tmp_path):
     ("doccano", '{"text": "旧版本", "annotations": [{"label": 3, "user": 1}]}\n',
      "no 'label' key (an older doccano's (label ids under 'annotations') export"),
     ("doccano", '{"text": "Find a flight", "entities": [], "cats": ["flight"]}\n', "an intent-detection export"),
-    ("doccano", '{"text": "x", "label": ["a"]}\nnot json\n', "export.jsonl:2: not valid JSON (Expecting value at column 1); export the doccano "
-                                                 "project as JSONL"),
+    ("doccano", '{"text": "x", "label": ["a"]}\nnot json\n',
+     "export.jsonl:2: not valid JSON (Expecting value at column 1); export the doccano project as JSONL"),
     ("label-studio", json.dumps([label_studio_task(1, "EU", [annotation(["ORG"], kind="labels")])]),
      "its results are of type labels, not choices or taxonomy"),
     ("label-studio", json.dumps({"text": "x"}), "a dict where Label Studio's JSON export is a list of objects"),
