@@ -23,6 +23,11 @@ class Hierarchy:
             if not all(part.strip() for part in parts):
                 raise UserError(f"label {leaf!r} has an empty level between {separator!r}s; write it as a path of "
                                 f"names, as 电子{separator}手机")
+            padded = next((part for part in parts if part != part.strip()), None)
+            if padded is not None:  # '电子 /电脑' would make a parent '电子 ' beside '电子'
+                raise UserError(f"label {leaf!r} has blanks around the level name {padded!r}: remove them (as "
+                                f"{separator.join(part.strip() for part in parts)}), else {padded!r} and "
+                                f"{padded.strip()!r} are two different parents")
         parents = labelled_parents(self.leaves, separator)
         if parents:
             child = next(leaf for leaf in self.leaves if leaf.startswith(parents[0] + separator))
@@ -44,35 +49,44 @@ class Hierarchy:
         return self._node_of[level - 1]
 
     @cached_property
-    def _membership(self) -> list[np.ndarray]:
-        """Per level, [leaves, nodes] float32: 1 where the leaf is under the node."""
-        return [np.eye(len(names), dtype=np.float32)[ids] for names, ids in zip(self.names, self._node_of)]
+    def _grouped(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per level, (the leaves in the order of their node ids, where each node's leaves start in it): a node's
+        probability is a sum over a slice, so a tree of 20,000 leaves holds no [leaves, nodes] matrix."""
+        grouped = []
+        for ids in self._node_of:
+            order = np.argsort(ids, kind="stable")
+            grouped.append((order, np.searchsorted(ids[order], np.arange(int(ids.max()) + 1))))
+        return grouped
 
     def marginals(self, probabilities: np.ndarray, level: int) -> np.ndarray:
         """[texts, nodes of `level`]: each node's probability, the sum of its leaves' (of a softmax over leaves)."""
-        return probabilities @ self._membership[level - 1]
+        order, starts = self._grouped[level - 1]
+        return np.add.reduceat(np.asarray(probabilities, dtype=np.float32)[:, order], starts, axis=1)
 
     def sets(self, chosen: np.ndarray, level: int) -> np.ndarray:
         """[texts, nodes of `level`] bool: the nodes above any chosen leaf ([texts, leaves] bool, multi-label)."""
-        return (chosen.astype(np.float32) @ self._membership[level - 1]) > 0
+        order, starts = self._grouped[level - 1]
+        return np.logical_or.reduceat(np.asarray(chosen, dtype=bool)[:, order], starts, axis=1)
 
     def path(self, probabilities: np.ndarray) -> list[tuple[str, float]]:
-        """The most probable leaf's path, top first: (node, its probability) per level ([leaves] of one text)."""
+        """The top label's path, top first: (node, its probability) per level ([leaves] of one text). The top label
+        is the most probable leaf, as the flat answer's; `answer` decides on this path too, so one text gets one
+        decoding (the answer is never a node off the path shown with it)."""
         leaf = int(np.argmax(probabilities))
-        nodes = [(level, self.node_ids(level)[leaf]) for level in range(1, self.depth + 1)]
-        return [(self.names[level - 1][node], float(self.marginals(probabilities[None, :], level)[0, node]))
-                for level, node in nodes]
+        path = []
+        for level in range(1, self.depth + 1):
+            ids = self.node_ids(level)
+            path.append((self.names[level - 1][ids[leaf]], float(probabilities[ids == ids[leaf]].sum())))
+        return path
 
     def answer(self, probabilities: np.ndarray, abstain_below: float) -> tuple[str, float] | None:
-        """The deepest level's most probable node whose probability reaches `abstain_below` ([leaves] of one text):
-        a leaf when the model is sure of it, its parent (or grandparent...) when only that is sure; None when no
-        level is."""
-        for level in range(self.depth, 0, -1):
-            nodes = self.marginals(probabilities[None, :], level)[0]
-            best = int(np.argmax(nodes))
-            if nodes[best] >= abstain_below:
-                return self.names[level - 1][best], float(nodes[best])
-        return None
+        """The deepest node of the top label's `path` whose probability reaches `abstain_below` ([leaves] of one
+        text): the leaf when the model is sure of it, its parent (or grandparent...) when only that is sure; None when
+        no node of the path is. (A node off the path may sum to more than the path's node at its level: the answer
+        still follows the top label, which is what the flat answer and the path say.)"""
+        sure = [node for node in self.path(probabilities) if node[1] >= abstain_below]
+        return sure[-1] if sure else None
+
 
 def labelled_parents(labels, separator: str) -> list[str]:
     """The labels that are also the parent of another label (sorted): not a tree of leaves."""
