@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
@@ -179,9 +180,26 @@ def _task_labels(where: str, task: dict, from_name: str | None, report: ImportRe
         return None
     if len(set(given)) > 1:
         report.disagreeing.append(task.get("id"))
-    latest = max(range(len(answered)), key=lambda i: (str(answered[i].get("updated_at") or
-                                                          answered[i].get("created_at") or ""), i))
+    latest = max(range(len(answered)), key=lambda i: (_annotated_at(answered[i]), i))
     return choices[latest] if choices[latest] is not None else given[-1]
+
+
+_NO_TIME = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _annotated_at(annotation: dict) -> datetime:
+    """When an annotation was last changed, as a time: compared as strings, '...:00Z' came after '...:00.900000Z'
+    and '+08:00' was not converted. A time without a zone is UTC (as Label Studio writes); none readable, the
+    earliest."""
+    for key in ("updated_at", "created_at"):
+        value = annotation.get(key)
+        if isinstance(value, str):
+            try:
+                moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return _NO_TIME
 
 
 def _result_labels(where: str, results: list, from_name: str | None) -> tuple[str, ...] | None:
@@ -199,7 +217,9 @@ def _result_labels(where: str, results: list, from_name: str | None) -> tuple[st
         raise UserError(f"{where} answers several control tags ({', '.join(names)}): choose one with --from-name")
     if not chosen:
         return None
-    return tuple(label for r in chosen for label in _value_labels(where, r.get("type"), r.get("value") or {}))
+    # a choice given twice (two results of one tag, or one list naming it twice) is one label, not a label set
+    return tuple(dict.fromkeys(label for r in chosen for label in _value_labels(where, r.get("type"),
+                                                                                  r.get("value") or {})))
 
 
 def _value_labels(where: str, kind: str, value: dict) -> list[str]:
@@ -207,6 +227,10 @@ def _value_labels(where: str, kind: str, value: dict) -> list[str]:
     if not isinstance(items, list):
         raise UserError(f"{where}: a {kind} result without a '{kind}' list in its value")
     if kind == "taxonomy":
+        split = next((str(name) for path in items for name in path if PATH_SEPARATOR in str(name)), None)
+        if split is not None:  # 'TCP/IP' would become two levels of the tree
+            raise UserError(f"{where}: the taxonomy node {split!r} holds {PATH_SEPARATOR!r}, which separates the levels "
+                            f"of a label path; rename it in the project's taxonomy (as {split.replace(PATH_SEPARATOR, '-')})")
         return [PATH_SEPARATOR.join(str(name) for name in path) for path in items]
     return [str(item) for item in items]
 
@@ -239,7 +263,7 @@ def _min_labels(where: str, row: dict, from_name: str | None) -> tuple[tuple[str
     kind = next((k for k in CHOICE_TYPES if k in value), None) if isinstance(value, dict) else None
     if kind is None:
         raise UserError(f"{where}: '{from_name}' holds {json.dumps(value, ensure_ascii=False)[:60]}, not a choice")
-    return tuple(_value_labels(where, kind, value)) or None, from_name
+    return tuple(dict.fromkeys(_value_labels(where, kind, value))) or None, from_name
 
 
 def _texts(where: str, data: dict) -> tuple[str, str | None]:
@@ -275,7 +299,8 @@ def _doccano(path: Path, report: ImportReport) -> list[Labelled]:
         if not isinstance(text, str):
             raise UserError(f"{where}: 'text' is not a string")
         fields = {k: v for k, v in record.items() if k not in ("text", "label", "id", "Comments", "comments")}
-        rows.append(Labelled(text, None, tuple(labels), fields))
+        # a collaborative project lists each annotator's label: one name twice is one label, not a label set
+        rows.append(Labelled(text, None, tuple(dict.fromkeys(labels)), fields))
     return rows
 
 

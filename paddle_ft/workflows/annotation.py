@@ -18,8 +18,9 @@ from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.readers import (Columns, Example, format_of, one_line, read_examples, read_records, read_texts,
                                     write_records)
 from paddle_ft.errors import DataError, UserError
-from paddle_ft.io import atomic_file, check_output_file
+from paddle_ft.io import atomic_file, atomic_path, check_output_file
 from paddle_ft.log import LONG_INPUT, Progress, log
+from paddle_ft.tokenization import NO_TOKEN, readable
 
 
 @dataclass(frozen=True)
@@ -89,28 +90,77 @@ def import_annotations(tool: str, path: str, output: str, from_name: str | None 
     """`tool`'s export in `path` as a file of rows train reads (or, for a label-issues review answered in the tool, a
     corrections file for data.corrections) in `output`; with `append`, `output` is a training file the rows are added
     to (the ones it holds already, same text and label, left out). The file written."""
+    _check_column_names(text_column, label_column)
     rows, report = read_annotations(Path(path), tool, from_name)
     if append:
         return _append(rows, report, tool, path, Path(output), text_column, label_column)
     target = check_output_file(output, "--output-file", {"FILE": path})
     fmt = format_of(target)
     multi_label = any(len(row.labels) > 1 for row in rows)
-    if multi_label and fmt != "jsonl" and any("," in label for row in rows for label in row.labels):
-        raise UserError(f"{path}: a label name holds ',' and a text has several labels: write --output-file as "
-                        ".jsonl, whose label lists need no delimiter")
+    _check_rows_fit(rows, fmt, path, "--output-file")
     flattened = sum(one_line(row.text) != row.text for row in rows) if fmt == "tsv" else 0
     review = _is_review(rows)
     if review:
         _write_corrections(target, fmt, rows, text_column, label_column)
     else:
-        names = [text_column, *(["text_pair"] if any(r.text_pair is not None for r in rows) else []), label_column]
-        write_records(target, fmt, names, [_record(row, fmt, text_column, label_column) for row in rows])
+        pair = any(r.text_pair is not None for r in rows)
+        names = [text_column, *(["text_pair"] if pair else []), label_column]
+        columns = Columns(text_column, "text_pair" if pair else None, label_column, "," if multi_label else None)
+        with atomic_path(target) as draft:  # in place only once train's own reader gives back the rows meant
+            write_records(draft, fmt, names, [_record(row, fmt, text_column, label_column) for row in rows])
+            _check_read_back(draft, target, fmt, columns, rows)
     kind = (f"a corrections file for data.corrections (-o data.corrections={target})" if review else
             f"{'multi-label ' if multi_label else ''}rows for train (-o data.train={target}"
             f"{' -o task=multi_label' if multi_label else ''})")
     log(f"imported {len(rows)} labelled texts of {path} ({tool}) into {target}: {kind}"
         + "".join(f"; {note}" for note in _notes(report, flattened)))
     return target
+
+
+def _check_column_names(text_column: str, label_column: str) -> None:
+    """Column names a file train reads can carry: two different ones, each a name on one line (the same name twice
+    lost every text, and exited 0)."""
+    for flag, name in (("--text-column", text_column), ("--label-column", label_column)):
+        if not name.strip() or any(c in name for c in "\t\r\n,\"") or name != name.strip():
+            raise UserError(f"{flag} {name!r}: give a column name without tabs, line breaks, commas, quotes or blanks "
+                            "around it")
+    if text_column == label_column:
+        raise UserError(f"--text-column and --label-column are both {text_column!r}: the labels would replace the "
+                        "texts; give two different names")
+
+
+def _check_rows_fit(rows: list[Labelled], fmt: str, path: str, flag: str) -> None:
+    """What a file of `fmt` cannot hold so that train reads back the same labels, refused naming the way out."""
+    multi_label = any(len(row.labels) > 1 for row in rows)
+    if multi_label and fmt != "jsonl" and any("," in label for row in rows for label in row.labels):
+        raise UserError(f"{path}: a label name holds ',' and a text has several labels: write {flag} as .jsonl, whose "
+                        "label lists need no delimiter")
+    odd = next((label for row in rows for label in row.labels
+                if label != label.strip() or (fmt == "tsv" and one_line(label) != label)), None)
+    if odd is not None:
+        where = "blanks around it, which train strips" if odd != odd.strip() else "a tab or line break, which a .tsv " \
+            "cannot hold"
+        raise UserError(f"{path}: the label {odd!r} has {where}; rename it in the tool, or write {flag} as .jsonl")
+    unreadable = next((row for row in rows for text in (row.text, row.text_pair) if text is not None
+                       and not readable(text)), None)
+    if unreadable is not None:
+        raise UserError(f"{path}: the annotated text {unreadable.text[:40]!r} {NO_TOKEN}; remove that task")
+
+
+def _check_read_back(draft: Path, target: Path, fmt: str, columns: Columns, rows: list[Labelled]) -> None:
+    """The file written, read by train's reader: the rows must be the ones annotated (a text flattened to one line
+    in a .tsv aside), else nothing is written."""
+    flat = one_line if fmt == "tsv" else str
+    meant = [(flat(row.text), flat(row.text_pair) if row.text_pair is not None else None, row.labels) for row in rows]
+    try:
+        read = [(e.text, e.text_pair, e.label_names) for e in read_examples(draft, fmt, columns)[0]]
+    except DataError as exc:
+        read = [str(exc).replace(str(draft), str(target))]
+    if read != meant:
+        differ = next((i for i, (a, b) in enumerate(zip(read, meant)) if a != b), min(len(read), len(meant)))
+        raise UserError(f"--output-file {target}: as train would read it, row {differ + 1} is not the one annotated "
+                        f"({read[differ] if differ < len(read) else 'missing'!r}); nothing was written: write a "
+                        ".jsonl file instead")
 
 
 def _is_review(rows: list[Labelled]) -> bool:
@@ -137,6 +187,7 @@ def _append(rows: list[Labelled], report, tool: str, path: str, target: Path, te
         raise UserError(f"--append {target}: no such file; give the training file to add the rows to, or "
                         "--output-file FILE to write a new one")
     check_output_file(target, "--append", {"FILE": path})
+    _check_rows_fit(rows, format_of(target), path, "--append")
     if _is_review(rows):
         raise UserError(f"{path} is a label-issues review answered in {tool}: it becomes a corrections file, not "
                         "training rows; give --output-file FILE (then -o data.corrections=FILE)")
