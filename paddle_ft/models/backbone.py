@@ -3,15 +3,17 @@ account of what was loaded and the checks a checkpoint must pass before it is fi
 from __future__ import annotations
 
 import json
+import pickle
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from paddle import nn
 
-from paddle_ft.errors import ConfigError, first_line
+from paddle_ft.errors import ConfigError, UserError, first_line
 from paddle_ft.io import atomic_directory
-from paddle_ft.models.convert import PADDLE_WEIGHTS, SAFETENSORS, cached_conversion, is_hf_folder, read_safetensors
+from paddle_ft.models.convert import (PADDLE_WEIGHTS, SAFETENSORS, TORCH_BIN, cached_conversion, is_hf_folder,
+                                      read_safetensors, safetensors_entries, safetensors_header_size)
 from paddle_ft.models.networks import float32_state, in_dtypes_of
 from paddle_ft.models.state_file import save_state
 from paddle_ft.models.trim import TRIM_INFO
@@ -47,16 +49,87 @@ class LoadReport:
 
 
 def resolve(backbone: str, cache_dir: str, log) -> str:
-    """A PaddleNLP name, or the local PaddleNLP folder to load (a Hugging Face folder converted once)."""
+    """A PaddleNLP name, or the local PaddleNLP folder to load (a Hugging Face folder converted once), checked as a
+    whole first (`check_folder`)."""
     path = Path(backbone).expanduser()
     if not path.is_dir():
         if looks_like_a_path(backbone):
             raise ConfigError("model.backbone", f"there is no model folder at '{backbone}'; give an existing "
                               "PaddleNLP or Hugging Face folder (or write it first), or a PaddleNLP model name")
         return backbone  # a PaddleNLP name: PaddleNLP downloads it
+    check_folder(path)
     if is_hf_folder(path):
         return str(cached_conversion(path, Path(cache_dir).expanduser(), log))
     return str(path)
+
+
+SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")  # what a model is built from
+
+
+def check_folder(folder: Path, option: str = "config key 'model.backbone'") -> None:
+    """A local model folder, checked as a whole before it is used: config.json (a JSON object with the sizes a model is
+    built from), the weights (there, readable, and for safetensors the embedding table's shape as config.json says),
+    and the tokenizer's kind. Each problem is one line naming the file and the fix (a missing vocab_size, a truncated
+    file or a table cut to another size were tracebacks, or a wrong model that exited 0), after `option`, where the
+    folder was given."""
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise UserError(f"{option}: {config_file} is missing: a model folder holds the config.json its "
+                          "weights were saved with; copy the whole folder again")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    if not isinstance(config, dict):
+        raise UserError(f"{option}: {config_file} is not a JSON object (damaged or truncated); copy the "
+                          "whole folder again")
+    bad = next((key for key in SIZES if not isinstance(config.get(key), int) or config[key] < 1), None)
+    if bad is not None:
+        raise UserError(f"{option}: {config_file} has no {bad} (a whole number >= 1; found "
+                          f"{config.get(bad)!r}): it is not the config of a BERT-family encoder; copy the folder's "
+                          "config.json again")
+    _check_weights(folder, config, option)
+    _check_tokenizer_kind(folder, option)
+
+
+def _check_weights(folder: Path, config: dict, option: str) -> None:
+    weights = next((folder / name for name in (*WEIGHT_FILES, TORCH_BIN) if (folder / name).is_file()), None)
+    if weights is None:
+        raise UserError(f"{option}: {folder} holds no weights ({', '.join((*WEIGHT_FILES, TORCH_BIN))}); "
+                          "give the folder of a pretrained model")
+    if weights.name != SAFETENSORS:
+        return  # a pickle's shapes are known once it is loaded: _load_weights compares them then
+    entries = safetensors_entries(weights)
+    end = max((entry["data_offsets"][1] for entry in entries.values()), default=0)
+    size = weights.stat().st_size - 8 - safetensors_header_size(weights)
+    if size < end:
+        raise UserError(f"{option}: {weights} is truncated ({size:,} bytes of tensors where its header "
+                          f"lists {end:,}); copy or download it again")
+    table = next((entry["shape"] for name, entry in entries.items() if name.endswith("word_embeddings.weight")), None)
+    expected = [config["vocab_size"], config["hidden_size"]]
+    if table is not None and list(table) != expected:
+        raise UserError(f"{option}: {weights}'s embedding table is {list(table)}, but {folder / 'config.json'} "
+                          f"says vocab_size {expected[0]} and hidden_size {expected[1]}: the two files come from "
+                          "different models (or a trim wrote one and not the other); copy the folder again")
+
+
+def _check_tokenizer_kind(folder: Path, option: str) -> None:
+    """A tokenizer.json without vocab.txt is read as a SentencePiece (Unigram) tokenizer; a WordPiece one there
+    (BERT's, saved by transformers without vocab.txt) is named as such rather than called damaged."""
+    path = folder / "tokenizer.json"
+    if (folder / "vocab.txt").is_file() or not path.is_file():
+        return
+    try:
+        kind = json.loads(path.read_text(encoding="utf-8")).get("model", {}).get("type")
+    except (OSError, ValueError, AttributeError):
+        raise UserError(f"{option}: {path} is not JSON (damaged or truncated); copy it again") from None
+    if kind == "WordPiece":
+        raise UserError(f"{option}: {path} is a WordPiece tokenizer (BERT's) and the folder has no vocab.txt, "
+                          "which paddle_ft reads BERT vocabularies from: save the tokenizer with vocab.txt beside it "
+                          "(transformers' BertTokenizer.save_pretrained writes one)")
+    if kind not in (None, "Unigram"):
+        raise UserError(f"{option}: {path} is a {kind} tokenizer; paddle_ft reads WordPiece (vocab.txt) "
+                          "and SentencePiece Unigram (tokenizer.json) ones")
 
 
 def pretrained_source(backbone: str | None) -> dict | None:
@@ -119,7 +192,11 @@ def _load_weights(encoder: nn.Layer, folder: Path) -> LoadReport:
     if weights is None:
         raise ConfigError("model.backbone", f"{folder} holds no weights ({' or '.join(WEIGHT_FILES)}); give the "
                           "folder of a pretrained model")
-    saved = paddle.load(str(weights)) if weights.suffix == ".pdparams" else read_safetensors(weights)
+    try:
+        saved = paddle.load(str(weights)) if weights.suffix == ".pdparams" else read_safetensors(weights)
+    except (OSError, ValueError, EOFError, RuntimeError, pickle.UnpicklingError, KeyError, TypeError) as exc:
+        raise ConfigError("model.backbone", f"{weights} cannot be read ({first_line(exc)}): it is damaged or "
+                          "truncated; copy or download it again") from None
     own = encoder.state_dict()
     # a checkpoint saved from a pretraining model (BertForPretraining) prefixes the encoder's names
     prefix = next((p for p in (f"{encoder.base_model_prefix}.", "") if any(k.startswith(p) and k[len(p):] in own

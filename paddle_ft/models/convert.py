@@ -171,6 +171,15 @@ def safetensors_names(path: Path) -> list[str]:
     return list(_safetensors_header(path)[2])
 
 
+def safetensors_entries(path: Path) -> dict[str, dict]:
+    """{name: {"dtype", "shape", "data_offsets"}} of a safetensors file's tensors (its header only is read)."""
+    return _safetensors_header(path)[2]
+
+
+def safetensors_header_size(path: Path) -> int:
+    return _safetensors_header(path)[0]
+
+
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """Every tensor of a safetensors file as a numpy array (bfloat16 widened to float32)."""
     size, _, entries = _safetensors_header(path)

@@ -33,7 +33,7 @@ from paddle_ft.data.vocab import character_vocab
 from paddle_ft.errors import DataError, UserError
 from paddle_ft.io import atomic_path, check_output_file, write_text_atomically
 from paddle_ft.log import elapsed, log
-from paddle_ft.models.backbone import is_paddlenlp_name, looks_like_a_path, positions_in_config
+from paddle_ft.models.backbone import check_folder, is_paddlenlp_name, looks_like_a_path, positions_in_config
 from paddle_ft.models.hierarchy import Hierarchy
 from paddle_ft.runtime import cpu_supports_bf16
 from paddle_ft.tokenization import fastest, load_tokenizer
@@ -254,8 +254,10 @@ def _plan_with_the_machine(target: Path, header: str, config: dict, budget_minut
 
 
 def check_backbone(backbone: str) -> None:
-    """A --backbone that is neither a folder here nor a model PaddleNLP can fetch is a typing mistake."""
+    """A --backbone folder is checked as a whole (models.backbone.check_folder); one that is neither a folder here nor
+    a model PaddleNLP can fetch is a typing mistake."""
     if Path(backbone).expanduser().is_dir():
+        check_folder(Path(backbone).expanduser(), f"--backbone {backbone}")
         return
     if looks_like_a_path(backbone) or not is_paddlenlp_name(backbone):
         raise UserError(f"--backbone {backbone}: there is no model folder there, and it is not a PaddleNLP model name; "

@@ -9,7 +9,7 @@ from paddle_ft.data.readers import read_texts
 from paddle_ft.errors import UserError
 from paddle_ft.io import new_output_folder
 from paddle_ft.log import log
-from paddle_ft.models.backbone import WEIGHT_FILES, resolve
+from paddle_ft.models.backbone import WEIGHT_FILES, check_folder, resolve
 from paddle_ft.models.trim import TrimReport, trim_folder
 
 
@@ -21,6 +21,7 @@ def trim_vocabulary(backbone: str, data: list[str], output: str, keep_top: int =
     source = Path(backbone)
     if not source.is_dir():
         raise UserError(f"--backbone {backbone} is not a folder; give a local Hugging Face or PaddleNLP model folder")
+    check_folder(source, f"--backbone {backbone}")  # a table config.json does not describe: left uncut, or cut wrong
     with new_output_folder(output, "--output", "trim into a new folder") as target:
         texts = [text for path in data for text in read_texts(Path(path), text_column)[0]]
         # a PyTorch-pickle Hugging Face folder is read through its converted copy; a safetensors one as it is

@@ -147,7 +147,7 @@ def test_a_sentencepiece_backbone_trains_exports_and_predicts_the_same_answers(t
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda folder: (folder / "tokenizer.json").write_text("{not json"), "cannot be read as a tokenizer"),
+    (lambda folder: (folder / "tokenizer.json").write_text("{not json"), "tokenizer.json is not JSON (damaged or truncated)"),
     (lambda folder: (folder / "tokenizer.json").rename(folder / "sentencepiece.bpe.model"),
      "has sentencepiece.bpe.model but no tokenizer.json"),
     (lambda folder: (folder / "tokenizer.json").unlink(), "holds no tokenizer of a kind paddle_ft knows")])

@@ -68,7 +68,9 @@ def test_refusals_are_one_line(tmp_path, capsys):
     wordpiece = tmp_path / "wp"
     wordpiece.mkdir()
     write_vocab(wordpiece / "vocab.txt")
-    (wordpiece / "config.json").write_text("{}")
+    (wordpiece / "config.json").write_text('{"vocab_size": 30, "hidden_size": 8, "num_hidden_layers": 1, '
+                                           '"num_attention_heads": 1}')
+    (wordpiece / "model_state.pdparams").write_bytes(b"")  # a whole folder, as far as what is checked before
     write_tsv(tmp_path / "t.tsv", synthetic_rows(4))
     assert main(["trim-vocab", "--backbone", str(wordpiece), "--data", str(tmp_path / "t.tsv"), "--output",
                  str(tmp_path / "x")]) == 2
