@@ -10,7 +10,9 @@ kind, read by paddle_ft, Hugging Face and PaddleNLP alike; `paddle_ft_trim.json`
 """
 from __future__ import annotations
 
+import errno
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -124,6 +126,15 @@ def trim_folder(source: Path, texts: list[str], output: Path, keep_top: int) -> 
     return report
 
 
+def _as_os_error(exc: Exception, path: Path) -> Exception:
+    """A write error of the safetensors library as the OSError it wraps (a full disk is then told as every command
+    tells one); any other error as it is."""
+    for number in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS):
+        if os.strerror(number) in str(exc):
+            return OSError(number, os.strerror(number), str(path))
+    return exc
+
+
 def _write_trimmed_weights(source: Path, target: Path, kept: np.ndarray, rows: int) -> None:
     """Every tensor with one row per piece (the word embeddings, a tied decoder's bias) keeps the kept rows."""
     def cut(name, array):
@@ -136,8 +147,11 @@ def _write_trimmed_weights(source: Path, target: Path, kept: np.ndarray, rows: i
         if not (source / SAFETENSORS).is_file():
             raise UserError(f"{source} keeps its weights in pytorch_model.bin; convert it first (python -m paddle_ft "
                             "convert --from-hf) and trim the converted folder")
-        save_file({name: cut(name, array) for name, array in read_safetensors(source / SAFETENSORS).items()},
-                  str(target / SAFETENSORS), metadata={"format": "pt"})
+        try:
+            save_file({name: cut(name, array) for name, array in read_safetensors(source / SAFETENSORS).items()},
+                      str(target / SAFETENSORS), metadata={"format": "pt"})
+        except Exception as exc:  # safetensors raises its own SafetensorError, an OSError's message inside
+            raise _as_os_error(exc, target / SAFETENSORS) from None
         return
     import paddle
 

@@ -67,3 +67,21 @@ def test_train_and_trim_vocab_refuse_a_damaged_backbone_before_any_work(tmp_path
                  str(tmp_path / "trimmed")]) == 2
     err = capsys.readouterr().err
     assert "says vocab_size 77" in err and "Traceback" not in err and not (tmp_path / "trimmed").exists()
+
+
+def test_a_full_disk_inside_safetensors_is_told_as_a_full_disk(tmp_path, monkeypatch, capsys):
+    """safetensors raises its own SafetensorError, an OSError's message inside: it was a traceback."""
+    import safetensors.numpy
+    from safetensors import SafetensorError
+
+    def full(*args, **kwargs):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
+                              'left on device" })')
+
+    folder, train = tiny_e5_folder(tmp_path), write_tsv(tmp_path / "train.tsv", synthetic_rows(8))
+    monkeypatch.setattr(safetensors.numpy, "save_file", full)
+    assert main(["trim-vocab", "--backbone", str(folder), "--data", str(train), "--output",
+                 str(tmp_path / "trimmed")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1 and "disk is full" in err
+    assert not (tmp_path / "trimmed").exists()
