@@ -46,10 +46,11 @@ def owner_of(folder: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def owned_folder(folder: str | Path, kind: str, option: str) -> Iterator[Path]:
+def owned_folder(folder: str | Path, kind: str, option: str, busy_fix: str | None = None) -> Iterator[Path]:
     """`folder`, created if need be, owned by `kind` and locked by this process for the block. Refused (one line
     naming `option`, the setting it came from) when another kind owns it, when it holds anything paddle_ft did not
-    write, or when another live process holds its lock."""
+    write, or when another live process holds its lock (then `busy_fix` says what to do, by default to give this
+    command another folder; a command adding to a run says to wait)."""
     folder = check_output_folder(folder, option)
     _check_claimable(folder, kind, option)
     folder.mkdir(parents=True, exist_ok=True)
@@ -57,7 +58,8 @@ def owned_folder(folder: str | Path, kind: str, option: str) -> Iterator[Path]:
     if key in _held:
         _held[key][1] += 1
     else:
-        _held[key] = [_lock(folder, kind, option), 1]
+        _held[key] = [_lock(folder, option, busy_fix or f"wait for it to finish or stop it, or give this {kind} "
+                                                         "another folder"), 1]
     try:
         _check_claimable(folder, kind, option)  # again under the lock: a racing process may have taken it first
         if owner_of(folder) is None:
@@ -108,7 +110,7 @@ def _is_marker(name: str) -> bool:
     return name == LOCK_FILE or being_written(name) == OWNER_FILE or is_claim(name)
 
 
-def _lock(folder: Path, kind: str, option: str):
+def _lock(folder: Path, option: str, busy_fix: str):
     """The folder's lock file, locked (exclusive, not waiting) and holding our PID."""
     handle = open_own_file(folder / LOCK_FILE, "r+")
     try:
@@ -117,8 +119,8 @@ def _lock(folder: Path, kind: str, option: str):
         handle.seek(0)
         holder = handle.read().strip() or "unknown"
         handle.close()
-        raise UserError(f"{option} {folder} is being written by another paddle_ft process (PID {holder}); wait for "
-                        f"it to finish or stop it, or give this {kind} another folder") from None
+        raise UserError(f"{option} {folder} is being written by another paddle_ft process (PID {holder}); "
+                        f"{busy_fix}") from None
     handle.seek(0)
     previous = handle.read().strip()
     if previous and previous != str(os.getpid()):

@@ -40,25 +40,26 @@ def check_sequence(texts) -> list:
         raise UserError(f"give a list of texts, not a {type(texts).__name__}") from None
 
 
-def check_texts(texts, item: str = "text {}") -> list[str]:
+def check_texts(texts, item: str = "text {}", first: int = 0) -> list[str]:
     """`texts` as a list, each a string of valid Unicode that the model reads as at least one token
     (`tokenization.readable`: one rule for the CLI, the API and the server). The message names the first text that
-    fails, as `item` formatted with its index (the CLI and the HTTP service name them differently)."""
+    fails, as `item` formatted with its index counted from `first` (the HTTP service names a JSON list's items from
+    0, the command line its --text flags from 1)."""
     if isinstance(texts, (str, bytes)):
         raise UserError(f"give a list of texts, not one {type(texts).__name__} ({texts[:20]!r}): a string would be "
                         "read as one text per character")
     texts = check_sequence(texts)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
-            raise UserError(f"{item.format(i)} is not a string ({type(text).__name__})")
+            raise UserError(f"{item.format(i + first)} is not a string ({type(text).__name__})")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise UserError(f"{item.format(i)} holds a lone surrogate ({text[exc.start]!r}), which is not text; "
-                            "send valid Unicode") from None
+            raise UserError(f"{item.format(i + first)} holds a lone surrogate ({text[exc.start]!r}), which is not "
+                            "text; send valid Unicode") from None
     empty = without_tokens(texts)
     if empty:
-        raise UserError(f"{item.format(empty[0])} {NO_TOKEN}")
+        raise UserError(f"{item.format(empty[0] + first)} {NO_TOKEN}")
     return [str(text) for text in texts]
 
 

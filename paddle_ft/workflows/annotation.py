@@ -282,8 +282,9 @@ def _labelled_texts(model_dir: Path, bundle: Bundle, given: str | None) -> set[t
             log("select: no --labelled file, and the model's training file is not here: nothing counts as labelled")
             return set()
     meta = bundle.meta
-    rows, _ = read_examples(path, format_of(path, meta.format), Columns.of(meta, meta.multi_label))
-    return {(e.text, e.text_pair) for e in rows}
+    # the texts only (a .txt of one per line, or a table's text column): a row's label does not matter here
+    texts, pairs, _ = read_texts(Path(path), meta.text_column, meta.text_pair_column, header=meta.header)
+    return set(zip(texts, pairs or [None] * len(texts)))
 
 
 def _scored(bundle: Bundle, examples: list[Example], batch_size: int, with_vectors: bool) -> Scores:

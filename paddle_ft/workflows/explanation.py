@@ -25,7 +25,7 @@ def explain_texts(model_dir: str, texts: list[str], text_pairs: list[str] | None
     check_trained_model_folder(folder, "whose gradients explaining takes")
     if text_pairs is not None and len(text_pairs) != len(texts):
         raise UserError(f"--text-pair is given {len(text_pairs)} times for {len(texts)} --text: give one per --text")
-    check_texts(texts, "--text {}")  # before the model is loaded: predict's rule, predict's message
+    check_texts(texts, "--text #{}", first=1)  # before the model is loaded: predict's rule, predict's message
     if text_pairs is not None:
         check_texts(text_pairs, "--text-pair {}")
     explainer = Explainer.load(folder, steps=steps)

@@ -37,13 +37,16 @@ def predict(export_dir: str, texts: list[str] | None, text_pair: list[str] | Non
                                              skipped, SKIP_OPTION, meta.header)
         say_skipped(input_path, skipped)
     if lines is None:  # a file's texts were checked as it was read, named by their line
-        check_texts(texts, "--text {}")
+        check_texts(texts, "--text #{}", first=1)
         if text_pair:
-            check_texts(text_pair, "--text-pair {}")
+            check_texts(text_pair, "--text-pair #{}", first=1)
     if output_path:
         check_output_file(output_path, "--output-file", {"--input": input_path})
     # a short input is done in seconds: measuring the engines first would take longer than the answers
     predictor = Predictor(export_dir, replace(options, one_off=len(texts) <= LONG_INPUT))
+    if options.top_k is not None and options.top_k > len(predictor.labels):  # said as the flag, not as top()'s k
+        raise UserError(f"--top-k {options.top_k}: the model has {len(predictor.labels)} labels; give 1 to "
+                        f"{len(predictor.labels)}")
     # without --output-file the answers go to standard output, and the progress to standard error, apart from them
     results = _predicted(predictor, texts, text_pair or None, None if output_path else sys.stderr)
     with atomic_file(output_path) if output_path else contextlib.nullcontext(sys.stdout) as out:

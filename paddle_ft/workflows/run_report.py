@@ -30,7 +30,7 @@ def report_run(run_dir: str) -> Path:
     reported as far as it went (its curves so far, its best model so far), the page marked partial."""
     folder = Path(run_dir)
     require_owner(folder, CLASSIFIER_RUNS, "report the output_dir of a training or distillation run")
-    with owned_folder(folder, owner_of(folder), "OUT"):
+    with owned_folder(folder, owner_of(folder), "OUT", "make its report once that has finished"):
         run = RunFiles(folder)
         if not run.started:
             run.read_results()  # a run that never began is refused before anything is read

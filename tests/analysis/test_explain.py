@@ -169,4 +169,4 @@ def test_the_command_refuses_an_unreadable_text_as_predict_does(keyword_model, c
     best = keyword_model / "out" / "best"
     assert main(["explain", "--model", str(best), "--text", "好", "--text", " \u200b "]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --text 1 holds no character the model reads") and err.count("\n") == 1
+    assert err.startswith("error: --text #2 holds no character the model reads") and err.count("\n") == 1

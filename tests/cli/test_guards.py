@@ -71,7 +71,7 @@ def test_eval_scores_exactly_whatever_the_batch_size(model, capsys):
 def test_predict_refuses_a_blank_text_like_the_server(model, text, capsys):
     _, export, _ = model
     assert main(["predict", "--export", str(export), "--text", "好", "--text", text]) == 2
-    one_line_error(capsys, "--text 1 holds no character the model reads")
+    one_line_error(capsys, "--text #2 holds no character the model reads")  # the second --text, counted from 1
 
 
 def test_a_model_with_nan_weights_is_never_scored(model, tmp_path, capsys):

@@ -151,6 +151,20 @@ def test_select_repeats_exactly_ranks_by_its_strategy_and_leaves_out_what_is_lab
     assert max(r["uncertainty"] for r in outputs["random", 1]) <= uncertain[0] + 1e-9
 
 
+def test_select_takes_labelled_texts_from_a_txt_file_of_one_text_per_line(trained, tmp_path, capsys):
+    """Issue 64, root 9: `--labelled texts.txt` was read as a TSV (its first line a header, every other line a bad
+    row): the labelled texts count by their text alone, from any file of texts."""
+    pool = trained / "data" / "test.tsv"
+    labelled = tmp_path / "texts.txt"
+    labelled.write_text("".join(f"{text}\n" for text, _ in read_rows(pool)[:7]), encoding="utf-8")
+    out = tmp_path / "next.jsonl"
+    assert main(["select-texts", "--model", str(trained / "out" / "best"), "--pool", str(pool), "--count", "8",
+                 "--labelled", str(labelled), "--to", "doccano", "--output-file", str(out)]) == 0
+    assert "7 texts of" in capsys.readouterr().out
+    chosen = {json.loads(line)["text"] for line in out.read_text(encoding="utf-8").splitlines()}
+    assert not chosen & {text for text, _ in read_rows(pool)[:7]}
+
+
 def read_rows(path):
     return [(e.text, e.label) for e in read_examples(path, "tsv", Columns())[0]]
 

@@ -110,3 +110,12 @@ def test_without_data_format_each_file_is_read_by_its_extension(tmp_path):
                                 "data.test=null"])
     dataset = read_dataset(config.data)
     assert [e.text for e in dataset.examples["train"]] == ["好,棒", "差"] and len(dataset.examples["dev"]) == 2
+
+
+def test_predict_names_its_own_flags_not_an_inner_layers_arguments(tmp_path, capsys):
+    """Issue 64, root 9: `--top-k 3` of a 2-label model said `k=3`."""
+    from conftest import export_tiny_model
+
+    export = export_tiny_model(tmp_path / "model")
+    assert main(["predict", "--export", str(export), "--text", "好", "--top-k", "3"]) == 2
+    assert capsys.readouterr().err == "error: --top-k 3: the model has 2 labels; give 1 to 2\n"

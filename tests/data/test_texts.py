@@ -59,7 +59,7 @@ def test_a_text_the_tokenizer_reads_as_nothing_is_refused_alike_by_predictor_cla
     with pytest.raises(UserError, match=f"^text 1 {re.escape(NO_TOKEN)}$"):
         classifier(["好", text])
     code, records, err = predict_cli(export_dir, "--text", "好", "--text", text)
-    assert (code, records, err) == (2, [], f"error: --text 1 {NO_TOKEN}\n")
+    assert (code, records, err) == (2, [], f"error: --text #2 {NO_TOKEN}\n")
 
 
 def test_a_txt_line_ends_at_a_line_feed_only_for_predict_and_pretraining(export_dir, tmp_path):
