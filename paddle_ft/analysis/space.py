@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from paddle_ft.data import text_files
 from paddle_ft.errors import UserError
 
 SAMPLERS, PRUNERS, TYPES = ("tpe", "random", "grid"), ("median", "none"), ("float", "int", "categorical")
@@ -65,10 +66,11 @@ class Space:
 
 def load_space(path: Path) -> Space:
     """The space in `path`; a problem is one line naming the file and the key."""
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"--space {path} does not exist: give a YAML file (see paddle_ft/analysis/space.py)")
+    text = "\n".join(line for _, line in text_files.text_lines(path))  # the shared rules of every user's file
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("params"), dict) or not raw["params"]:

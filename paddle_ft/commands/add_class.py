@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from paddle_ft.arguments import share
+from paddle_ft.commands.flags import Files
+
+FILES = Files(reads=("--examples", "--reference"), writes=("--output",))
 
 
 def add_arguments(parser) -> None:

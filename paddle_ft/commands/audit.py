@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from paddle_ft.commands.flags import config_arguments
+from paddle_ft.commands.flags import TRAINING_DATA, Files, config_arguments
+
+FILES = Files(reads=TRAINING_DATA, writes=("--output",))
 
 
 def add_arguments(parser) -> None:

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from paddle_ft.commands.flags import Files
 from paddle_ft.errors import UserError
 from paddle_ft.io import new_output_folder
 from paddle_ft.models.convert import convert_hf_folder, is_hf_folder
+
+FILES = Files(writes=("--output",))
 
 
 def add_arguments(parser) -> None:

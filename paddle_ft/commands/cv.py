@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from paddle_ft.arguments import positive_float, positive_int
-from paddle_ft.commands.flags import config_arguments
+from paddle_ft.commands.flags import TRAINING_DATA, Files, config_arguments
 from paddle_ft.log import log
+
+FILES = Files(reads=TRAINING_DATA, writes=("output_dir",))
 
 
 def add_arguments(parser) -> None:

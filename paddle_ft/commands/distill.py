@@ -1,7 +1,9 @@
 """`distill`: a smaller student trained on a teacher's answers (workflows.distillation)."""
 from __future__ import annotations
 
-from paddle_ft.commands.flags import config_arguments
+from paddle_ft.commands.flags import TRAINING_DATA, Files, config_arguments
+
+FILES = Files(reads=TRAINING_DATA, writes=("output_dir",))
 
 
 def add_arguments(parser) -> None:

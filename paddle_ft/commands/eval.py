@@ -6,9 +6,11 @@ import json
 import sys
 
 from paddle_ft.arguments import positive_int
-from paddle_ft.commands.flags import model_argument
+from paddle_ft.commands.flags import Files, model_argument
 from paddle_ft.config import METRICS
 from paddle_ft.log import log
+
+FILES = Files(reads=("--data",), writes=("--errors",))
 
 
 def add_arguments(parser) -> None:

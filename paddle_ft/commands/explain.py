@@ -6,9 +6,11 @@ import json
 import sys
 
 from paddle_ft.arguments import non_negative_int, positive_int
-from paddle_ft.commands.flags import model_argument
+from paddle_ft.commands.flags import Files, model_argument
 from paddle_ft.io import check_output_file
 from paddle_ft.log import log
+
+FILES = Files(reads=("--data",), writes=("--html",))
 
 
 def add_arguments(parser) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paddle_ft.commands.flags import model_argument
+from paddle_ft.commands.flags import Files, model_argument
 from paddle_ft.errors import UserError
 from paddle_ft.export import export_model
 from paddle_ft.runtime import cpu_supports_bf16
+
+FILES = Files(reads=("--check-precision",), writes=("--output",))
 
 
 def add_arguments(parser) -> None:

@@ -3,8 +3,10 @@ doccano tasks (workflows.annotation)."""
 from __future__ import annotations
 
 from paddle_ft.arguments import positive_int
-from paddle_ft.commands.flags import model_argument, output_file_argument
+from paddle_ft.commands.flags import Files, model_argument, output_file_argument
 from paddle_ft.data.annotation import TOOLS
+
+FILES = Files(reads=("--input",), writes=("--output-file",))
 
 
 def add_arguments(parser) -> None:

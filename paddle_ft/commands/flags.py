@@ -6,10 +6,26 @@ wherever a predictor runs (tests/cli/test_cli.py::test_every_flag_has_one_meanin
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from paddle_ft.arguments import non_negative_int, positive_int
 from paddle_ft.inference.backends import BACKENDS
 from paddle_ft.text import TRUNCATIONS
+
+
+@dataclass(frozen=True)
+class Files:
+    """What a command reads of the user's and writes: each a flag (`--input`), a positional argument's name (`file`)
+    or a config key set with `-o` (`data.train`). Every command module declares its `FILES`;
+    tests/cli/test_every_command.py runs hostile files at each of them (a command without a declaration fails it)."""
+
+    reads: tuple[str, ...] = ()
+    """Files of the user's data: tables, texts, label lists, annotation exports, search spaces."""
+    writes: tuple[str, ...] = ()
+    """Files and folders it creates or replaces."""
+
+
+TRAINING_DATA = ("data.train", "data.dev", "data.test")  # what a config-driven command reads of the user's
 
 
 def config_arguments(parser: argparse.ArgumentParser, example: str) -> argparse.ArgumentParser:

@@ -2,8 +2,10 @@
 there as a corrections file for data.corrections (workflows.annotation)."""
 from __future__ import annotations
 
-from paddle_ft.commands.flags import renamed
+from paddle_ft.commands.flags import Files, renamed
 from paddle_ft.data.annotation import TOOLS
+
+FILES = Files(reads=("file",), writes=("--output-file", "--append"))
 
 
 def add_arguments(parser) -> None:

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 from paddle_ft.arguments import positive_float
-from paddle_ft.commands.flags import output_file_argument
+from paddle_ft.commands.flags import Files, output_file_argument
+
+FILES = Files(reads=("--train", "--dev", "--test", "--labels"), writes=("--output-file",))
 
 
 def add_arguments(parser) -> None:

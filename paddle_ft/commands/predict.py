@@ -5,9 +5,11 @@ from __future__ import annotations
 import glob
 
 from paddle_ft.arguments import positive_int, share
-from paddle_ft.commands.flags import export_argument, inference_arguments
+from paddle_ft.commands.flags import Files, export_argument, inference_arguments
 from paddle_ft.errors import UserError
 from paddle_ft.log import log
+
+FILES = Files(reads=("--input",), writes=("--output-file", "--output"))
 
 
 def add_arguments(parser) -> None:

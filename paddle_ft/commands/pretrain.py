@@ -1,7 +1,9 @@
 """`pretrain`: masked-LM or ELECTRA pretraining of an encoder on unlabeled text (workflows.pretraining)."""
 from __future__ import annotations
 
-from paddle_ft.commands.flags import config_arguments
+from paddle_ft.commands.flags import Files, config_arguments
+
+FILES = Files(reads=("pretrain.corpus",), writes=("output_dir",))
 
 
 def add_arguments(parser) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from paddle_ft.arguments import non_negative_float, share
-from paddle_ft.commands.flags import renamed
+from paddle_ft.commands.flags import Files, renamed
 from paddle_ft.inference.quantize import quantize_export
+
+FILES = Files(reads=("--data", "--calibration"), writes=("--output",))
 
 
 def add_arguments(parser) -> None:

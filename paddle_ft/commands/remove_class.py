@@ -1,6 +1,10 @@
 """`remove-class`: a prototype-head model without one of its classes (workflows.classes)."""
 from __future__ import annotations
 
+from paddle_ft.commands.flags import Files
+
+FILES = Files(writes=("--output",))
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="the OUT/best folder of a model trained with model.head: "

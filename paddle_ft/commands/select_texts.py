@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from paddle_ft.analysis.selection import STRATEGIES
 from paddle_ft.arguments import non_negative_int, positive_int
-from paddle_ft.commands.flags import model_argument, output_file_argument, renamed
+from paddle_ft.commands.flags import Files, model_argument, output_file_argument, renamed
 from paddle_ft.data.annotation import TOOLS
+
+FILES = Files(reads=("--pool", "--labelled"), writes=("--output-file",))
 
 
 def add_arguments(parser) -> None:

@@ -1,8 +1,10 @@
 """`serve`: an export over HTTP with dynamic batching (`paddle_ft/serve/` does the work)."""
 from __future__ import annotations
 
-from paddle_ft.commands.flags import export_argument, inference_arguments
+from paddle_ft.commands.flags import Files, export_argument, inference_arguments
 from paddle_ft.serve.options import add_arguments as serving_arguments
+
+FILES = Files()
 
 
 def add_arguments(parser) -> None:

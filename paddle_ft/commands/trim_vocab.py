@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from paddle_ft.arguments import non_negative_int
+from paddle_ft.commands.flags import Files
+
+FILES = Files(reads=("--data",), writes=("--output",))
 
 
 def add_arguments(parser) -> None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import sys
 
+from paddle_ft.commands.flags import Files
+
+FILES = Files(reads=("--data",))
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("folder", metavar="DIR", help="an export folder (written by export or quantize) or a "

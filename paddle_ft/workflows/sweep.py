@@ -29,6 +29,7 @@ from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.io import write_text_atomically
 from paddle_ft.log import elapsed, log
 from paddle_ft.workflows import training
+from paddle_ft.workflows.build import read_dataset
 from paddle_ft.workflows.forecast import seconds_per_run
 
 HEARTBEAT_SECONDS = 10  # a trial whose process stops beating this long (x2) counts as cut off
@@ -75,6 +76,7 @@ def sweep(config_path: str, overrides: list[str], space_path: str, storage: str 
         raise ConfigError("data.dev", "a sweep scores each trial on dev; set data.dev")
     space = load_space(Path(space_path))
     _check_space_values(space, Path(space_path), config_path, overrides)
+    read_dataset(config.data, config.task)  # a bad data file is one line before trial 0, not Optuna's failed trial
     with owned_folder(config.output_dir, "sweep", OUTPUT_DIR) as root:
         if restart:
             clear(root)
