@@ -201,3 +201,93 @@ def test_a_hostile_file_is_one_line_naming_it(command, flag, case, world, tmp_pa
     # verify's 1 is its verdict: the file is none of the data the model recorded (its bytes are never parsed then)
     assert code in ((1, 2) if command == "verify" else (2,)) and len(errors) == 1 and "Traceback" not in err, err
     assert str(path) in errors[0], errors[0]
+
+
+# (command, what it writes) -> its invocation writing `target`; "file" or "folder", what the path names
+WRITES = {
+    ("init", "--output-file"): ("file", lambda w, t: ["init", "--train", w["data"] / "train.tsv", "--output-file", t,
+                                                      "-o", "train.max_steps=2"]),
+    **{(command, "output_dir"): ("folder", lambda w, t, command=command: config_run(
+        command, w, "data.train", w["data"] / "train.tsv", t,
+        {"sweep": ["--space", w["root"] / "space.yaml", "--trials", "1"], "cv": ["--folds", "2"],
+         "distill": ["--teacher", w["best"]]}.get(command, [])))
+       for command in ("train", "distill", "cv", "sweep")},
+    ("pretrain", "output_dir"): ("folder", lambda w, t: config_run("pretrain", w, "pretrain.corpus",
+                                                                   w["root"] / "texts.txt", t)),
+    ("audit", "--output"): ("folder", lambda w, t: config_run("audit", w, "data.train", w["data"] / "train.tsv",
+                                                              w["root"] / "unused", ["--output", t])),
+    ("label-issues", "--output"): ("folder", lambda w, t: config_run(
+        "label-issues", w, "data.train", w["data"] / "train.tsv", w["root"] / "unused", ["--output", t, "--folds",
+                                                                                         "2"])),
+    ("export-tasks", "--output-file"): ("file", lambda w, t: ["export-tasks", "--model", w["best"], "--input",
+                                                              w["root"] / "texts.txt", "--to", "doccano",
+                                                              "--output-file", t]),
+    ("select-texts", "--output-file"): ("file", lambda w, t: ["select-texts", "--model", w["best"], "--pool",
+                                                              w["data"] / "test.tsv", "--count", "2", "--to",
+                                                              "doccano", "--output-file", t]),
+    ("import-annotations", "--output-file"): ("file", lambda w, t: ["import-annotations", w["root"] / "tasks.json",
+                                                                    "--from", "label-studio", "--output-file", t]),
+    ("eval", "--errors"): ("file", lambda w, t: ["eval", "--model", w["best"], "--data", w["data"] / "test.tsv",
+                                                 "--errors", t]),
+    ("explain", "--html"): ("file", lambda w, t: ["explain", "--model", w["best"], "--text", "很好", "--steps", "4",
+                                                  "--html", t]),
+    ("convert", "--output"): ("folder", lambda w, t: ["convert", "--from-hf", w["e5"], "--output", t]),
+    ("trim-vocab", "--output"): ("folder", lambda w, t: ["trim-vocab", "--backbone", w["e5"], "--data",
+                                                         w["data"] / "train.tsv", "--output", t]),
+    ("add-class", "--output"): ("folder", lambda w, t: ["add-class", "--model", w["best"], "--label", "中性",
+                                                        "--examples", w["root"] / "texts.txt", "--reference",
+                                                        w["data"] / "dev.tsv", "--output", t]),
+    ("remove-class", "--output"): ("folder", lambda w, t: ["remove-class", "--model", w["best"], "--label", "负面",
+                                                           "--output", t]),
+    ("export", "--output"): ("folder", lambda w, t: ["export", "--model", w["best"], "--output", t, "--no-onnx"]),
+    ("quantize", "--output"): ("folder", lambda w, t: ["quantize", "--export", w["export"], "--data",
+                                                       w["data"] / "dev.tsv", "--output", t]),
+    ("predict", "--output-file"): ("file", lambda w, t: ["predict", "--export", w["export"], "--input",
+                                                         w["root"] / "texts.txt", "--output-file", t]),
+}
+# paths a command writes into that it also reads, whose guards have tests of their own: `report RUN` (the run's
+# folder, tests/cli/test_ownership.py), `import-annotations --append TRAIN` (the training file it adds to,
+# tests/cli/test_labelling.py), `predict --ray --output` (tests/inference/test_predict_ray.py)
+ELSEWHERE = {("report", "run_dir"), ("import-annotations", "--append"), ("predict", "--output")}
+
+PLANTED = {
+    "file": {
+        "a link to a file of yours": lambda target, yours: target.symlink_to(yours),
+        "a folder in the way": lambda target, yours: target.mkdir(),
+        "a FIFO": lambda target, yours: os.mkfifo(target),
+    },
+    "folder": {
+        "a link to a folder of yours": lambda target, yours: target.symlink_to(yours.parent),
+        "a file in the way": lambda target, yours: target.write_text("yours", encoding="utf-8"),
+        "a folder holding a file of yours": lambda target, yours: (target.mkdir(),
+                                                                   (target / "notes.txt").write_text("yours")),
+    },
+}
+WRITE_CASES = [(command, flag, case) for (command, flag), (kind, _) in WRITES.items() for case in PLANTED[kind]]
+
+
+def test_every_declared_write_has_planted_cases():
+    declared_writes = {(c.name, flag) for c in COMMANDS for flag in declared(c).writes}
+    assert declared_writes == set(WRITES) | ELSEWHERE, "a command writes a path this test plants nothing at"
+
+
+@pytest.mark.parametrize("command, flag, case", WRITE_CASES, ids=[f"{c} {f} {h}" for c, f, h in WRITE_CASES])
+def test_what_is_planted_at_an_output_leaves_the_users_files_whole(command, flag, case, world, tmp_path, capsys):
+    kind, invocation = WRITES[command, flag]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    yours = mine / "thesis.txt"
+    yours.write_text("years of work", encoding="utf-8")
+    target = tmp_path / ("out.yaml" if command == "init" else "out.jsonl" if kind == "file" else "out")
+    PLANTED[kind][case](target, yours)
+    code = run(invocation(world, target))
+    err = capsys.readouterr().err
+    assert code is not None, f"{command} {flag}: hung on {case}"
+    assert not isinstance(code, str), code
+    assert sorted(p.name for p in mine.iterdir()) == ["thesis.txt"] and yours.read_text() == "years of work"
+    if case in ("a folder holding a file of yours", "a file in the way"):  # refused, and what was there kept
+        assert (target / "notes.txt").read_text() == "yours" if target.is_dir() else target.read_text() == "yours"
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 0 or (code == 2 and len(errors) == 1 and str(target) in errors[0]), err
+    if code == 0:  # written in place of what was planted, never through it
+        assert not target.is_symlink() and (target.is_file() if kind == "file" else target.is_dir())
