@@ -98,7 +98,7 @@ def test_a_bad_space_file_is_one_line(tmp_path, text, message):
         load_space(path)
 
 
-def test_a_sweep_never_writes_into_a_training_run(tmp_path):
+def test_a_sweep_never_writes_into_a_training_run(tiny_config_args, tmp_path):
     from paddle_ft.workflows import sweep
 
     run = tmp_path / "run"
@@ -108,7 +108,7 @@ def test_a_sweep_never_writes_into_a_training_run(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(SPACE, encoding="utf-8")
     with pytest.raises(UserError, match=r"holds a training run \(its .paddle_ft-owner\); give this sweep its own"):
-        sweep.sweep(DEMO, [f"output_dir={run}"], str(space))
+        sweep.sweep(DEMO, [*tiny_config_args, f"output_dir={run}"], str(space))
     assert sorted(p.name for p in run.iterdir()) == [".paddle_ft-owner", "metrics.jsonl"]  # nothing written beside
 
 

@@ -260,12 +260,13 @@ def test_predict_on_bad_row_skip_leaves_out_the_bad_rows_and_names_them(tmp_path
     path = tmp_path / "in.tsv"
     path.write_text("text\n" + "".join(f"{r}\n" for r in rows), encoding="utf-8")
     assert main(["predict", "--export", str(export), "--input", str(path)]) == 2
-    err = capsys.readouterr().err  # the malformed row stops the reading first, and the error names the option
-    assert f"{path}:19: " in err and "(fix the row, or use --on-bad-row skip to drop bad rows)" in err
+    err = capsys.readouterr().err  # the first bad row stops the reading, and the error names the option
+    assert f"{path}:5: " in err and "(fix the row, or use --on-bad-row skip to drop bad rows)" in err
     assert main(["predict", "--export", str(export), "--input", str(path), "--on-bad-row", "skip"]) == 0
     out, err = capsys.readouterr()
     assert [json.loads(line)["line"] for line in out.splitlines()] == [n for n in range(2, 42) if n not in (5, 19)]
-    assert f"predict: left out 2 bad rows of {path} (line 5: the text holds no character" in err and "line 19: " in err
+    assert f"predict: left out 2 bad rows of {path} (line 5: the text in column 'text' holds no character" in err \
+        and "line 19: " in err
 
 
 def test_a_ray_run_refused_for_a_bad_row_records_nothing_a_fixed_rerun_would_trip_on(tmp_path, capsys):
