@@ -213,8 +213,9 @@ def claimed(final: str | Path, option: str) -> Iterator[Path]:
     a second paddle_ft process on the same output, even at the same instant, is refused in one line naming the PID
     that holds it, and checks made inside the block (is it new, or empty?) stay true until the block ends. Two
     add-class (or export) into one --output both exited 0 with one model lost, as each had checked before the
-    other wrote. The claim is a marker beside the output, `.NAME.claim`, created exclusively (O_EXCL) and holding
-    the PID; one a dead process left is taken over."""
+    other wrote. The claim is a marker beside the output, `.NAME.claim`, holding the PID and put in place whole by a
+    hard link, which fails where the name exists; one a dead process left is taken over. The output's folder must
+    exist (the output checks, `check_output_file` and `check_output_folder`, come first)."""
     final = Path(final)
     marker = final.with_name(f".{final.name}.claim")
     mine = final.with_name(f".{final.name}.claim-{os.getpid()}")
@@ -254,7 +255,8 @@ def check_new_output_folder(path: str | Path, option: str, fix: str) -> Path:
 def new_output_folder(path: str | Path, option: str, fix: str) -> Iterator[Path]:
     """`check_new_output_folder`'s folder, `claimed` for the block: it is still new or empty when the block writes it,
     and no other paddle_ft process writes it meanwhile. (A command may check early, before minutes of work, too.)"""
-    with claimed(path, option) as target:
+    target = check_output_folder(path, option)  # its parents made, nothing in the way: it can be claimed
+    with claimed(target, option):
         yield check_new_output_folder(target, option, fix)
 
 

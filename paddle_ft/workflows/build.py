@@ -75,7 +75,14 @@ def _check_hierarchy(label_map: LabelMap, separator: str, examples: dict, paths:
                     if parents and parents[0] in e.label_names), None)
         if row is None:
             raise ConfigError("data.label_hierarchy", str(exc)) from None
-        raise DataError(paths[row[0]], row[1].line, str(exc)) from None
+        split, example = row
+        if split != "train":  # a new leaf (电子/其他) there would be a label train never shows the model
+            leaves = [name for name in label_map.names if name.startswith(parents[0] + separator)]
+            raise DataError(paths[split], example.line, f"the label {parents[0]!r} is the parent of {leaves[0]!r}: a "
+                            f"{split} row's label must be a leaf train has; label it as one of "
+                            f"{', '.join(leaves[:5])}{', ...' if len(leaves) > 5 else ''}, or remove the row") \
+                from None
+        raise DataError(paths[split], example.line, str(exc)) from None
     if hierarchy.depth == 1:
         raise ConfigError("data.label_hierarchy", f"is {separator!r}, but no label name holds it "
                           f"({label_map.names[0]!r}, ...): write the labels as paths (电子{separator}手机) or set it "

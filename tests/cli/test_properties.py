@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from paddle_ft.config import load_config
 from paddle_ft.data.readers import Columns, read_examples
 from paddle_ft.errors import ConfigError, DataError, UserError
+from paddle_ft.tokenization import NO_TOKEN, readable
 
 pytestmark = pytest.mark.slow  # a few hundred examples per property
 # CI draws the same examples every run (derandomize), so a rare input cannot turn a build red by chance;
@@ -38,12 +39,15 @@ def start_lines(written_before: list[str]) -> list[int]:
 
 
 def check_round_trip(path, fmt, rows, lines):
-    """Rows read back exactly, or the first row with a blank text is refused at its line."""
-    blank = [i for i, (text, _) in enumerate(rows) if not text.strip()]
-    if blank:
+    """Rows read back exactly, or the first row with a blank text, or one the model reads as nothing, is refused at
+    its line."""
+    refused = [i for i, (text, _) in enumerate(rows) if not readable(text)]
+    if refused:
         with pytest.raises(DataError) as info:
             read_examples(path, fmt, Columns(), frozenset(LABELS))
-        assert str(info.value).startswith(f"{path}:{lines[blank[0]]}: empty text in column 'text'")
+        text = rows[refused[0]][0]
+        reason = "empty text in column 'text'" if not text.strip() else f"the text in column 'text' {NO_TOKEN}"
+        assert str(info.value).startswith(f"{path}:{lines[refused[0]]}: {reason}")
         return
     examples, report = read_examples(path, fmt, Columns(), frozenset(LABELS))
     assert [(e.text, e.label, e.line) for e in examples] == [(t, label, line) for (t, label), line in zip(rows, lines)]
@@ -79,7 +83,7 @@ def test_jsonl_written_by_python_reads_back_exactly(tmp_path_factory, rows, asci
        surrogate=st.characters(categories=["Cs"]))
 def test_jsonl_with_a_lone_surrogate_is_refused_at_its_line(tmp_path_factory, rows, at, surrogate):
     at = min(at, len(rows) - 1)
-    rows = [(t if t.strip() else "好", label) for t, label in rows]
+    rows = [(t if readable(t) else "好", label) for t, label in rows]
     rows[at] = (rows[at][0] + surrogate, rows[at][1])
     path = tmp_path_factory.mktemp("jsonl") / "d.jsonl"
     path.write_text("".join(json.dumps({"text": t, "label": label}) + "\n" for t, label in rows), encoding="utf-8")

@@ -253,3 +253,19 @@ def test_a_row_labelled_with_a_parent_names_its_file_and_line(tiny_config_args, 
     with pytest.raises(DataError, match=r"train.tsv:4: label '正面' is both a label and the parent of '正面/甲'"):
         from paddle_ft.workflows.build import read_dataset
         read_dataset(load_config(DEMO, args).data)
+
+
+def test_a_dev_row_labelled_with_a_parent_is_told_the_leaves_train_has(tiny_config_args, tmp_path):
+    """Issue 64, root 9: the advice for a parent label in dev (label it down, as 正面/其他) failed when followed: dev's
+    labels must be train's, and train has no 正面/其他."""
+    from paddle_ft.workflows.build import read_dataset
+
+    data = tmp_path / "tree"
+    data.mkdir()
+    write_tsv(data / "train.tsv", [("好好", "正面/甲"), ("好的", "正面/乙"), ("差差", "负面")])
+    write_tsv(data / "dev.tsv", [("好", "正面/甲"), ("还行", "正面")])
+    args = tiny_config_args + [f"data.train={data / 'train.tsv'}", f"data.dev={data / 'dev.tsv'}", "data.test=null",
+                               "data.labels=[正面/甲, 正面/乙, 负面, 正面]", "data.label_hierarchy=/"]
+    with pytest.raises(DataError, match=r"dev.tsv:3: the label '正面' is the parent of '正面/甲': a dev row's label "
+                                        r"must be a leaf train has; label it as one of 正面/甲, 正面/乙, or remove"):
+        read_dataset(load_config(DEMO, args).data)
