@@ -6,7 +6,7 @@ import json
 import sys
 
 from paddle_ft.arguments import positive_int
-from paddle_ft.commands.flags import Files, model_argument
+from paddle_ft.commands.flags import Files, check_new_files, model_argument, overwrite_argument
 from paddle_ft.config import METRICS
 from paddle_ft.log import log
 
@@ -17,12 +17,14 @@ def add_arguments(parser) -> None:
     model_argument(parser)
     parser.add_argument("--data", required=True, help="labelled TSV / CSV / JSONL file")
     parser.add_argument("--errors", help="where to write misclassified rows (default: beside the model)")
+    overwrite_argument(parser, "--errors")
     parser.add_argument("--batch-size", type=positive_int, default=64)
 
 
 def main(args) -> int:
     from paddle_ft.workflows.evaluation import evaluate_model
 
+    check_new_files({"--errors": args.errors}, args.overwrite)  # the default, beside the model, is paddle_ft's own
     report = evaluate_model(args.model, args.data, args.errors, args.batch_size)
     print(json.dumps(report, ensure_ascii=False, indent=2))
     log(summary_line(report), sys.stderr)  # the report is standard output's alone

@@ -6,7 +6,7 @@ import json
 import sys
 
 from paddle_ft.arguments import non_negative_int, positive_int
-from paddle_ft.commands.flags import Files, model_argument
+from paddle_ft.commands.flags import Files, check_new_files, model_argument, overwrite_argument
 from paddle_ft.io import check_output_file
 from paddle_ft.log import log
 
@@ -27,6 +27,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data", help="labelled TSV / CSV / JSONL file to find the nearest texts in (default: the "
                                        "training file the model's manifest records)")
     parser.add_argument("--html", help="also write the explanations as highlighted text to this page")
+    overwrite_argument(parser, "--html")
 
 
 def main(args) -> int:
@@ -34,6 +35,7 @@ def main(args) -> int:
 
     if args.html:  # before the work, not after it: a folder, or the file it would replace, is refused
         check_output_file(args.html, "--html", {"--data": args.data})
+        check_new_files({"--html": args.html}, args.overwrite)
     explanations = explain_texts(args.model, args.text, args.text_pair, args.label, args.steps, args.neighbours,
                                  args.data)
     for explanation in explanations:

@@ -3,7 +3,7 @@ doccano tasks (workflows.annotation)."""
 from __future__ import annotations
 
 from paddle_ft.arguments import positive_int
-from paddle_ft.commands.flags import Files, model_argument, output_file_argument
+from paddle_ft.commands.flags import Files, check_new_files, model_argument, output_file_argument, overwrite_argument
 from paddle_ft.data.annotation import TOOLS
 
 FILES = Files(reads=("--input",), writes=("--output-file",))
@@ -17,11 +17,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--to", required=True, choices=TOOLS, help="the annotation tool")
     output_file_argument(parser, "the tasks file to write (Label Studio: a .json, with a .label_config.xml beside "
                                  "it; doccano: a .jsonl)")
+    overwrite_argument(parser, "--output-file")
     parser.add_argument("--batch-size", type=positive_int, default=64)
 
 
 def main(args) -> int:
     from paddle_ft.workflows.annotation import export_tasks
 
+    check_new_files({"--output-file": args.output_file}, args.overwrite)
     export_tasks(args.model, args.input, args.to, args.output_file, args.batch_size)
     return 0

@@ -2,7 +2,7 @@
 there as a corrections file for data.corrections (workflows.annotation)."""
 from __future__ import annotations
 
-from paddle_ft.commands.flags import Files, renamed
+from paddle_ft.commands.flags import Files, check_new_files, overwrite_argument, renamed
 from paddle_ft.data.annotation import TOOLS
 
 FILES = Files(reads=("file",), writes=("--output-file", "--append"))
@@ -13,6 +13,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--from", dest="tool", required=True, choices=TOOLS, help="the annotation tool")
     written = parser.add_mutually_exclusive_group(required=True)
     written.add_argument("--output-file", metavar="FILE", help="the .tsv/.csv/.jsonl file to write")
+    overwrite_argument(parser, "--output-file")
     written.add_argument("--append", metavar="FILE", help="a training file (.tsv/.csv/.jsonl) to add the labelled "
                                                           "rows to, in its own columns (rows it holds already, same "
                                                           "text and label, are left out)")
@@ -26,6 +27,7 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     from paddle_ft.workflows.annotation import import_annotations
 
+    check_new_files({"--output-file": args.output_file}, args.overwrite)
     import_annotations(args.tool, args.file, args.output_file or args.append, args.from_name, args.text_column,
                        args.label_column, append=args.append is not None)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 
 from paddle_ft.arguments import positive_int, share
-from paddle_ft.commands.flags import Files, export_argument, inference_arguments
+from paddle_ft.commands.flags import Files, check_new_files, export_argument, inference_arguments, overwrite_argument
 from paddle_ft.errors import UserError
 from paddle_ft.log import log
 
@@ -23,6 +23,7 @@ def add_arguments(parser) -> None:
                         "with --ray, repeatable and a glob pattern may name many")
     parser.add_argument("--output-file", metavar="FILE", help="the JSON Lines file to write (default: standard "
                                                               "output)")
+    overwrite_argument(parser, "--output-file")
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--top-k", type=positive_int, help="also list the K most probable labels of each text, best "
                                                            "first (\"top_k\"; as over HTTP)")
@@ -62,6 +63,8 @@ def main(args) -> int:
     if args.input and (len(args.input) > 1 or glob.has_magic(args.input[0])):
         raise UserError("predict reads one --input file; for many (or a glob pattern), add --ray")
     from paddle_ft.workflows.predict_files import predict
+
+    check_new_files({"--output-file": args.output_file}, args.overwrite)
 
     predict(args.export, args.text, args.text_pair, args.input[0] if args.input else None, args.output_file, options,
             args.on_bad_row)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from paddle_ft.analysis.selection import STRATEGIES
 from paddle_ft.arguments import non_negative_int, positive_int
-from paddle_ft.commands.flags import Files, model_argument, output_file_argument, renamed
+from paddle_ft.commands.flags import (Files, check_new_files, model_argument, output_file_argument, overwrite_argument,
+                                      renamed)
 from paddle_ft.data.annotation import TOOLS
 
 FILES = Files(reads=("--pool", "--labelled"), writes=("--output-file",))
@@ -21,6 +22,7 @@ def add_arguments(parser) -> None:
                              "embedding space; default) or random")
     parser.add_argument("--to", required=True, choices=TOOLS, help="the annotation tool")
     output_file_argument(parser, "the tasks file to write, as export-tasks")
+    overwrite_argument(parser, "--output-file")
     parser.add_argument("--labelled", metavar="FILE", help="texts labelled already, left out of the pool and counted "
                         "as covered by diverse (default: the training file the model's manifest records)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="random's seed (default 0)")
@@ -30,6 +32,7 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     from paddle_ft.workflows.annotation import Selection, select_texts
 
+    check_new_files({"--output-file": args.output_file}, args.overwrite)
     select_texts(args.model, args.pool, args.to, args.output_file,
                  Selection(args.count, args.strategy, args.seed, args.batch_size), args.labelled)
     return 0

@@ -255,6 +255,7 @@ PLANTED = {
         "a link to a file of yours": lambda target, yours: target.symlink_to(yours),
         "a folder in the way": lambda target, yours: target.mkdir(),
         "a FIFO": lambda target, yours: os.mkfifo(target),
+        "a file of yours by that name": lambda target, yours: target.write_text("yours", encoding="utf-8"),
     },
     "folder": {
         "a link to a folder of yours": lambda target, yours: target.symlink_to(yours.parent),
@@ -285,7 +286,8 @@ def test_what_is_planted_at_an_output_leaves_the_users_files_whole(command, flag
     assert code is not None, f"{command} {flag}: hung on {case}"
     assert not isinstance(code, str), code
     assert sorted(p.name for p in mine.iterdir()) == ["thesis.txt"] and yours.read_text() == "years of work"
-    if case in ("a folder holding a file of yours", "a file in the way"):  # refused, and what was there kept
+    if case in ("a folder holding a file of yours", "a file in the way", "a file of yours by that name"):
+        assert code == 2, f"{command} {flag} replaced {case}"  # refused without --overwrite, and what was there kept
         assert (target / "notes.txt").read_text() == "yours" if target.is_dir() else target.read_text() == "yours"
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert code == 0 or (code == 2 and len(errors) == 1 and str(target) in errors[0]), err

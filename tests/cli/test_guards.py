@@ -62,7 +62,7 @@ def test_eval_scores_exactly_whatever_the_batch_size(model, capsys):
     reports = []
     for batch_size in ("1", "64"):
         assert main(["eval", "--model", str(best), "--data", str(data), "--batch-size", batch_size,
-                     "--errors", str(best.parent / "wrong.tsv")]) == 0
+                     "--errors", str(best.parent / "wrong.tsv"), "--overwrite"]) == 0
         reports.append(json.loads(capsys.readouterr().out))
     assert reports[0]["accuracy"] == reports[1]["accuracy"]
 

@@ -89,4 +89,5 @@ def test_export_tasks_never_replaces_a_label_config_it_did_not_write(tmp_path, c
     assert not (tmp_path / "user.json").exists()
     os.remove(users)
     assert main(args) == 0 and users.read_text(encoding="utf-8").startswith("<View>\n  <Text")
-    assert main(args) == 0  # its own config, from an earlier run into the same file, is replaced
+    assert main(args) == 2  # the tasks file exists now: replaced only when told
+    assert main([*args, "--overwrite"]) == 0  # and then its own config, from the earlier run, with it

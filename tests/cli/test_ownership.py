@@ -216,8 +216,10 @@ def test_on_a_full_disk_predict_and_eval_keep_the_previous_output(command, tmp_p
     data = write_tsv(tmp_path / "test.tsv", synthetic_rows(20, seed=3))
     output = tmp_path / "previous.out"
     output.write_text("kept\n", encoding="utf-8")
-    argv = {"predict": ["predict", "--export", str(export), "--input", str(data), "--output-file", str(output)],
-            "eval": ["eval", "--model", str(export.parent / "best"), "--data", str(data), "--errors", str(output)]}
+    argv = {"predict": ["predict", "--export", str(export), "--input", str(data), "--output-file", str(output),
+                        "--overwrite"],
+            "eval": ["eval", "--model", str(export.parent / "best"), "--data", str(data), "--errors", str(output),
+                     "--overwrite"]}
     full_disk(monkeypatch)
     assert main(argv[command]) == 2
     assert one_error_line(capsys) == f"error: the disk is full writing {output}; free some space, then run the " \
@@ -233,7 +235,7 @@ def test_an_output_that_is_the_commands_own_input_is_refused_and_the_input_kept(
     before = data.read_bytes()
     argv = {"predict": ["predict", "--export", str(export), "--input", str(data), "--output-file", str(data)],
             "eval": ["eval", "--model", str(export.parent / "best"), "--data", str(data), "--errors", str(data)]}
-    assert main(argv[command]) == 2
+    assert main([*argv[command], "--overwrite"]) == 2  # even when told to replace what is there
     option, source = {"predict": ("--output-file", "--input"), "eval": ("--errors", "--data")}[command]
     assert one_error_line(capsys) == (f"error: {option} {data} is the {source} file: writing it would replace what is "
                                       "read; choose another path")
