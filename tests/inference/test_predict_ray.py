@@ -156,7 +156,7 @@ def test_two_nodes_answer_as_one_process_and_a_killed_run_resumes(cluster, tmp_p
     alone = []
     for path in files:  # single-process predict, file by file
         assert main(["predict", "--export", str(export), "--input", str(path), "--output-file", str(tmp_path / "one.jsonl"),
-                     "--threads", "1"]) == 0
+                     "--threads", "1", "--overwrite"]) == 0
         alone += [{"source": str(path), **json.loads(line)} for line in (tmp_path / "one.jsonl").read_text(
             encoding="utf-8").splitlines()]
     assert len(alone) == 50_000
