@@ -273,6 +273,14 @@ def _claim_holder(marker: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def check_new_files(paths: dict[str, str | Path | None], overwrite: bool) -> None:
+    """Each {option: path} a command writes, refused where something is already there, unless `overwrite`: a second
+    run into the same name replaced the first's answers, and a user's file named as the output, without a word."""
+    for option, path in paths.items():
+        if path is not None and not overwrite and (Path(path).is_symlink() or Path(path).is_file()):
+            raise UserError(f"{option} {path} already exists; pass --overwrite to replace it, or give another path")
+
+
 def check_output_file(path: str | Path, option: str, inputs: dict[str, str | Path] | None = None) -> Path:
     """A file a command will create or overwrite: its folder must exist, it must not be a folder, and it must not be
     one of the command's `inputs` ({option: path}), which it would replace."""

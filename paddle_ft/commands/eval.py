@@ -6,7 +6,7 @@ import json
 import sys
 
 from paddle_ft.arguments import positive_int
-from paddle_ft.commands.flags import Files, check_new_files, model_argument, overwrite_argument
+from paddle_ft.commands.flags import Files, model_argument, overwrite_argument
 from paddle_ft.config import METRICS
 from paddle_ft.log import log
 
@@ -24,8 +24,7 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     from paddle_ft.workflows.evaluation import evaluate_model
 
-    check_new_files({"--errors": args.errors}, args.overwrite)  # the default, beside the model, is paddle_ft's own
-    report = evaluate_model(args.model, args.data, args.errors, args.batch_size)
+    report = evaluate_model(args.model, args.data, args.errors, args.batch_size, args.overwrite)
     print(json.dumps(report, ensure_ascii=False, indent=2))
     log(summary_line(report), sys.stderr)  # the report is standard output's alone
     return 0

@@ -6,8 +6,8 @@ import json
 import sys
 
 from paddle_ft.arguments import non_negative_int, positive_int
-from paddle_ft.commands.flags import Files, check_new_files, model_argument, overwrite_argument
-from paddle_ft.io import check_output_file
+from paddle_ft.commands.flags import Files, model_argument, overwrite_argument
+from paddle_ft.io import check_new_files, check_output_file
 from paddle_ft.log import log
 
 FILES = Files(reads=("--data",), writes=("--html",))

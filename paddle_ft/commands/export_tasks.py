@@ -3,8 +3,9 @@ doccano tasks (workflows.annotation)."""
 from __future__ import annotations
 
 from paddle_ft.arguments import positive_int
-from paddle_ft.commands.flags import Files, check_new_files, model_argument, output_file_argument, overwrite_argument
+from paddle_ft.commands.flags import Files, model_argument, output_file_argument, overwrite_argument
 from paddle_ft.data.annotation import TOOLS
+from paddle_ft.io import check_new_files
 
 FILES = Files(reads=("--input",), writes=("--output-file",))
 

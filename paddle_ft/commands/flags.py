@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from pathlib import Path
 
 from paddle_ft.arguments import non_negative_int, positive_int
-from paddle_ft.errors import UserError
 from paddle_ft.inference.backends import BACKENDS
 from paddle_ft.text import TRUNCATIONS
 
@@ -32,18 +30,10 @@ TRAINING_DATA = ("data.train", "data.dev", "data.test")  # what a config-driven 
 
 def overwrite_argument(parser: argparse.ArgumentParser, option: str) -> argparse.ArgumentParser:
     """`--overwrite`: the one way to let a command replace a file that exists at `option` (and the files named after
-    it); without it an existing file is refused (`check_new_files`), as it may be the user's."""
+    it); without it an existing file is refused (`io.check_new_files`), as it may be the user's."""
     parser.add_argument("--overwrite", action="store_true", help=f"replace the {option} file (and the files named "
                                                                  "after it) if they exist; without it they are refused")
     return parser
-
-
-def check_new_files(paths: dict[str, str | Path | None], overwrite: bool) -> None:
-    """Each {option: path} a command writes, refused where something is already there, unless `overwrite`: a second
-    run into the same name replaced the first's answers, and a user's file named as the output, without a word."""
-    for option, path in paths.items():
-        if path is not None and not overwrite and (Path(path).is_symlink() or Path(path).is_file()):
-            raise UserError(f"{option} {path} already exists; pass --overwrite to replace it, or give another path")
 
 
 def config_arguments(parser: argparse.ArgumentParser, example: str) -> argparse.ArgumentParser:

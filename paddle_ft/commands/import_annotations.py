@@ -2,8 +2,9 @@
 there as a corrections file for data.corrections (workflows.annotation)."""
 from __future__ import annotations
 
-from paddle_ft.commands.flags import Files, check_new_files, overwrite_argument, renamed
+from paddle_ft.commands.flags import Files, overwrite_argument, renamed
 from paddle_ft.data.annotation import TOOLS
+from paddle_ft.io import check_new_files
 
 FILES = Files(reads=("file",), writes=("--output-file", "--append"))
 

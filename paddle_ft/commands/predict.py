@@ -5,8 +5,9 @@ from __future__ import annotations
 import glob
 
 from paddle_ft.arguments import positive_int, share
-from paddle_ft.commands.flags import Files, check_new_files, export_argument, inference_arguments, overwrite_argument
+from paddle_ft.commands.flags import Files, export_argument, inference_arguments, overwrite_argument
 from paddle_ft.errors import UserError
+from paddle_ft.io import check_new_files
 from paddle_ft.log import log
 
 FILES = Files(reads=("--input",), writes=("--output-file", "--output"))

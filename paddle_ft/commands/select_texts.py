@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from paddle_ft.analysis.selection import STRATEGIES
 from paddle_ft.arguments import non_negative_int, positive_int
-from paddle_ft.commands.flags import (Files, check_new_files, model_argument, output_file_argument, overwrite_argument,
-                                      renamed)
+from paddle_ft.commands.flags import Files, model_argument, output_file_argument, overwrite_argument, renamed
 from paddle_ft.data.annotation import TOOLS
+from paddle_ft.io import check_new_files
 
 FILES = Files(reads=("--pool", "--labelled"), writes=("--output-file",))
 

@@ -295,7 +295,7 @@ class Engines:
     def __init__(self, engines: dict[str, Engine], route: Route, pad_token_id: int, max_length: int,
                  openers: dict[str, Callable[[], Engine]] | None = None):
         """`engines`: the open ones; `openers`: how to open each other engine the route may call, at its first call
-        (`PredictOptions.warm_up` False)."""
+        (`PredictOptions.one_off`)."""
         self.pad_token_id, self.max_length = pad_token_id, max_length
         self.engines, self.route = engines, route
         self.openers = openers or {}

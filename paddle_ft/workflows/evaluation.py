@@ -11,22 +11,26 @@ from paddle_ft.data.features import tokenize
 from paddle_ft.data.readers import Columns, format_of, one_line, read_examples
 from paddle_ft.engine.evaluate import evaluate
 from paddle_ft.engine.metrics import MANY_CLASSES, per_class_extremes
-from paddle_ft.io import atomic_file, check_output_file
+from paddle_ft.io import atomic_file, check_new_files, check_output_file
 from paddle_ft.log import LONG_INPUT, Progress
 from paddle_ft.tokenization import fastest
 
 
-def evaluate_model(model_dir: str, data_path: str, errors_path: str | None = None, batch_size: int = 64) -> dict:
+def evaluate_model(model_dir: str, data_path: str, errors_path: str | None = None, batch_size: int = 64,
+                   overwrite: bool = False) -> dict:
     """The model's metrics on `data_path` (every class's beside them, or of many classes the best and worst and a
-    file of all), its misclassified rows written to `errors_path` (default: beside the model)."""
+    file of all), its misclassified rows written to `errors_path` (default: beside the model, replaced at each eval;
+    a path given that exists, or the per-class table named after it, is replaced only with `overwrite`)."""
     model_dir = Path(model_dir)
     errors = Path(errors_path) if errors_path else model_dir.parent / f"misclassified-{Path(data_path).stem}.tsv"
     bundle = load_bundle(model_dir)
-    check_output_file(errors, "--errors", {"--data": data_path})  # before minutes of scoring, not after
     meta, label_map, tokenizer = bundle.meta, bundle.label_map, fastest(bundle.tokenizer)
     table = _per_class_file(errors, meta.multi_label)
-    if len(label_map) > MANY_CLASSES:
-        check_output_file(table, "the per-class table (named after --errors)", {"--data": data_path})
+    written = {"--errors": errors, **({"the per-class table (named after --errors)": table}
+                                      if len(label_map) > MANY_CLASSES else {})}
+    for option, path in written.items():
+        check_output_file(path, option, {"--data": data_path})
+    check_new_files(written, overwrite or errors_path is None)  # the default, beside the model, is paddle_ft's own
     examples, _ = read_examples(data_path, format_of(data_path, meta.format), Columns.of(meta, meta.multi_label),
                                 frozenset(label_map.names))
     # the report is printed on standard output: the progress goes to standard error, apart from it

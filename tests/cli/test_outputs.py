@@ -91,3 +91,22 @@ def test_export_tasks_never_replaces_a_label_config_it_did_not_write(tmp_path, c
     assert main(args) == 0 and users.read_text(encoding="utf-8").startswith("<View>\n  <Text")
     assert main(args) == 2  # the tasks file exists now: replaced only when told
     assert main([*args, "--overwrite"]) == 0  # and then its own config, from the earlier run, with it
+
+
+def test_a_file_output_that_exists_is_replaced_only_when_told(tmp_path, capsys):
+    """A second run into the same name replaced the first's answers, and a user's file of that name, without a word;
+    eval's default file, beside the model, is paddle_ft's own and replaced at each eval."""
+    export = export_tiny_model(tmp_path / "model")
+    data = tmp_path / "test.tsv"
+    data.write_text("text\tlabel\n好\t正面\n差\t负面\n", encoding="utf-8")
+    mine = tmp_path / "mine.tsv"
+    mine.write_text("years of work", encoding="utf-8")
+    best = export.parent / "best"
+    assert main(["eval", "--model", str(best), "--data", str(data), "--errors", str(mine)]) == 2
+    assert one_error_line(capsys) == f"error: --errors {mine} already exists; pass --overwrite to replace it, or " \
+                                     "give another path"
+    assert mine.read_text(encoding="utf-8") == "years of work"
+    assert main(["eval", "--model", str(best), "--data", str(data), "--errors", str(mine), "--overwrite"]) == 0
+    assert mine.read_text(encoding="utf-8").startswith("line\ttext\tgold\tpredicted")
+    for _ in range(2):  # the default file is replaced each time
+        assert main(["eval", "--model", str(best), "--data", str(data)]) == 0
