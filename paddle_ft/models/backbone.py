@@ -75,19 +75,19 @@ def check_folder(folder: Path, option: str = "config key 'model.backbone'") -> N
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise UserError(f"{option}: {config_file} is missing: a model folder holds the config.json its "
-                          "weights were saved with; copy the whole folder again")
+                        "weights were saved with; copy the whole folder again")
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         config = None
     if not isinstance(config, dict):
         raise UserError(f"{option}: {config_file} is not a JSON object (damaged or truncated); copy the "
-                          "whole folder again")
+                        "whole folder again")
     bad = next((key for key in SIZES if not isinstance(config.get(key), int) or config[key] < 1), None)
     if bad is not None:
         raise UserError(f"{option}: {config_file} has no {bad} (a whole number >= 1; found "
-                          f"{config.get(bad)!r}): it is not the config of a BERT-family encoder; copy the folder's "
-                          "config.json again")
+                        f"{config.get(bad)!r}): it is not the config of a BERT-family encoder; copy the folder's "
+                        "config.json again")
     _check_weights(folder, config, option)
     _check_tokenizer_kind(folder, option)
 
@@ -96,7 +96,7 @@ def _check_weights(folder: Path, config: dict, option: str) -> None:
     weights = next((folder / name for name in (*WEIGHT_FILES, TORCH_BIN) if (folder / name).is_file()), None)
     if weights is None:
         raise UserError(f"{option}: {folder} holds no weights ({', '.join((*WEIGHT_FILES, TORCH_BIN))}); "
-                          "give the folder of a pretrained model")
+                        "give the folder of a pretrained model")
     if weights.name != SAFETENSORS:
         return  # a pickle's shapes are known once it is loaded: _load_weights compares them then
     entries = safetensors_entries(weights)
@@ -104,13 +104,13 @@ def _check_weights(folder: Path, config: dict, option: str) -> None:
     size = weights.stat().st_size - 8 - safetensors_header_size(weights)
     if size < end:
         raise UserError(f"{option}: {weights} is truncated ({size:,} bytes of tensors where its header "
-                          f"lists {end:,}); copy or download it again")
+                        f"lists {end:,}); copy or download it again")
     table = next((entry["shape"] for name, entry in entries.items() if name.endswith("word_embeddings.weight")), None)
     expected = [config["vocab_size"], config["hidden_size"]]
     if table is not None and list(table) != expected:
         raise UserError(f"{option}: {weights}'s embedding table is {list(table)}, but {folder / 'config.json'} "
-                          f"says vocab_size {expected[0]} and hidden_size {expected[1]}: the two files come from "
-                          "different models (or a trim wrote one and not the other); copy the folder again")
+                        f"says vocab_size {expected[0]} and hidden_size {expected[1]}: the two files come from "
+                        "different models (or a trim wrote one and not the other); copy the folder again")
 
 
 def _check_tokenizer_kind(folder: Path, option: str) -> None:
@@ -125,11 +125,11 @@ def _check_tokenizer_kind(folder: Path, option: str) -> None:
         raise UserError(f"{option}: {path} is not JSON (damaged or truncated); copy it again") from None
     if kind == "WordPiece":
         raise UserError(f"{option}: {path} is a WordPiece tokenizer (BERT's) and the folder has no vocab.txt, "
-                          "which paddle_ft reads BERT vocabularies from: save the tokenizer with vocab.txt beside it "
-                          "(transformers' BertTokenizer.save_pretrained writes one)")
+                        "which paddle_ft reads BERT vocabularies from: save the tokenizer with vocab.txt beside it "
+                        "(transformers' BertTokenizer.save_pretrained writes one)")
     if kind not in (None, "Unigram"):
         raise UserError(f"{option}: {path} is a {kind} tokenizer; paddle_ft reads WordPiece (vocab.txt) "
-                          "and SentencePiece Unigram (tokenizer.json) ones")
+                        "and SentencePiece Unigram (tokenizer.json) ones")
 
 
 def pretrained_source(backbone: str | None) -> dict | None:
