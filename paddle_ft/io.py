@@ -231,7 +231,7 @@ def claimed(final: str | Path, option: str) -> Iterator[Path]:
                 if holder is not None and _is_alive(holder):
                     raise UserError(f"{option} {final} is being written by another paddle_ft process (PID {holder}); "
                                     "wait for it to finish, or give another path") from None
-                if attempt:
+                if holder is None or attempt:  # not a claim paddle_ft wrote (no PID in it): never deleted
                     raise UserError(f"{option} {final}: cannot claim it ({marker} is in the way); remove that "
                                     "file") from None
                 marker.unlink(missing_ok=True)  # left by a process that is gone

@@ -360,11 +360,8 @@ def _jsonl_records(path: Path, columns: Columns):
             continue
         try:
             record = text_files.parse_json(text)
-        except json.JSONDecodeError as exc:
-            yield number, _BadRow(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
-            continue
-        except ValueError as exc:  # NaN/Infinity, a key twice, an integer Python will not convert, deep nesting
-            yield number, _BadRow(number, f"not usable JSON ({exc})")
+        except ValueError as exc:  # not JSON; NaN/Infinity, a key twice, an integer too long, deep nesting
+            yield number, _BadRow(number, text_files.json_problem(exc))
             continue
         if not isinstance(record, dict):
             yield number, _BadRow(number, "expected a JSON object per line")

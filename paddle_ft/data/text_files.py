@@ -78,10 +78,8 @@ def read_json(path: str | Path, fix: str):
     text = "\n".join(line for _, line in text_lines(path))
     try:
         return parse_json(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(str(path), exc.lineno, f"not valid JSON ({exc.msg} at column {exc.colno}); {fix}") from None
     except ValueError as exc:
-        raise DataError(str(path), None, f"not usable JSON ({exc}); {fix}") from None
+        raise DataError(str(path), getattr(exc, "lineno", None), f"{json_problem(exc)}; {fix}") from None
 
 
 def json_lines(path: str | Path, fix: str) -> Iterator[tuple[int, object]]:
@@ -91,10 +89,8 @@ def json_lines(path: str | Path, fix: str) -> Iterator[tuple[int, object]]:
             continue
         try:
             yield number, parse_json(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(str(path), number, f"not valid JSON ({exc.msg} at column {exc.colno}); {fix}") from None
         except ValueError as exc:
-            raise DataError(str(path), number, f"not usable JSON ({exc}); {fix}") from None
+            raise DataError(str(path), number, f"{json_problem(exc)}; {fix}") from None
 
 
 class RefusedJson(ValueError):
@@ -112,6 +108,14 @@ def parse_json(text: str):
         if isinstance(exc, (json.JSONDecodeError, RefusedJson)):
             raise
         raise ValueError("an integer of more digits than can be read") from None
+
+
+def json_problem(exc: ValueError) -> str:
+    """What `parse_json` refused, said one way by every reader: not JSON at all (where), or JSON a user's data must
+    not hold (why)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not valid JSON ({exc.msg} at column {exc.colno})"
+    return f"not usable JSON ({exc})"
 
 
 def _refuse_constant(name: str):

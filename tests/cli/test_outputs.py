@@ -110,3 +110,12 @@ def test_a_file_output_that_exists_is_replaced_only_when_told(tmp_path, capsys):
     assert mine.read_text(encoding="utf-8").startswith("line\ttext\tgold\tpredicted")
     for _ in range(2):  # the default file is replaced each time
         assert main(["eval", "--model", str(best), "--data", str(data)]) == 0
+
+
+def test_a_file_at_the_claims_name_that_paddle_ft_did_not_write_is_refused_not_deleted(tmp_path):
+    marker = tmp_path / ".model.claim"
+    marker.write_text("my notes", encoding="utf-8")
+    with pytest.raises(UserError, match=rf"cannot claim it \({marker} is in the way\); remove that file$"):
+        with claimed(tmp_path / "model", "--output"):
+            pytest.fail("the block ran")
+    assert marker.read_text(encoding="utf-8") == "my notes"
