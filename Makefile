@@ -12,6 +12,7 @@
 # make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
 VENV ?= .venv
 PEERS ?= .venv-peers
+LABEL_STUDIO ?= .venv-label-studio
 PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
 TINY_OUT ?= out/demo-tiny
@@ -99,7 +100,7 @@ distill-demo: $(VENV)/.installed $(DEMO_DATA)
 # measured times
 TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
-test: $(VENV)/.installed $(PEERS)/.installed
+test: $(VENV)/.installed $(PEERS)/.installed $(LABEL_STUDIO)/.installed
 	$(PYTEST) tests
 
 test-fast: $(VENV)/.installed
@@ -133,5 +134,15 @@ $(PEERS)/.installed:
 	$(PEERS)/bin/python -m pip install --quiet torch==2.13.0 transformers==5.24.0 accelerate==1.16.0
 	touch $@
 
+# The tests that run the real Label Studio (tests/labelling) find it in its own environment: label-studio 1.23.2
+# pins Django 5.2, numpy and pytz versions of its own and brings ~300 packages (boto3, google-cloud, rq) a Paddle
+# environment should not hold. sentry-sdk<3: label-studio 1.23.2 passes sentry-sdk 3.0 an option it removed, a
+# traceback at start.
+$(LABEL_STUDIO)/.installed:
+	python3 -m venv $(LABEL_STUDIO)
+	$(LABEL_STUDIO)/bin/python -m pip install --quiet --upgrade pip
+	$(LABEL_STUDIO)/bin/python -m pip install --quiet label-studio==1.23.2 label-studio-sdk==2.1.2 "sentry-sdk<3"
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(PEERS) out data/demo
+	rm -rf $(VENV) $(PEERS) $(LABEL_STUDIO) out data/demo

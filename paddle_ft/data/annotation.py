@@ -5,14 +5,19 @@ Formats followed (classification projects only):
 - Label Studio, tasks to import: a JSON list of {"data": {"text": ...}, "predictions": [{"model_version", "score",
   "result": [{"from_name", "to_name", "type": "choices", "value": {"choices": [...]}}]}]}; with a labelling config
   (`label_config`) whose Choices tag is named "label" over a Text tag named "text".
-- Label Studio, exports read: the JSON export (the same tasks with "annotations", each a "result" list as above;
-  "completions" before 1.0) and JSON-MIN (flat rows: the data's keys, and each control tag's name holding a choice,
-  {"choices": [...]} or {"taxonomy": [[...]]}). A taxonomy path is read as its names joined by "/".
+- Label Studio, exports read (as Label Studio 1.23.2 writes them: tests/labelling runs the real tool): the JSON
+  export (the same tasks with "annotations", each a "result" list as above; "completions" before 1.0), and the flat
+  exports JSON-MIN, CSV and TSV: a row per annotation (a task annotated twice is two rows under one "id", a task
+  without an answer one row without an "annotation_id"), the data's keys beside the tool's own and each control tag's
+  name holding its answer: a choice (a string), {"choices": [...]}, or a list of {"taxonomy": [[...]]}; in CSV and TSV
+  a cell holds that answer as JSON text. A taxonomy path is read as its names joined by "/".
 - doccano, both ways: JSONL (or a JSON list) of {"text": ..., "label": ["name", ...]}, any other key kept as the
   example's metadata (doccano 1.6 and later; its document-classification projects).
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -62,7 +67,23 @@ class ImportReport:
     """Tasks whose annotators chose differently: the most recent annotation kept."""
 
 
-def write_tasks(path: Path, tool: str, tasks: list[Task], label_names: tuple[str, ...], multi_label: bool) -> list[Path]:
+@dataclass(frozen=True)
+class LabelSpace:
+    """What a model answers, as a labelling config shows it."""
+    names: tuple[str, ...]
+    multi_label: bool = False
+    path_separator: str | None = None
+    """Labels written as paths of a tree (data.label_hierarchy): Label Studio shows them as a Taxonomy."""
+
+    def result(self, labels: tuple[str, ...]) -> dict:
+        """A Label Studio result choosing `labels`."""
+        if self.path_separator is None:
+            return {"from_name": FROM_NAME, "to_name": TO_NAME, "type": "choices", "value": {"choices": list(labels)}}
+        paths = [label.split(self.path_separator) for label in labels]
+        return {"from_name": FROM_NAME, "to_name": TO_NAME, "type": "taxonomy", "value": {"taxonomy": paths}}
+
+
+def write_tasks(path: Path, tool: str, tasks: list[Task], space: LabelSpace) -> list[Path]:
     """The tasks as `tool` imports them; for Label Studio also the labelling config beside them. Returns the files."""
     if tool == "doccano":
         if any(t.text_pair is not None for t in tasks):
@@ -73,16 +94,15 @@ def write_tasks(path: Path, tool: str, tasks: list[Task], label_names: tuple[str
                            + "\n" for t in tasks)
         return [path]
     records = [{"data": {**t.fields, TEXT_KEY: t.text, **({PAIR_KEY: t.text_pair} if t.text_pair is not None else {})},
-                "predictions": [{"model_version": MODEL_VERSION, "score": round(t.score, 6), "result": [
-                    {"from_name": FROM_NAME, "to_name": TO_NAME, "type": "choices",
-                     "value": {"choices": list(t.labels)}}]}]} for t in tasks]
+                "predictions": [{"model_version": MODEL_VERSION, "score": round(t.score, 6),
+                                 "result": [space.result(t.labels)]}]} for t in tasks]
     config = label_config_path(path)
     with claimed(path, "--output-file"):  # the pair is written by one process at a time
         check_tasks_output(path, tool)
         with atomic_file(path) as out:
             json.dump(records, out, ensure_ascii=False, indent=1)
         with atomic_file(config) as out:
-            out.write(label_config(label_names, multi_label, any(t.text_pair is not None for t in tasks)))
+            out.write(label_config(space, any(t.text_pair is not None for t in tasks)))
     return [path, config]
 
 
@@ -109,13 +129,38 @@ def check_tasks_output(path: Path, tool: str) -> None:
 _LABEL_CONFIG_START = f'<View>\n  <Text name="{TO_NAME}" value="${TEXT_KEY}"/>'  # how every config written starts
 
 
-def label_config(label_names: tuple[str, ...], multi_label: bool, text_pair: bool) -> str:
-    """Label Studio's labelling config for these tasks: paste it in the project's Settings > Labeling Interface."""
-    choices = "\n".join(f"    <Choice value={quoteattr(name)}/>" for name in label_names)
+def label_config(space: LabelSpace, text_pair: bool) -> str:
+    """Label Studio's labelling config for these tasks: paste it in the project's Settings > Labeling Interface. A
+    tree's labels are a Taxonomy (a path chosen by its leaf), flat ones Choices."""
     pair = f'\n  <Text name="{PAIR_KEY}" value="${PAIR_KEY}"/>' if text_pair else ""
-    return (f'{_LABEL_CONFIG_START}{pair}\n'
-            f'  <Choices name="{FROM_NAME}" toName="{TO_NAME}" choice="{"multiple" if multi_label else "single"}" '
-            f'showInline="true">\n{choices}\n  </Choices>\n</View>\n')
+    if space.path_separator is None:
+        choices = "\n".join(f"    <Choice value={quoteattr(name)}/>" for name in space.names)
+        control = (f'  <Choices name="{FROM_NAME}" toName="{TO_NAME}" '
+                   f'choice="{"multiple" if space.multi_label else "single"}" showInline="true">\n{choices}\n'
+                   '  </Choices>')
+    else:
+        tree = _tree([name.split(space.path_separator) for name in space.names])
+        once = "" if space.multi_label else ' maxUsages="1"'  # a single-label tree: one path a text
+        control = (f'  <Taxonomy name="{FROM_NAME}" toName="{TO_NAME}" leafsOnly="true"{once}>\n'
+                   f'{_taxonomy_choices(tree, 2)}\n  </Taxonomy>')
+    return f"{_LABEL_CONFIG_START}{pair}\n{control}\n</View>\n"
+
+
+def _tree(paths: list[list[str]]) -> dict:
+    """{name: {child: {...}}} of the label paths, in the order the names first appear."""
+    root: dict = {}
+    for parts in paths:
+        node = root
+        for part in parts:
+            node = node.setdefault(part, {})
+    return root
+
+
+def _taxonomy_choices(tree: dict, depth: int) -> str:
+    indent = "  " * depth
+    return "\n".join(f"{indent}<Choice value={quoteattr(name)}/>" if not children else
+                     f"{indent}<Choice value={quoteattr(name)}>\n{_taxonomy_choices(children, depth + 1)}\n"
+                     f"{indent}</Choice>" for name, children in tree.items())
 
 
 LABEL_STUDIO_FIX = "export the Label Studio project as JSON or JSON-MIN"
@@ -126,7 +171,7 @@ def read_annotations(path: Path, tool: str, from_name: str | None = None) -> tup
     path = text_files.check_readable(path)
     report = ImportReport()
     if tool == "label-studio":
-        rows = _label_studio(path, _json_list(path, "Label Studio", LABEL_STUDIO_FIX), from_name, report)
+        rows = _label_studio(path, from_name, report)
     else:
         rows = _doccano(path, report)
     if not rows:
@@ -143,25 +188,82 @@ def _json_list(path: Path, tool: str, fix: str) -> list:
     return data
 
 
-def _label_studio(path: Path, items: list[dict], from_name: str | None, report: ImportReport) -> list[Labelled]:
-    full = any("data" in item for item in items)
+def _label_studio(path: Path, from_name: str | None, report: ImportReport) -> list[Labelled]:
+    if path.suffix.lower() in FLAT_SUFFIXES:
+        return _flat_rows(path, _table_rows(path), from_name, report)
+    items = _json_list(path, "Label Studio", LABEL_STUDIO_FIX)
+    if not any("data" in item for item in items):  # JSON-MIN: the flat rows as a list of objects
+        return _flat_rows(path, items, from_name, report)
     rows = []
     for number, item in enumerate(items, start=1):
         where = f"{path}: task {item.get('id', number)}"
-        data = item.get("data") if full else item
+        data = item.get("data")
         if not isinstance(data, dict):
             raise UserError(f"{where}: 'data' is not an object; this is not a Label Studio JSON export")
-        if full:
-            labels, answer_key = _task_labels(where, item, from_name, report), None
-        else:
-            labels, answer_key = _min_labels(where, item, from_name)
+        labels = _task_labels(where, item, from_name, report)
         if labels is None:
             report.unlabelled += 1
             continue
         text, pair = _texts(where, data)
-        # JSON-MIN: the row holds the task's data beside the tool's own keys and the answer
-        kept = {TEXT_KEY, PAIR_KEY} if full else {TEXT_KEY, PAIR_KEY, answer_key, *LABEL_STUDIO_MIN_KEYS}
-        rows.append(Labelled(text, pair, labels, {k: v for k, v in data.items() if k not in kept}))
+        rows.append(Labelled(text, pair, labels, {k: v for k, v in data.items() if k not in (TEXT_KEY, PAIR_KEY)}))
+    return rows
+
+
+FLAT_SUFFIXES = {".csv": ",", ".tsv": "\t"}  # Label Studio's CSV and TSV exports; any other file is JSON
+
+
+def _table_rows(path: Path) -> list[dict]:
+    """The rows of a CSV or TSV export, each cell that holds an answer as JSON (a choices object, a taxonomy list)
+    read as that answer; a cell may span lines (a text with a line break, quoted)."""
+    text = "\n".join(line for _, line in text_files.text_lines(path))
+    try:
+        rows = list(csv.DictReader(io.StringIO(text, newline=""), delimiter=FLAT_SUFFIXES[path.suffix.lower()]))
+    except csv.Error as exc:
+        raise DataError(str(path), None, f"not a table Label Studio wrote ({exc}); {LABEL_STUDIO_FIX}") from None
+    if rows and None in rows[0]:
+        raise DataError(str(path), 2, f"more cells than the header names; {LABEL_STUDIO_FIX}")
+    return [{key: _cell(value) for key, value in row.items()} for row in rows]
+
+
+def _cell(value: str | None):
+    """A CSV cell: an answer Label Studio wrote as JSON text, else the text itself."""
+    if value and value[0] in "{[":
+        try:
+            parsed = text_files.parse_json(value)
+        except ValueError:
+            return value
+        if _is_answer(parsed):
+            return parsed
+    return value
+
+
+def _flat_rows(path: Path, items: list[dict], from_name: str | None, report: ImportReport) -> list[Labelled]:
+    """JSON-MIN, CSV and TSV: a row per annotation. The rows of one task (its "id") are one text: its latest answer
+    (disagreeing annotators named in the report), or none when no row of it holds one."""
+    tasks: dict[object, list[tuple[datetime, tuple[str, ...] | None, dict]]] = {}
+    for number, row in enumerate(items, start=1):
+        where = f"{path}: task {row.get('id', number)}"
+        if not isinstance(row, dict):
+            raise UserError(f"{where}: not an object; {LABEL_STUDIO_FIX}")
+        if "annotation_id" in row and row["annotation_id"] in (None, ""):  # the tool's row of a task nobody answered
+            labels, answer_key = None, None
+        else:
+            labels, answer_key = _min_labels(where, row, from_name)
+        tasks.setdefault(row.get("id", f"row {number}"), []).append((_annotated_at(row), labels, row))
+        if answer_key is not None:
+            from_name = answer_key  # one control tag for the whole file
+    rows = []
+    for task_id, answers in tasks.items():
+        answered = [(moment, i, labels, row) for i, (moment, labels, row) in enumerate(answers) if labels]
+        if not answered:
+            report.unlabelled += 1
+            continue
+        if len({labels for _, _, labels, _ in answered}) > 1:
+            report.disagreeing.append(task_id)
+        _, _, labels, row = max(answered, key=lambda a: a[:2])
+        text, pair = _texts(f"{path}: task {task_id}", row)
+        kept = {TEXT_KEY, PAIR_KEY, from_name, *LABEL_STUDIO_MIN_KEYS}
+        rows.append(Labelled(text, pair, labels, {k: v for k, v in row.items() if k not in kept}))
     return rows
 
 
@@ -236,12 +338,15 @@ def _value_labels(where: str, kind: str, value: dict) -> list[str]:
 
 
 def _is_answer(value) -> bool:
+    """A control tag's answer in a flat export: {"choices": [...]}, or a list of {"taxonomy": [...]}."""
+    if isinstance(value, list):
+        return bool(value) and all(_is_answer(item) for item in value)
     return isinstance(value, dict) and any(kind in value for kind in CHOICE_TYPES)
 
 
 def _min_labels(where: str, row: dict, from_name: str | None) -> tuple[tuple[str, ...] | None, str | None]:
-    """A JSON-MIN row's labels and the key holding them: the control tag's name, its value a choice (a string), or
-    {"choices": [...]} / {"taxonomy": [[...]]}."""
+    """A flat export row's labels and the key holding them: the control tag's name, its value a choice (a string),
+    {"choices": [...]}, or a list of {"taxonomy": [[...]]}."""
     if from_name is None:
         answers = [key for key, value in row.items() if _is_answer(value)]
         if len(answers) > 1:
@@ -260,10 +365,11 @@ def _min_labels(where: str, row: dict, from_name: str | None) -> tuple[tuple[str
         return None, from_name
     if isinstance(value, str):
         return (value,), from_name
-    kind = next((k for k in CHOICE_TYPES if k in value), None) if isinstance(value, dict) else None
-    if kind is None:
+    if not _is_answer(value):
         raise UserError(f"{where}: '{from_name}' holds {json.dumps(value, ensure_ascii=False)[:60]}, not a choice")
-    return tuple(dict.fromkeys(_value_labels(where, kind, value))) or None, from_name
+    labels = [label for answer in (value if isinstance(value, list) else [value])
+              for label in _value_labels(where, next(k for k in CHOICE_TYPES if k in answer), answer)]
+    return tuple(dict.fromkeys(labels)) or None, from_name
 
 
 def _texts(where: str, data: dict) -> tuple[str, str | None]:

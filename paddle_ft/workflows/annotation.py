@@ -13,7 +13,8 @@ from paddle_ft.analysis.scoring import Scores, answers, score_texts
 from paddle_ft.analysis.selection import select as rank
 from paddle_ft.artifacts.bundle import Bundle, check_trained_model_folder, load_bundle
 from paddle_ft.artifacts.manifest import training_provenance
-from paddle_ft.data.annotation import Labelled, Task, check_tasks_output, read_annotations, write_tasks
+from paddle_ft.data.annotation import (Labelled, LabelSpace, Task, check_tasks_output, read_annotations,
+                                      write_tasks)
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.readers import (Columns, Example, format_of, one_line, read_examples, read_records, read_texts,
                                     write_records)
@@ -45,7 +46,7 @@ def export_tasks(model_dir: str, input_path: str, tool: str, output: str, batch_
     examples, fields = _texts_to_label(Path(input_path), bundle)
     scores = _scored(bundle, examples, batch_size, with_vectors=False)
     tasks = _tasks(bundle, examples, scores, fields)
-    written = write_tasks(Path(output), tool, tasks, bundle.meta.labels, bundle.meta.multi_label)
+    written = write_tasks(Path(output), tool, tasks, label_space(bundle))
     log(f"wrote {len(tasks)} tasks for {tool} with {model_dir}'s answers as pre-annotations: "
         f"{', '.join(map(str, written))}{_how_to_load(tool, written)}")
     return written
@@ -79,7 +80,7 @@ def select_texts(model_dir: str, pool_path: str, tool: str, output: str, selecti
     tasks = _tasks(bundle, [examples[i] for i in order], chosen,
                    [{**fields[i], "rank": r, "strategy": strategy, "uncertainty": round(float(u), 6)}
                     for r, (i, u) in enumerate(zip(order, uncertain), start=1)])
-    written = write_tasks(Path(output), tool, tasks, bundle.meta.labels, bundle.meta.multi_label)
+    written = write_tasks(Path(output), tool, tasks, label_space(bundle))
     log(f"selected {len(tasks)} of {len(examples)} texts of {pool_path} by {strategy}: "
         f"{', '.join(map(str, written))}{_how_to_load(tool, written)}")
     return written
@@ -231,6 +232,12 @@ def _label_text(value) -> str:
 
 def _text_key(record: dict, text_column: str, label_column: str) -> tuple:
     return record.get(text_column), record.get("text_pair") or None, _label_text(record.get(label_column))
+
+
+def label_space(bundle: Bundle) -> LabelSpace:
+    """What the model answers, as a labelling tool shows it."""
+    meta = bundle.meta
+    return LabelSpace(meta.labels, meta.multi_label, meta.label_hierarchy)
 
 
 def _model(model_dir: str) -> Bundle:

@@ -1,10 +1,11 @@
 """Issue 45: Label Studio's and doccano's exports, as their documentation shows them, read exactly; what is not a
 text-classification export is one line naming what was found."""
 import json
+from pathlib import Path
 
 import pytest
 
-from paddle_ft.data.annotation import Task, label_config, read_annotations, write_tasks
+from paddle_ft.data.annotation import LabelSpace, Task, label_config, read_annotations, write_tasks
 from paddle_ft.errors import UserError
 
 
@@ -102,17 +103,48 @@ def test_what_is_not_a_classification_export_is_one_line(tmp_path, tool, content
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+SENTIMENT = LabelSpace(("负面", "正面"))
+
+
 def test_tasks_carry_the_answer_as_a_prediction_and_their_fields_back(tmp_path):
     tasks = [Task("很好", None, ("正面",), 0.91234567, {"line": 2}), Task("一般", None, ("负面",), 0.5, {"line": 3})]
-    written = write_tasks(tmp_path / "tasks.json", "label-studio", tasks, ("负面", "正面"), multi_label=False)
+    written = write_tasks(tmp_path / "tasks.json", "label-studio", tasks, SENTIMENT)
     records = json.loads(written[0].read_text(encoding="utf-8"))
     assert records[0] == {"data": {"line": 2, "text": "很好"}, "predictions": [{
         "model_version": "paddle_ft", "score": 0.912346, "result": [{"from_name": "label", "to_name": "text",
                                                                     "type": "choices", "value": {"choices": ["正面"]}}]}]}
-    assert written[1].read_text(encoding="utf-8") == label_config(("负面", "正面"), False, False)
+    assert written[1].read_text(encoding="utf-8") == label_config(SENTIMENT, False)
     assert '<Choices name="label" toName="text" choice="single"' in written[1].read_text(encoding="utf-8")
-    lines = write_tasks(tmp_path / "tasks.jsonl", "doccano", tasks, ("负面", "正面"), False)[0].read_text(
+    lines = write_tasks(tmp_path / "tasks.jsonl", "doccano", tasks, SENTIMENT)[0].read_text(
         encoding="utf-8").splitlines()
     assert json.loads(lines[1]) == {"line": 3, "text": "一般", "label": ["负面"]}
     with pytest.raises(UserError, match="a text-pair model's tasks go to Label Studio"):
-        write_tasks(tmp_path / "pairs.jsonl", "doccano", [Task("a", "b", ("x",), 1.0)], ("x",), False)
+        write_tasks(tmp_path / "pairs.jsonl", "doccano", [Task("a", "b", ("x",), 1.0)], LabelSpace(("x",)))
+
+
+def test_a_tree_model_s_tasks_are_a_taxonomy_its_answers_paths(tmp_path):
+    tree = LabelSpace(("体育/足球", "体育/篮球", "财经"), path_separator="/")
+    written = write_tasks(tmp_path / "tasks.json", "label-studio", [Task("进球了", None, ("体育/足球",), 0.8)], tree)
+    result = json.loads(written[0].read_text(encoding="utf-8"))[0]["predictions"][0]["result"][0]
+    assert result == {"from_name": "label", "to_name": "text", "type": "taxonomy",
+                      "value": {"taxonomy": [["体育", "足球"]]}}
+    assert written[1].read_text(encoding="utf-8") == (
+        '<View>\n  <Text name="text" value="$text"/>\n'
+        '  <Taxonomy name="label" toName="text" leafsOnly="true" maxUsages="1">\n'
+        '    <Choice value="体育">\n      <Choice value="足球"/>\n      <Choice value="篮球"/>\n    </Choice>\n'
+        '    <Choice value="财经"/>\n  </Taxonomy>\n</View>\n')
+
+
+REAL_EXPORTS = Path(__file__).with_name("label_studio_1.23.2")  # written by Label Studio 1.23.2 itself
+
+
+@pytest.mark.parametrize("name", ["export.json", "export-min.json", "export.csv", "export.tsv"])
+def test_every_export_label_studio_offers_reads_as_the_tool_wrote_it(name):
+    """Five tasks (a tab in each text): two annotators disagreeing on the first (the later one chose 正面), one skipped,
+    one answered, two never opened. The flat exports give a row per annotation (the first task twice) and leave the
+    skipped task out; each reads as the same two texts."""
+    rows, report = read_annotations(REAL_EXPORTS / name, "label-studio")
+    assert [(r.text, r.labels, str(r.fields["line"])) for r in rows] == [("文本0\t制表", ("正面",), "2"),
+                                                                        ("文本2\t制表", ("正面",), "4")]
+    assert [str(task) for task in report.disagreeing] == ["1"]
+    assert report.unlabelled == (3 if name == "export.json" else 2)

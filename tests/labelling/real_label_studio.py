@@ -1,0 +1,92 @@
+"""A real Label Studio for the tests, started as a user starts it: `label-studio start` without a browser on a free
+loopback port, its SQLite database in a folder the test owns, a user and an API token made for the test. The tests
+drive it through its SDK (label_studio_driver.py, in Label Studio's own environment) and stop only that process."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from bench.server_process import free_port
+from conftest import ROOT
+
+from paddle_ft.io import open_own_file
+
+TOOL_BIN = ROOT / ".venv-label-studio" / "bin"
+TOKEN = "paddle-ft-test-token-0123456789"  # made for the test's user; legacy tokens are switched on for it
+START_TIMEOUT = 120.0  # a first start migrates a new SQLite database: ~30 s on 2 cores
+
+
+def skip_without_label_studio() -> None:
+    if not (TOOL_BIN / "label-studio").is_file():
+        pytest.skip("Label Studio is not installed here: `make test` installs it into .venv-label-studio "
+                    "(label-studio 1.23.2, its own environment)")
+
+
+class LabelStudio:
+    """The running tool (`url`), and `call(op, **arguments)` to act in it through the SDK."""
+
+    def __init__(self, folder: Path, **environment: str):
+        skip_without_label_studio()
+        folder.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = folder / "label-studio.log"
+        env = {**os.environ, "LABEL_STUDIO_BASE_DATA_DIR": str(folder / "data"), "SENTRY_DSN": "",
+               "FRONTEND_SENTRY_DSN": "", "COLLECT_ANALYTICS": "false", **environment}
+        with open_own_file(self.log) as out:
+            self.process = subprocess.Popen(
+                [str(TOOL_BIN / "label-studio"), "start", "--no-browser", "--internal-host", "127.0.0.1",
+                 "--port", str(self.port), "--username", "annotator@example.com", "--password", "paddle-ft-test",
+                 "--user-token", TOKEN, "--enable-legacy-api-token"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.driver = None
+        try:
+            self._wait_until_up()
+            self.driver = subprocess.Popen([str(TOOL_BIN / "python"), str(Path(__file__).with_name(
+                "label_studio_driver.py")), self.url, TOKEN], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                text=True, encoding="utf-8")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_until_up(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"label-studio exited with {self.process.returncode}: "
+                                   f"{self.log.read_text(errors='replace')[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"label-studio was not up in {START_TIMEOUT:.0f} s; see {self.log}")
+
+    def call(self, op: str, **arguments):
+        """An operation of label_studio_driver.py; its value, or AssertionError with the tool's refusal."""
+        self.driver.stdin.write(json.dumps({"op": op, **arguments}, ensure_ascii=False) + "\n")
+        self.driver.stdin.flush()
+        answer = json.loads(self.driver.stdout.readline())
+        assert "error" not in answer, f"Label Studio refused {op}: {answer['error']}\n{answer.get('trace')}"
+        return answer["ok"]
+
+    def stop(self) -> None:
+        for process in (self.driver, self.process):
+            if process is None or process.poll() is not None:
+                continue
+            if process is self.driver:
+                process.stdin.close()
+            else:
+                process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
