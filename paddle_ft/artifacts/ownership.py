@@ -1,5 +1,6 @@
 """Which command owns an output folder, and which process is writing it: the one check every command that
-writes a folder goes through (train, pretrain, distill, cv, sweep, audit, bench; report adds to a run's folder).
+writes a folder goes through (train, pretrain, distill, cv, sweep, audit, bench, serve --label-studio; report adds
+to a run's folder).
 
     .paddle_ft-owner   {"kind": "cv"}: written when a command first takes a folder; later commands of another
                        kind, and any command on a folder holding files paddle_ft did not write, are refused
@@ -25,11 +26,11 @@ from paddle_ft.io import being_written, check_output_folder, is_claim, open_own_
 from paddle_ft.log import log
 
 OWNER_FILE, LOCK_FILE = ".paddle_ft-owner", ".paddle_ft-lock"
-KINDS = ("train", "pretrain", "distill", "cv", "label-issues", "sweep", "audit", "bench", "predict")
+KINDS = ("train", "pretrain", "distill", "cv", "label-issues", "sweep", "audit", "bench", "predict", "label-studio")
 DESCRIPTIONS = {"train": "a training run", "pretrain": "a pretraining run", "distill": "a distillation run",
                 "cv": "a cross-validation",
                 "label-issues": "a label-issues run", "sweep": "a sweep", "audit": "an audit", "bench": "a benchmark",
-                "predict": "a batch prediction"}
+                "predict": "a batch prediction", "label-studio": "a Label Studio backend's annotations and retrainings"}
 
 OUTPUT_DIR = "config key 'output_dir':"  # how the errors name the folder of train, pretrain, distill, cv and sweep
 

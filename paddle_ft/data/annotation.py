@@ -304,7 +304,15 @@ def _annotated_at(annotation: dict) -> datetime:
     return _NO_TIME
 
 
-def _result_labels(where: str, results: list, from_name: str | None) -> tuple[str, ...] | None:
+def answer_labels(where: str, results: list, from_name: str | None = None,
+                  separator: str = PATH_SEPARATOR) -> tuple[str, ...] | None:
+    """The labels one Label Studio annotation (its "result" list) chose, a taxonomy path joined by `separator`; None
+    when it chose none. `where` starts the one-line error for a result that is not a classification's."""
+    return _result_labels(where, results, from_name, separator)
+
+
+def _result_labels(where: str, results: list, from_name: str | None,
+                   separator: str = PATH_SEPARATOR) -> tuple[str, ...] | None:
     chosen = [r for r in results if isinstance(r, dict) and r.get("type") in CHOICE_TYPES]
     other = sorted({str(r.get("type")) for r in results if isinstance(r, dict)} - set(CHOICE_TYPES))
     if not chosen and other:
@@ -321,19 +329,19 @@ def _result_labels(where: str, results: list, from_name: str | None) -> tuple[st
         return None
     # a choice given twice (two results of one tag, or one list naming it twice) is one label, not a label set
     return tuple(dict.fromkeys(label for r in chosen for label in _value_labels(where, r.get("type"),
-                                                                                  r.get("value") or {})))
+                                                                                  r.get("value") or {}, separator)))
 
 
-def _value_labels(where: str, kind: str, value: dict) -> list[str]:
+def _value_labels(where: str, kind: str, value: dict, separator: str = PATH_SEPARATOR) -> list[str]:
     items = value.get(kind)
     if not isinstance(items, list):
         raise UserError(f"{where}: a {kind} result without a '{kind}' list in its value")
     if kind == "taxonomy":
-        split = next((str(name) for path in items for name in path if PATH_SEPARATOR in str(name)), None)
+        split = next((str(name) for path in items for name in path if separator in str(name)), None)
         if split is not None:  # 'TCP/IP' would become two levels of the tree
-            raise UserError(f"{where}: the taxonomy node {split!r} holds {PATH_SEPARATOR!r}, which separates the levels "
-                            f"of a label path; rename it in the project's taxonomy (as {split.replace(PATH_SEPARATOR, '-')})")
-        return [PATH_SEPARATOR.join(str(name) for name in path) for path in items]
+            raise UserError(f"{where}: the taxonomy node {split!r} holds {separator!r}, which separates the levels "
+                            f"of a label path; rename it in the project's taxonomy (as {split.replace(separator, '-')})")
+        return [separator.join(str(name) for name in path) for path in items]
     return [str(item) for item in items]
 
 

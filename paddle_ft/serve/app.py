@@ -33,6 +33,7 @@ from paddle_ft.inference.agreement import export_problems
 from paddle_ft.inference.drift import text_length
 from paddle_ft.io import file_sha256
 from paddle_ft.serve.batcher import DynamicBatcher, QueueFull
+from paddle_ft.serve.label_studio import add_routes as add_label_studio_routes
 from paddle_ft.serve.metrics import Metrics
 from paddle_ft.serve.monitor import TrafficMonitor
 from paddle_ft.serve.options import Limits
@@ -174,7 +175,7 @@ class ModelSlot:
     (`reload`). A request keeps the predictor it started with to its end, so in-flight requests finish on the old
     model, and each answer says which model gave it (`version`)."""
 
-    def __init__(self, load_predictor: Callable[[], object], metrics: Metrics, export_dir: str | Path | None = None):
+    def __init__(self, load_predictor: Callable[..., object], metrics: Metrics, export_dir: str | Path | None = None):
         self._load_predictor, self._metrics = load_predictor, metrics
         self._export_dir = export_dir  # what a reload reads when no model ever loaded
         self.predictor, self.load_error, self.version, self.loaded_at = None, None, None, None
@@ -197,17 +198,18 @@ class ModelSlot:
         with _paddle_keeps_off_our_signals():
             await asyncio.to_thread(self._load)
 
-    async def reload(self) -> bool:
-        """The model the export folder holds now, if it is what was written (its files against its manifest, its
-        engines against each other) and loads; otherwise the one serving keeps serving. True once swapped."""
+    async def reload(self, export_dir: str | Path | None = None) -> bool:
+        """The model the export folder holds now (or the one in `export_dir`: a retraining's), if it is what was
+        written (its files against its manifest, its engines against each other) and loads; otherwise the one serving
+        keeps serving. True once swapped."""
         async with self._reloading:
-            folder = self.predictor.export_dir if self.predictor is not None else self._export_dir
+            folder = export_dir or (self.predictor.export_dir if self.predictor is not None else self._export_dir)
             try:
                 problems = await asyncio.to_thread(export_problems, folder) if folder else ["no export folder known"]
                 if problems:
                     raise ValueError(problems[0])
                 with _paddle_keeps_off_our_signals():
-                    fresh = await asyncio.to_thread(self._load_predictor)
+                    fresh = await asyncio.to_thread(self._load_predictor, folder)
                 if self.predictor is not None and (change := request_shape_change(self.predictor, fresh)):
                     raise ValueError(f"{change}: the clients' requests would no longer fit; restart the server to "
                                      "change what it is asked")
@@ -266,10 +268,12 @@ def model_version(export_dir) -> str:
     return f"{folder.name}@{file_sha256(seal)[:12]}"
 
 
-def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
-               truncation: str | None = None, export_dir: str | Path | None = None) -> FastAPI:
-    """`load_predictor()` returns a warmed-up `Predictor` of the export at `export_dir`; it runs on a worker thread,
-    so that /healthz answers while the model loads and /readyz says when it is ready."""
+def create_app(load_predictor: Callable[..., object], limits: Limits = Limits(),
+               truncation: str | None = None, export_dir: str | Path | None = None,
+               label_studio: Callable[[ModelSlot], object] | None = None) -> FastAPI:
+    """`load_predictor(folder=export_dir)` returns a warmed-up `Predictor` of an export; it runs on a worker thread,
+    so that /healthz answers while the model loads and /readyz says when it is ready. `label_studio(slot)` makes the
+    Label Studio ML backend (workflows.label_studio_backend) whose protocol serve/label_studio.py adds."""
     metrics = Metrics()
     slot = ModelSlot(load_predictor, metrics, export_dir)
     monitor = TrafficMonitor(metrics.registry)
@@ -304,6 +308,8 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
             loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(slot.reload()))
         batcher.start()
         yield
+        if getattr(app.state, "label_studio", None) is not None:
+            await app.state.label_studio.stop()  # a retraining's child processes end with the server
         await batcher.stop()  # uvicorn has let in-flight requests finish; nothing is queued by now
         await loader
 
@@ -338,6 +344,21 @@ def create_app(load_predictor: Callable[[], object], limits: Limits = Limits(),
         return {"model": version, "results": [p.as_dict(body.top_k) for p in answers]}
 
     _add_probes(app, slot, metrics, retry)
+    if label_studio is not None:
+        backend = label_studio(slot)
+
+        async def predict(texts: list[str], pairs: list[str] | None, predictor) -> list:
+            """The texts on `predictor` through the batcher, a request's worth at a time (a Label Studio project
+            sends all its tasks in one)."""
+            answers = []
+            for start in range(0, len(texts), limits.max_texts):
+                chunk = range(start, min(start + limits.max_texts, len(texts)))
+                answers += await batcher.submit([(texts[i], None if pairs is None else pairs[i], predictor)
+                                                 for i in chunk])
+            return answers
+
+        add_label_studio_routes(app, backend, slot, predict, error)
+        app.state.label_studio = backend
     app.openapi = lambda: _openapi(app, limits, slot.predictor)
     app.state.batcher, app.state.metrics = batcher, metrics
     return app

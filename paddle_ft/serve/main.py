@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Callable
 
 import uvicorn
 
@@ -24,7 +25,9 @@ from paddle_ft.serve.options import Limits
 from paddle_ft.serve.protocol import protocol_with_head_timeout
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, label_studio: Callable | None = None) -> int:
+    """Serve `args.export`; `label_studio(slot)`, where given, makes the Label Studio ML backend whose routes the server
+    adds (commands/serve.py builds it from workflows.label_studio_backend)."""
     export_dir = Path(args.export)
     # a wrong folder or device is a one-line error now, not a /readyz 503 forever
     program = program_file(export_dir)
@@ -48,15 +51,20 @@ def main(args: argparse.Namespace) -> int:
     backend = choose_backend(args.backend or ("paddle" if args.tensorrt else None), export_dir, device, precision)
     options = PredictOptions(device, args.threads, precision, backend, gpu_id=args.gpu_id, use_tensorrt=args.tensorrt,
                              batch_size=limits.max_batch_size, truncation=args.truncation)
-    app = create_app(lambda: Predictor(export_dir, options), limits, options.truncation, export_dir)
-    print(f"serving {export_dir} on http://{args.host}:{args.port} (POST /v1/classify; {backend}, max batch "
+    app = create_app(lambda folder=export_dir: Predictor(folder, options), limits, options.truncation, export_dir,
+                     label_studio)
+    _run(app, args, limits, backend)
+    return 0
+
+
+def _run(app, args: argparse.Namespace, limits: Limits, backend: str) -> None:
+    print(f"serving {args.export} on http://{args.host}:{args.port} (POST /v1/classify; {backend}, max batch "
           f"{limits.max_batch_size} texts or {limits.max_batch_tokens} tokens, wait {limits.max_wait_ms:g} ms)",
           file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=args.access_log,
                             timeout_graceful_shutdown=args.graceful_timeout,
                             http=protocol_with_head_timeout(limits.read_timeout_s))
     DrainingServer(config).run()
-    return 0
 
 
 def check_listen_address(host: str, port: int) -> None:

@@ -57,3 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graceful-timeout", type=non_negative_float, default=30.0,
                         help="seconds in-flight requests get to finish after SIGTERM")
     parser.add_argument("--access-log", action="store_true", help="log every request")
+    backend = parser.add_argument_group("Label Studio ML backend (docs/labelling.md)")
+    backend.add_argument("--label-studio", metavar="DIR",
+                         help="also answer Label Studio's ML backend protocol (/health, /setup, /predict, /webhook): "
+                              "pre-annotations, and retraining on the annotations, kept in DIR")
+    backend.add_argument("--retrain-every", type=positive_int, default=50, metavar="N",
+                         help="retrain once N more tasks are annotated (default 50; Label Studio's Start Training "
+                              "retrains at once)")
+    backend.add_argument("--retrain-config", metavar="FILE",
+                         help="the config to retrain with (default: the one the served model was trained with, from "
+                              "its manifest)")

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from bench.server_process import free_port
 from conftest import DEMO, ROOT, overrides, tiny_run_args, write_splits, write_vocab
 
 from paddle_ft.cli import COMMANDS, main
@@ -92,6 +93,9 @@ READS = {
        for key in ("data.train", "data.dev", "data.test")},
     ("sweep", "--space"): ("yaml", lambda w, p, out: config_run("sweep", w, "data.train", w["data"] / "train.tsv",
                                                                 out / "o", ["--space", p, "--trials", "1"])),
+    ("serve", "--retrain-config"): ("yaml", lambda w, p, out: ["serve", "--export", w["export"], "--port", free_port(),
+                                                               "--label-studio", out / "backend",
+                                                               "--retrain-config", p]),
     ("pretrain", "pretrain.corpus"): ("texts", lambda w, p, out: config_run("pretrain", w, "pretrain.corpus", p,
                                                                             out / "o")),
     ("export-tasks", "--input"): ("table", lambda w, p, out: ["export-tasks", "--model", w["best"], "--input", p,
@@ -244,6 +248,9 @@ WRITES = {
                                                        w["data"] / "dev.tsv", "--output", t]),
     ("predict", "--output-file"): ("file", lambda w, t: ["predict", "--export", w["export"], "--input",
                                                          w["root"] / "texts.txt", "--output-file", t]),
+    # every planted thing is refused before the server listens (a served one would never return)
+    ("serve", "--label-studio"): ("folder", lambda w, t: ["serve", "--export", w["export"], "--port", free_port(),
+                                                          "--label-studio", t]),
 }
 # paths a command writes into that it also reads, whose guards have tests of their own: `report RUN` (the run's
 # folder, tests/cli/test_ownership.py), `import-annotations --append TRAIN` (the training file it adds to,

@@ -57,7 +57,7 @@ def export(tool, project, format, path):
 
 def connect_model(tool, project, url, title, basic_auth=None):
     """The project's Settings > Model > Connect Model."""
-    auth = {} if basic_auth is None else {"auth_method": "BASIC", "basic_auth_user": basic_auth[0],
+    auth = {} if basic_auth is None else {"auth_method": "BASIC_AUTH", "basic_auth_user": basic_auth[0],
                                           "basic_auth_pass": basic_auth[1]}
     backend = tool.ml.create(project=project, url=url, title=title, is_interactive=False, **auth)
     return _model_state(tool.ml.get(backend.id))
@@ -68,8 +68,17 @@ def model(tool, id):
 
 
 def _model_state(backend):
-    return {"id": backend.id, "state": str(backend.state), "model_version": backend.model_version,
+    return {"id": backend.id, "state": backend.state, "model_version": backend.model_version,
             "error": backend.error_message}
+
+
+def webhook_headers(tool, project, headers):
+    """The project's Settings > Webhooks: the headers of every webhook of the project (the ML backend's needs its
+    basic auth: Label Studio makes that webhook without it)."""
+    hooks = [hook for hook in tool.webhooks.list(project=str(project)) if hook.project == project]
+    for hook in hooks:
+        tool.webhooks.update(id=hook.id, headers=headers, url=hook.url)
+    return [hook.url for hook in hooks]
 
 
 def retrieve_predictions(tool, project):
@@ -85,7 +94,8 @@ def start_training(tool, id):
 
 
 OPERATIONS = {f.__name__: f for f in (create_project, import_tasks, tasks, create_user, annotate, export,
-                                      connect_model, model, retrieve_predictions, start_training)}
+                                      connect_model, model, webhook_headers, retrieve_predictions,
+                                      start_training)}
 
 if __name__ == "__main__":
     main()

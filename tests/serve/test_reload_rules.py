@@ -19,7 +19,7 @@ def point(link, target) -> None:
 
 
 def slot_on(link) -> ModelSlot:
-    return ModelSlot(lambda: Predictor(link, PredictOptions(cpu_threads=1)), Metrics(), link)
+    return ModelSlot(lambda folder=link: Predictor(folder, PredictOptions(cpu_threads=1)), Metrics(), link)
 
 
 def test_a_server_whose_first_load_failed_loads_the_fixed_folder_on_reload(tmp_path, capsys):
