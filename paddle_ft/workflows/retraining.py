@@ -82,6 +82,7 @@ class Retrainer:
         self.last = done[-1] if done else None
         """The last retraining that ended: its round, annotations, result and the model it made."""
         self._trained_on = self.last["annotations"] if self.last else 0
+        self._trained_answers: list | None = None  # what the last retraining of this process trained on
         self._running: asyncio.Task | None = None
         self._again = False
         self._child: asyncio.subprocess.Process | None = None
@@ -97,8 +98,10 @@ class Retrainer:
 
     def start(self) -> bool:
         """Retrain now (Label Studio's "Start Training"), or once the retraining under way ends. False when no task
-        is annotated."""
-        if not self.folder.annotated():
+        is annotated, or none changed since the last retraining started (Label Studio's "Start model training on
+        annotation submission" asks at every submission)."""
+        annotated = self.folder.annotated()
+        if not annotated or annotated == self._trained_answers:  # the last retraining has these already
             return False
         if self.running:
             self._again = True
@@ -127,7 +130,7 @@ class Retrainer:
 
     async def _round(self) -> None:
         annotated = self.folder.annotated()
-        self._trained_on = len(annotated)
+        self._trained_on, self._trained_answers = len(annotated), annotated
         folder = self.folder.new_round()
         self._log(f"retraining {folder.name} on {len(annotated)} annotated tasks (log: {folder / 'retrain.log'})")
         config = self._round_config(folder, annotated)

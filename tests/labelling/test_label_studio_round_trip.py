@@ -7,19 +7,18 @@ import json
 
 import pytest
 from conftest import DEMO, overrides, tiny_run_args, write_splits, write_vocab
-from real_label_studio import LabelStudio, skip_without_label_studio
+from label_studio_harness.server import NOT_INSTALLED, LabelStudio, installed
 
 from paddle_ft.cli import main
 from paddle_ft.data.annotation import LabelSpace, Task, label_config, read_annotations, write_tasks
 from paddle_ft.data.readers import Columns, read_examples
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not installed(), reason=NOT_INSTALLED)]
 FORMATS = {"JSON": "json", "JSON_MIN": "json", "CSV": "csv", "TSV": "tsv"}
 
 
 @pytest.fixture(scope="module")
 def tool(tmp_path_factory):
-    skip_without_label_studio()
     label_studio = LabelStudio(tmp_path_factory.mktemp("label-studio"))
     yield label_studio
     label_studio.stop()

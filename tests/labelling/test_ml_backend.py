@@ -11,20 +11,19 @@ import httpx
 import pytest
 from bench.server_process import ServerProcess
 from conftest import DEMO, overrides, tiny_run_args, write_splits, write_vocab
-from real_label_studio import LabelStudio, skip_without_label_studio
+from label_studio_harness.server import NOT_INSTALLED, LabelStudio, installed
 
 from paddle_ft.cli import main
 from paddle_ft.data.annotation import LabelSpace, label_config
 from paddle_ft.data.readers import Columns, read_examples
 from paddle_ft.inference.predictor import Predictor
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not installed(), reason=NOT_INSTALLED)]
 AUTH = ("label-studio", "backend-secret")
 HEADERS = {"Authorization": "Basic " + base64.b64encode(":".join(AUTH).encode()).decode()}
 
 
 def test_label_studio_gets_pre_annotations_and_a_retrained_model_from_paddle_ft(tmp_path, monkeypatch):
-    skip_without_label_studio()
     data = write_splits(tmp_path / "data", (120, 40, 60))
     write_vocab(tmp_path / "data" / "vocab.txt")
     run_args = [*tiny_run_args(data, data / "vocab.txt", tmp_path / "run"), "train.epochs=1",

@@ -97,3 +97,33 @@ def test_a_round_trains_on_the_model_s_rows_with_the_annotated_texts_relabelled_
     written = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert path.name == "retrain.yaml" and written == {"output_dir": str(round_folder / "run"), "seed": 3,
                        "data": {"train": str(round_folder / "train.jsonl"), "format": None}}
+
+
+def test_start_training_retrains_only_on_something_new_and_once_at_a_time(tmp_path):
+    """Label Studio's "Start model training on annotation submission" asks at every submission: a request with no
+    changed annotation starts nothing, and requests during a retraining make one more, not one each."""
+    import asyncio
+
+    log = AnnotationLog(tmp_path)
+    retrainer = Retrainer(log, Recipe({}, FLAT), 30, None, print)
+    rounds = []
+
+    async def fake_round():
+        rounds.append([a.task for a in log.annotated()])
+        retrainer._trained_answers = log.annotated()
+        await asyncio.sleep(0.05)
+
+    retrainer._round = fake_round
+
+    async def scenario():
+        assert not retrainer.start()  # nothing annotated
+        log.record_annotation(1, 1, "t", "很好", None, ("正面",))
+        assert retrainer.start()
+        await asyncio.sleep(0.01)
+        log.record_annotation(2, 2, "t", "太差", None, ("负面",))
+        assert retrainer.start() and retrainer.start()  # during the first: one more after it
+        await asyncio.sleep(0.2)
+        assert not retrainer.start()  # nothing changed since
+
+    asyncio.run(scenario())
+    assert rounds == [[1], [1, 2]]

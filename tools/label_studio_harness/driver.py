@@ -1,4 +1,4 @@
-"""Runs in Label Studio's own environment (.venv-label-studio): the tests' hands on the real tool, through its SDK
+"""Runs in Label Studio's own environment (.venv-label-studio): hands on the real tool, through its SDK
 (label-studio-sdk). One JSON request a line on stdin, one JSON answer a line on stdout:
 {"op": NAME, ...arguments} -> {"ok": value} or {"error": "..."}. Kept apart from paddle_ft's environment: Label
 Studio pins Django, numpy and pytz versions of its own."""

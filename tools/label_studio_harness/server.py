@@ -1,6 +1,6 @@
-"""A real Label Studio for the tests, started as a user starts it: `label-studio start` without a browser on a free
-loopback port, its SQLite database in a folder the test owns, a user and an API token made for the test. The tests
-drive it through its SDK (label_studio_driver.py, in Label Studio's own environment) and stop only that process."""
+"""A real Label Studio, started as a user starts it: `label-studio start` without a browser on a free loopback port,
+its SQLite database in a folder the caller owns, a user and an API token made for it. It is driven through its SDK
+(driver.py, in Label Studio's own environment) and only that process is stopped."""
 from __future__ import annotations
 
 import json
@@ -11,28 +11,31 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 from bench.server_process import free_port
-from conftest import ROOT
 
 from paddle_ft.io import open_own_file
 
+ROOT = Path(__file__).resolve().parents[2]
 TOOL_BIN = ROOT / ".venv-label-studio" / "bin"
+USER, PASSWORD = "annotator@example.com", "paddle-ft-test"
 TOKEN = "paddle-ft-test-token-0123456789"  # made for the test's user; legacy tokens are switched on for it
 START_TIMEOUT = 120.0  # a first start migrates a new SQLite database: ~30 s on 2 cores
 
 
-def skip_without_label_studio() -> None:
-    if not (TOOL_BIN / "label-studio").is_file():
-        pytest.skip("Label Studio is not installed here: `make test` installs it into .venv-label-studio "
-                    "(label-studio 1.23.2, its own environment)")
+NOT_INSTALLED = ("Label Studio is not installed here: `make test` installs it into .venv-label-studio "
+                 "(label-studio 1.23.2, its own environment)")
+
+
+def installed() -> bool:
+    return (TOOL_BIN / "label-studio").is_file()
 
 
 class LabelStudio:
     """The running tool (`url`), and `call(op, **arguments)` to act in it through the SDK."""
 
     def __init__(self, folder: Path, **environment: str):
-        skip_without_label_studio()
+        if not installed():
+            raise RuntimeError(NOT_INSTALLED)
         folder.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -42,14 +45,14 @@ class LabelStudio:
         with open_own_file(self.log) as out:
             self.process = subprocess.Popen(
                 [str(TOOL_BIN / "label-studio"), "start", "--no-browser", "--internal-host", "127.0.0.1",
-                 "--port", str(self.port), "--username", "annotator@example.com", "--password", "paddle-ft-test",
+                 "--port", str(self.port), "--username", USER, "--password", PASSWORD,
                  "--user-token", TOKEN, "--enable-legacy-api-token"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.driver = None
         try:
             self._wait_until_up()
-            self.driver = subprocess.Popen([str(TOOL_BIN / "python"), str(Path(__file__).with_name(
-                "label_studio_driver.py")), self.url, TOKEN], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            self.driver = subprocess.Popen([str(TOOL_BIN / "python"), str(Path(__file__).with_name("driver.py")),
+                                            self.url, TOKEN], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 text=True, encoding="utf-8")
         except BaseException:
             self.stop()
@@ -70,7 +73,7 @@ class LabelStudio:
         raise RuntimeError(f"label-studio was not up in {START_TIMEOUT:.0f} s; see {self.log}")
 
     def call(self, op: str, **arguments):
-        """An operation of label_studio_driver.py; its value, or AssertionError with the tool's refusal."""
+        """An operation of driver.py; its value, or AssertionError with the tool's refusal."""
         self.driver.stdin.write(json.dumps({"op": op, **arguments}, ensure_ascii=False) + "\n")
         self.driver.stdin.flush()
         answer = json.loads(self.driver.stdout.readline())
