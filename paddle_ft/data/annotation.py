@@ -340,7 +340,8 @@ def _value_labels(where: str, kind: str, value: dict, separator: str = PATH_SEPA
         split = next((str(name) for path in items for name in path if separator in str(name)), None)
         if split is not None:  # 'TCP/IP' would become two levels of the tree
             raise UserError(f"{where}: the taxonomy node {split!r} holds {separator!r}, which separates the levels "
-                            f"of a label path; rename it in the project's taxonomy (as {split.replace(separator, '-')})")
+                            "of a label path; rename it in the project's taxonomy (as "
+                            f"{split.replace(separator, '-')})")
         return [separator.join(str(name) for name in path) for path in items]
     return [str(item) for item in items]
 

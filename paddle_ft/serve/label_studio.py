@@ -105,7 +105,7 @@ def add_routes(app: FastAPI, backend, slot, predict, error) -> None:
     answers texts with the served model; `error(status, message, headers)` is the server's error response."""
     credentials = basic_auth_credentials()
     separator = backend.path_separator
-    seen = {"tags": Tags()}  # the tags of the project's config last seen (/setup, /predict): where a webhook's answer is
+    seen = {"tags": Tags()}  # the tags of the project's config last seen (/setup, /predict): a webhook's answer's
 
     def refused(request: Request):
         if authorised(request, credentials):

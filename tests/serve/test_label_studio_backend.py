@@ -46,7 +46,8 @@ def test_a_prediction_is_the_answer_and_its_score_and_an_abstention_gives_no_pre
     tags = Tags("sentiment", "review")
     sure = _prediction(single([0.1, 0.9], abstained=False), tags, FLAT.result, "export@1")
     assert sure == {"result": [{"from_name": "sentiment", "to_name": "review", "type": "choices",
-                                "value": {"choices": ["正面"]}}], "score": pytest.approx(0.9), "model_version": "export@1"}
+                                "value": {"choices": ["正面"]}}],
+                    "score": pytest.approx(0.9), "model_version": "export@1"}
     unsure = _prediction(single([0.45, 0.55], abstained=True), tags, FLAT.result, "export@1")
     assert unsure["result"] == [] and unsure["score"] == pytest.approx(0.55)  # the lowest scores sort first
 
