@@ -14,6 +14,7 @@
 VENV ?= .venv
 PEERS ?= .venv-peers
 LABEL_STUDIO ?= .venv-label-studio
+DOCCANO ?= .venv-doccano
 PYTHON := $(VENV)/bin/python
 OUT ?= out/demo
 TINY_OUT ?= out/demo-tiny
@@ -101,7 +102,7 @@ distill-demo: $(VENV)/.installed $(DEMO_DATA)
 # measured times
 TEST_WORKERS ?= 2
 PYTEST := $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
-test: $(VENV)/.installed $(PEERS)/.installed $(LABEL_STUDIO)/.installed
+test: $(VENV)/.installed $(PEERS)/.installed $(LABEL_STUDIO)/.installed $(DOCCANO)/.installed
 	$(PYTEST) tests
 
 test-fast: $(VENV)/.installed
@@ -135,14 +136,22 @@ $(PEERS)/.installed:
 	$(PEERS)/bin/python -m pip install --quiet torch==2.13.0 transformers==5.24.0 accelerate==1.16.0
 	touch $@
 
-# The tests that run the real Label Studio (tests/labelling) find it in its own environment: label-studio 1.23.2
-# pins Django 5.2, numpy and pytz versions of its own and brings ~300 packages (boto3, google-cloud, rq) a Paddle
+# The tests that run the real Label Studio and doccano (tests/labelling) find each in its own environment:
+# label-studio 1.23.2 pins Django 5.2, numpy and pytz versions of its own and brings ~300 packages (boto3, google-cloud, rq) a Paddle
 # environment should not hold. sentry-sdk<3: label-studio 1.23.2 passes sentry-sdk 3.0 an option it removed, a
 # traceback at start.
 $(LABEL_STUDIO)/.installed:
 	python3 -m venv $(LABEL_STUDIO)
 	$(LABEL_STUDIO)/bin/python -m pip install --quiet --upgrade pip
 	$(LABEL_STUDIO)/bin/python -m pip install --quiet label-studio==1.23.2 label-studio-sdk==2.1.2 "sentry-sdk<3"
+	touch $@
+
+# doccano for the same tests, in an environment of its own (it pins Django 4.2 and pandas 1.5): marshmallow<4 and
+# numpy<2, which doccano 1.8.4's environs and pandas need (without them it fails at start)
+$(DOCCANO)/.installed:
+	python3 -m venv $(DOCCANO)
+	$(DOCCANO)/bin/python -m pip install --quiet --upgrade pip
+	$(DOCCANO)/bin/python -m pip install --quiet doccano==1.8.4 "marshmallow<4" "numpy<2"
 	touch $@
 
 # pictures of the real Label Studio showing the demo model's pre-annotations, for docs/labelling.md (after make demo;
@@ -152,4 +161,4 @@ label-studio-screenshots: $(VENV)/.installed $(LABEL_STUDIO)/.installed
 	$(PYTHON) tools/label_studio_screenshots.py
 
 clean:
-	rm -rf $(VENV) $(PEERS) $(LABEL_STUDIO) out data/demo
+	rm -rf $(VENV) $(PEERS) $(LABEL_STUDIO) $(DOCCANO) out data/demo

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench.server_process import ServerProcess  # noqa: E402
-from label_studio_harness.server import PASSWORD, TOOL_BIN, USER, LabelStudio  # noqa: E402
+from annotation_harness.label_studio import PASSWORD, TOOL_BIN, USER, LabelStudio  # noqa: E402
 
 from paddle_ft.data.readers import Columns, read_examples  # noqa: E402
 
@@ -55,7 +55,7 @@ def main() -> int:
             pages = [{"path": f"/projects/{project}/data?task={least_sure['id']}",
                       "file": str(output / "label-studio-pre-annotation.png")},
                      {"path": f"/projects/{project}/settings/ml", "file": str(output / "label-studio-model.png")}]
-            subprocess.run([str(TOOL_BIN / "python"), str(Path(__file__).parent / "label_studio_harness" /
+            subprocess.run([str(TOOL_BIN / "python"), str(Path(__file__).parent / "annotation_harness" /
                                                            "screenshots.py"), tool.url, USER, PASSWORD,
                             json.dumps(pages)], check=True)
             print(f"model {model['model_version']}; least sure: task {least_sure['id']} "

@@ -11,7 +11,7 @@ FILES = Files(reads=("file",), writes=("--output-file", "--append"))
 
 def add_arguments(parser) -> None:
     parser.add_argument("file", metavar="FILE",
-                        help="the tool's export: Label Studio JSON, JSON-MIN, CSV or TSV; doccano JSONL")
+                        help="the tool's export: Label Studio JSON, JSON-MIN, CSV or TSV; doccano JSONL or its ZIP")
     parser.add_argument("--from", dest="tool", required=True, choices=TOOLS, help="the annotation tool")
     written = parser.add_mutually_exclusive_group(required=True)
     written.add_argument("--output-file", metavar="FILE", help="the .tsv/.csv/.jsonl file to write")

@@ -173,10 +173,18 @@ def _notes(report, flattened: int) -> list[str]:
     notes = [f"{report.unlabelled} tasks without an answer left out"] if report.unlabelled else []
     if report.disagreeing:
         notes.append(f"{len(report.disagreeing)} tasks whose annotators disagree took the latest answer (ids "
-                     f"{', '.join(map(str, report.disagreeing[:5]))}{', ...' if len(report.disagreeing) > 5 else ''})")
+                     f"{_some(report.disagreeing)})")
+    if report.unsettled:
+        notes.append(f"{len(report.unsettled)} texts whose annotators disagree left out (ids "
+                     f"{_some(report.unsettled)}; the export does not say which answer came last: settle them in the "
+                     "tool)")
     if flattened:
         notes.append(f"{flattened} texts held tabs or line breaks, written as one line (a .jsonl output keeps them)")
     return notes
+
+
+def _some(ids: list) -> str:
+    return f"{', '.join(map(str, ids[:5]))}{', ...' if len(ids) > 5 else ''}"
 
 
 def _append(rows: list[Labelled], report, tool: str, path: str, target: Path, text_column: str,

@@ -148,3 +148,18 @@ def test_every_export_label_studio_offers_reads_as_the_tool_wrote_it(name):
                                                                         ("文本2\t制表", ("正面",), "4")]
     assert [str(task) for task in report.disagreeing] == ["1"]
     assert report.unlabelled == (3 if name == "export.json" else 2)
+
+
+DOCCANO_EXPORTS = Path(__file__).with_name("doccano_1.8.4")  # downloaded from doccano 1.8.4 itself
+
+
+def test_doccano_s_zip_downloads_read_as_the_tool_wrote_them():
+    """A collaborative project's all.jsonl (a tab, a line break and quotes in the texts, a label holding a comma); a
+    project without collaboration gives a file per annotator: 甲 they labelled differently (left out, named), 乙 alike,
+    丙 nobody."""
+    rows, report = read_annotations(DOCCANO_EXPORTS / "collaborative-multi-label.zip", "doccano")
+    assert [(r.text, r.labels, r.fields) for r in rows] == [
+        ("很好\t制表", ("正面",), {"line": 2}), ("太差\n换行", ("负面",), {"line": 3}), ("一般 \"引号\"", ("a,b",), {"line": 4})]
+    rows, report = read_annotations(DOCCANO_EXPORTS / "per-annotator.zip", "doccano")
+    assert [(r.text, r.labels) for r in rows] == [("乙", ("负面",))]
+    assert (report.unsettled, report.disagreeing, report.unlabelled) == ([7], [], 1)

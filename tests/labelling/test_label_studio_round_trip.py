@@ -6,8 +6,8 @@ import-annotations as exactly the rows and labels chosen."""
 import json
 
 import pytest
+from annotation_harness.label_studio import NOT_INSTALLED, LabelStudio, installed
 from conftest import DEMO, overrides, tiny_run_args, write_splits, write_vocab
-from label_studio_harness.server import NOT_INSTALLED, LabelStudio, installed
 
 from paddle_ft.cli import main
 from paddle_ft.data.annotation import LabelSpace, Task, label_config, read_annotations, write_tasks

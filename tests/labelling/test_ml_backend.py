@@ -9,9 +9,9 @@ import time
 
 import httpx
 import pytest
+from annotation_harness.label_studio import NOT_INSTALLED, LabelStudio, installed
 from bench.server_process import ServerProcess
 from conftest import DEMO, overrides, tiny_run_args, write_splits, write_vocab
-from label_studio_harness.server import NOT_INSTALLED, LabelStudio, installed
 
 from paddle_ft.cli import main
 from paddle_ft.data.annotation import LabelSpace, label_config

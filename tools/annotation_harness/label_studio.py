@@ -1,6 +1,6 @@
 """A real Label Studio, started as a user starts it: `label-studio start` without a browser on a free loopback port,
 its SQLite database in a folder the caller owns, a user and an API token made for it. It is driven through its SDK
-(driver.py, in Label Studio's own environment) and only that process is stopped."""
+(label_studio_driver.py, in Label Studio's own environment) and only that process is stopped."""
 from __future__ import annotations
 
 import json
@@ -51,8 +51,8 @@ class LabelStudio:
         self.driver = None
         try:
             self._wait_until_up()
-            self.driver = subprocess.Popen([str(TOOL_BIN / "python"), str(Path(__file__).with_name("driver.py")),
-                                            self.url, TOKEN], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            driver = Path(__file__).with_name("label_studio_driver.py")
+            self.driver = subprocess.Popen([str(TOOL_BIN / "python"), str(driver), self.url, TOKEN], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 text=True, encoding="utf-8")
         except BaseException:
             self.stop()
@@ -73,7 +73,7 @@ class LabelStudio:
         raise RuntimeError(f"label-studio was not up in {START_TIMEOUT:.0f} s; see {self.log}")
 
     def call(self, op: str, **arguments):
-        """An operation of driver.py; its value, or AssertionError with the tool's refusal."""
+        """An operation of label_studio_driver.py; its value, or AssertionError with the tool's refusal."""
         self.driver.stdin.write(json.dumps({"op": op, **arguments}, ensure_ascii=False) + "\n")
         self.driver.stdin.flush()
         answer = json.loads(self.driver.stdout.readline())
