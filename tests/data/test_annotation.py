@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from paddle_ft.data.annotation import LabelSpace, Task, label_config, read_annotations, write_tasks
-from paddle_ft.errors import UserError
+from paddle_ft.errors import DataError, UserError
 
 
 def annotation(choices, updated="2021-03-09T22:16:08.746926Z", cancelled=False, kind="choices", name="sentiment"):
@@ -163,3 +163,17 @@ def test_doccano_s_zip_downloads_read_as_the_tool_wrote_them():
     rows, report = read_annotations(DOCCANO_EXPORTS / "per-annotator.zip", "doccano")
     assert [(r.text, r.labels) for r in rows] == [("乙", ("负面",))]
     assert (report.unsettled, report.disagreeing, report.unlabelled) == ([7], [], 1)
+
+
+def test_a_doccano_zip_that_is_not_an_export_is_one_line_naming_the_file_and_member(tmp_path):
+    import zipfile
+
+    for member, data, message in (("all.jsonl", "差评".encode("gbk"), "all.jsonl: bytes that are not UTF-8"),
+                                  ("all.jsonl", b'{"text": "x", "label": []\n', "all.jsonl:1: "),
+                                  ("notes.txt", b"x", "a ZIP without a .jsonl file")):
+        path = tmp_path / "export.zip"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr(member, data)
+        with pytest.raises(DataError) as error:
+            read_annotations(path, "doccano")
+        assert str(path) in str(error.value) and message in str(error.value) and "\n" not in str(error.value)
