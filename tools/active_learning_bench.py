@@ -1,17 +1,23 @@
 """What to label next, measured: a simulated labelling loop on the demo reviews, each `select` strategy against
 random, in one run:
 
-    python tools/active_learning_bench.py [--seeds 5] [--start 200] [--rounds 3] [--batch 200] [--pool 5000]
+    python tools/active_learning_bench.py [--task demo|domain] [--config configs/demo.yaml] [--seeds 5]
+                                          [--start 200] [--rounds 3] [--batch 200] [--pool 5000] [--steps 200]
+                                          [--train-batch 32] [--strategies random uncertainty margin diverse]
                                           [--output out/active-learning-bench]
 
-For each seed: `--start` rows of the demo's training file are labelled, `--pool` other rows are the unlabelled pool
-(their labels hidden until selected). The demo config (the shipped demo encoder, `configs/demo-tiny.yaml`) is trained on
-the labelled rows; then, for `--rounds` rounds, `python -m paddle_ft select` picks `--batch` rows of the pool with
-the latest model, their labels are "given" (read from the demo file, as an annotator would), and the config is
-trained again on all labelled rows. Test accuracy on the whole demo test file after every round; mean and spread
-over the seeds, a table and a picture (OUTPUT/active_learning.png). No dev file is used (a labelling project
-starting out has none): each model is its last epoch's, after about `STEPS` steps (the demo config's 3 epochs
-of a few hundred rows are too few steps for the model to learn anything).
+For each seed: `--start` rows of the task's training file are labelled, `--pool` other rows are the unlabelled pool
+(their labels hidden until selected). `--config` (the demo's: multilingual-e5-small, after make demo; the shipped
+2-layer encoder: configs/demo-tiny.yaml) is trained on the labelled rows; then, for `--rounds` rounds, `python -m
+paddle_ft select-texts` picks `--batch` rows of the pool with the latest model, their labels are "given" (read from the
+task's file, as an annotator would), and the config is trained again on all labelled rows. Test accuracy on the
+task's whole test file after every round; mean and spread over the seeds, a table and a picture
+(OUTPUT/active_learning.png). No dev file is used (a labelling project starting out has none): each model is its
+last epoch's, after about `--steps` steps of `--train-batch` rows (the demo config's epochs of a few hundred rows are
+too few steps for a model to learn anything).
+
+Tasks: `demo`, the demo's reviews (2 classes: margin ranks as uncertainty does); `domain`, the demo's reviews that
+name exactly one kind of product, labelled kind + sentiment (6 classes; tools/few_shot_bench.py's domain task).
 
 A finished training (OUTPUT/runs/NAME/results.json) and selection are reused by a later run into the same folder.
 """
@@ -26,10 +32,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from few_shot_bench import DEMO, ROOT, machine, read_rows, run, train, write_rows  # noqa: E402
+from few_shot_bench import DEMO, ROOT, domain_task, machine, read_rows, run, train, write_rows  # noqa: E402
 
 STRATEGIES = ("random", "uncertainty", "margin", "diverse")
-STEPS, BATCH = 200, 32  # every model trains about this many steps of this batch, whatever its rows
 RESULTS = "active_learning.json"
 
 
@@ -41,17 +46,23 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--pool", type=int, default=5000)
+    parser.add_argument("--task", choices=("demo", "domain"), default="demo")
+    parser.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
+    parser.add_argument("--steps", type=int, default=200, help="about this many training steps per model")
+    parser.add_argument("--train-batch", type=int, default=32)
+    parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES))
     args = parser.parse_args()
     output = Path(args.output).resolve()
     (output / "logs").mkdir(parents=True, exist_ok=True)
-    train_rows, curves = read_rows(DEMO / "train.tsv"), {s: [] for s in STRATEGIES}
+    args.data = DEMO if args.task == "demo" else domain_task(output / "data" / "domain")
+    train_rows, curves = read_rows(args.data / "train.tsv"), {s: [] for s in args.strategies}
     for seed in range(args.seeds):
         rows = random.Random(seed).sample(train_rows, args.start + args.pool)
         start, pool = rows[:args.start], rows[args.start:]
         pool_file = write_rows(output / "data" / f"seed-{seed}" / "pool.tsv", pool)
-        first = accuracy(output, f"seed-{seed}-start", write_rows(output / "data" / f"seed-{seed}" / "start.tsv",
-                                                                  start), seed)
-        for strategy in STRATEGIES:
+        first = accuracy(output, args, f"seed-{seed}-start", write_rows(output / "data" / f"seed-{seed}" /
+                                                                        "start.tsv", start), seed)
+        for strategy in args.strategies:
             curves[strategy].append([first, *loop(output, args, seed, strategy, start, pool, pool_file)])
             print(f"seed {seed}, {strategy}: " + ", ".join(f"{a:.4f}" for a in curves[strategy][-1]), flush=True)
         write_results(output, args, curves, seed + 1)
@@ -76,18 +87,18 @@ def loop(output: Path, args, seed: int, strategy: str, start, pool, pool_file: P
         assert not taken & set(lines), "select chose a row labelled already"
         taken |= set(lines)
         labelled += [pool[line - 2] for line in lines]  # line 1 is the header
-        scores.append(accuracy(output, name, write_rows(output / "data" / f"seed-{seed}" /
-                                                        f"{strategy}-labelled-{round_}.tsv", labelled), seed))
+        scores.append(accuracy(output, args, name, write_rows(output / "data" / f"seed-{seed}" /
+                                                              f"{strategy}-labelled-{round_}.tsv", labelled), seed))
         model = output / "runs" / name / "best"
     return scores
 
 
-def accuracy(output: Path, name: str, labelled: Path, seed: int) -> float:
+def accuracy(output: Path, args, name: str, labelled: Path, seed: int) -> float:
     rows = len(read_rows(labelled))
-    epochs = max(3, math.ceil(STEPS * BATCH / rows))  # the demo's 3 epochs of 200 rows are 21 steps: too few to learn
-    results = train(output, name, ROOT / "configs" / "demo.yaml",
-                    [f"data.train={labelled}", "data.dev=null", f"data.test={DEMO / 'test.tsv'}", f"seed={seed}",
-                     f"train.epochs={epochs}", f"train.batch_size={BATCH}"])
+    epochs = max(1, math.ceil(args.steps * args.train_batch / rows))  # a few hundred rows: many epochs for the steps
+    results = train(output, name, Path(args.config),
+                    [f"data.train={labelled}", "data.dev=null", f"data.test={args.data / 'test.tsv'}",
+                     "data.labels=null", f"seed={seed}", f"train.epochs={epochs}", f"train.batch_size={args.train_batch}"])
     return results["test"]["accuracy"]
 
 
@@ -95,11 +106,13 @@ def write_results(output: Path, args, curves: dict, seeds: int) -> None:
     sizes = [args.start + args.batch * r for r in range(args.rounds + 1)]
     table = {s: [{"mean": statistics.mean(c[r] for c in runs), "stdev": statistics.stdev(c[r] for c in runs)
                   if len(runs) > 1 else 0.0} for r in range(args.rounds + 1)] for s, runs in curves.items()}
-    results = {"machine": machine(), "seeds": seeds, "labelled_rows": sizes, "pool": args.pool,
-               "test_rows": len(read_rows(DEMO / "test.tsv")), "test_accuracy": table, "runs": curves}
+    results = {"machine": machine(), "seeds": seeds, "labelled_rows": sizes, "pool": args.pool, "task": args.task,
+               "config": str(args.config), "steps": args.steps, "train_batch": args.train_batch,
+               "test_rows": len(read_rows(args.data / "test.tsv")), "test_accuracy": table, "runs": curves}
     (output / RESULTS).write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
-    lines = [f"Active learning on the demo reviews ({seeds} seeds, pool {args.pool}, batch {args.batch}; "
-             f"{results['machine']['cpu']}): test accuracy, mean ± stdev", "",
+    lines = [f"Active learning, task {args.task}, {Path(args.config).name} ({seeds} seeds, pool {args.pool}, batch "
+             f"{args.batch}, ~{args.steps} steps of {args.train_batch} a model; {results['machine']['cpu']}): test "
+             "accuracy, mean ± stdev", "",
              "| strategy | " + " | ".join(f"{n} rows" for n in sizes) + " |", "|---|" + "---:|" * len(sizes)]
     lines += [f"| {s} | " + " | ".join(f"{x['mean']:.4f} ± {x['stdev']:.4f}" for x in row) + " |"
               for s, row in table.items()]

@@ -21,7 +21,7 @@ from paddle_ft.config import config_to_dict, load_config
 from paddle_ft.data.annotation import LabelSpace
 from paddle_ft.data.readers import Columns, format_of, read_examples, write_records
 from paddle_ft.errors import UserError
-from paddle_ft.io import open_own_file
+from paddle_ft.io import open_own_file, write_text_atomically
 from paddle_ft.workflows.annotation_log import Annotated, AnnotationLog
 
 ROUND_INFO = "round.json"
@@ -74,11 +74,13 @@ def recipe_of(export_dir: Path, config_file: str | None) -> Recipe:
 
 
 class Retrainer:
+    """The retrainings of one backend folder: when to start one, and running it (`serve_export(folder)` is the
+    server's reload of a new export: True once it serves it)."""
+
     def __init__(self, folder: AnnotationLog, recipe: Recipe, every: int,
                  serve_export: Callable[[Path], Awaitable[bool]], log: Callable[[str], None]):
         self.folder, self.recipe, self.every, self._serve_export, self._log = folder, recipe, every, serve_export, log
-        done = [json.loads((r / ROUND_INFO).read_text(encoding="utf-8")) for r in folder.rounds()
-                if (r / ROUND_INFO).is_file()]
+        done = [info for info in map(_round_info, folder.rounds()) if info is not None]
         self.last = done[-1] if done else None
         """The last retraining that ended: its round, annotations, result and the model it made."""
         self._trained_on = self.last["annotations"] if self.last else 0
@@ -86,6 +88,7 @@ class Retrainer:
         self._running: asyncio.Task | None = None
         self._again = False
         self._child: asyncio.subprocess.Process | None = None
+        self._stopping = False
 
     @property
     def running(self) -> bool:
@@ -112,7 +115,7 @@ class Retrainer:
     async def stop(self) -> None:
         """The server stops: a retraining under way is ended (its child process gets SIGTERM: a training run saves
         where it was) and not served."""
-        self._again = False
+        self._again, self._stopping = False, True
         if self._child is not None and self._child.returncode is None:
             self._child.terminate()
         if self._running is not None:
@@ -123,7 +126,7 @@ class Retrainer:
             self._again = False
             try:
                 await self._round()
-            except Exception as exc:  # reported in the log and the round's file; the served model keeps serving
+            except Exception as exc:  # reported in the server's log; the served model keeps serving
                 self._log(f"error: retraining failed: {type(exc).__name__}: {exc}")
             if not self._again:
                 return
@@ -136,19 +139,23 @@ class Retrainer:
         config = self._round_config(folder, annotated)
         steps = (["train", "-c", str(config)],
                  ["export", "--model", str(folder / "run" / "best"), "--output", str(folder / "export")])
-        result, model = "served", None
+        result, model = None, None
         for step in steps:
-            code = await self._run([sys.executable, "-m", "paddle_ft", *step], folder / "retrain.log")
+            code = await self._run([sys.executable, "-m", "paddle_ft", *step], folder / "retrain.log") \
+                if not self._stopping else None
+            if self._stopping:
+                result = "stopped with the server"
+                break
             if code != 0:
                 result = f"{step[0]} exited with {code}; see {folder / 'retrain.log'}"
                 break
-        else:
-            if not await self._serve_export(folder / "export"):
-                result = "the new export was refused (the server's log says why); the served model keeps serving"
-            else:
-                model = folder.name
+        if result is None:
+            served = await self._serve_export(folder / "export")
+            result = "served" if served else ("the new export was refused (the server's log says why); the served "
+                                              "model keeps serving")
+            model = folder.name if served else None
         self.last = {"round": folder.name, "annotations": len(annotated), "result": result, "model": model}
-        (folder / ROUND_INFO).write_text(json.dumps(self.last, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_text_atomically(folder / ROUND_INFO, json.dumps(self.last, ensure_ascii=False) + "\n")
         self._log(f"retraining {folder.name}: {result}")
 
     def _round_config(self, folder: Path, annotated: list[Annotated]) -> Path:
@@ -192,3 +199,12 @@ class Retrainer:
             self._child = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.DEVNULL, stdout=out,
                                                                stderr=asyncio.subprocess.STDOUT)
             return await self._child.wait()
+
+
+def _round_info(folder: Path) -> dict | None:
+    """How a round ended (its round.json); None for one that did not end, or whose file is damaged."""
+    try:
+        info = json.loads((folder / ROUND_INFO).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and isinstance(info.get("annotations"), int) else None
