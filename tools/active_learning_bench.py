@@ -98,7 +98,8 @@ def accuracy(output: Path, args, name: str, labelled: Path, seed: int) -> float:
     epochs = max(1, math.ceil(args.steps * args.train_batch / rows))  # a few hundred rows: many epochs for the steps
     results = train(output, name, Path(args.config),
                     [f"data.train={labelled}", "data.dev=null", f"data.test={args.data / 'test.tsv'}",
-                     "data.labels=null", f"seed={seed}", f"train.epochs={epochs}", f"train.batch_size={args.train_batch}"])
+                     "data.labels=null", f"seed={seed}", f"train.epochs={epochs}",
+                     f"train.batch_size={args.train_batch}"])
     return results["test"]["accuracy"]
 
 

@@ -13,7 +13,8 @@ from paddle_ft.analysis.scoring import Scores, answers, score_texts
 from paddle_ft.analysis.selection import select as rank
 from paddle_ft.artifacts.bundle import Bundle, check_trained_model_folder, load_bundle
 from paddle_ft.artifacts.manifest import training_provenance
-from paddle_ft.data.annotation import Labelled, LabelSpace, Task, check_tasks_output, read_annotations, write_tasks
+from paddle_ft.data.annotation import Labelled, LabelSpace, Task, check_tasks_output, write_tasks
+from paddle_ft.data.annotation_exports import read_annotations
 from paddle_ft.data.corrections import DECISION, FILE, LINE, SUGGESTED
 from paddle_ft.data.readers import (Columns, Example, format_of, one_line, read_examples, read_records, read_texts,
                                     write_records)

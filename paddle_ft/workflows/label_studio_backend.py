@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from paddle_ft.artifacts.ownership import owned_folder
-from paddle_ft.data.annotation import PAIR_KEY, LabelSpace, answer_labels
+from paddle_ft.data.annotation import PAIR_KEY, LabelSpace
+from paddle_ft.data.label_studio_export import answer_labels
 from paddle_ft.errors import UserError
 from paddle_ft.workflows.annotation_log import AnnotationLog
 from paddle_ft.workflows.retraining import Recipe, Retrainer, recipe_of

@@ -195,7 +195,6 @@ def test_predict_on_a_long_input_shows_progress_and_answers_as_in_one_call(tmp_p
     from conftest import export_tiny_model, synthetic_rows
 
     from paddle_ft.inference.options import PredictOptions
-
     from paddle_ft.inference.predictor import Predictor
 
     export = export_tiny_model(tmp_path / "model")
@@ -310,6 +309,7 @@ def test_every_command_is_one_module_and_one_wrapper_named_after_it_and_reachabl
     """Issue 62: a command's module in paddle_ft/commands and its tools/ wrapper are its name with "_" for "-" (no
     module holds two commands, none is reached through a name built from a prefix)."""
     from conftest import ROOT
+
     from paddle_ft.cli import COMMANDS
 
     modules = {p.stem for p in (ROOT / "paddle_ft" / "commands").glob("*.py")} - {"__init__", "flags"}
@@ -328,6 +328,7 @@ def test_every_command_of_readmes_table_exists_and_every_test_docs_name_exists()
     import re
 
     from conftest import ROOT
+
     from paddle_ft.cli import COMMANDS
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -356,6 +357,7 @@ def test_a_ray_runs_fingerprint_holds_every_option_that_changes_a_row(tmp_path):
     from dataclasses import replace
 
     from conftest import export_tiny_model
+
     from paddle_ft.inference.options import PredictOptions
     from paddle_ft.workflows.predict_ray import RayJob, work_of
 

@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-
-import paddle_ft
 from conftest import ROOT, synthetic_rows, write_splits
 from e5_file import tiny_e5_folder
+
+import paddle_ft
 from paddle_ft.cli import main
 
 RECIPE = str(ROOT / "configs" / "demo.yaml")

@@ -6,8 +6,8 @@ import paddle
 import pytest
 from conftest import DEMO, export_tiny_model, overrides, write_tsv
 
-from paddle_ft.cli import main
 from paddle_ft.artifacts.run import RunFiles
+from paddle_ft.cli import main
 from paddle_ft.engine.events import EventLog
 from paddle_ft.errors import UserError
 from paddle_ft.inference.options import PredictOptions

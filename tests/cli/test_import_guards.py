@@ -5,7 +5,7 @@ import json
 import pytest
 
 from paddle_ft.cli import main
-from paddle_ft.data.annotation import read_annotations
+from paddle_ft.data.annotation_exports import read_annotations
 from paddle_ft.data.readers import Columns, read_examples
 
 

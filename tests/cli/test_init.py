@@ -125,6 +125,7 @@ def test_the_learning_rate_falls_with_the_encoders_size():
 
 def test_init_fits_the_recipe_to_a_local_encoder_and_offers_trimming(tmp_path, capsys):
     from e5_file import tiny_e5_folder
+
     from paddle_ft.workflows.recipe import EncoderFacts, recipe_notes
 
     train = write_reviews(tmp_path / "train.csv", 20)

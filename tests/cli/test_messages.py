@@ -4,8 +4,8 @@ import re
 import socket
 
 import pytest
-
 from conftest import DEMO, export_tiny_model, overrides, write_tsv
+
 from paddle_ft.cli import main
 from paddle_ft.config import load_config
 from paddle_ft.data.readers import Columns, read_examples

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import DEMO, ROOT, export_tiny_model, overrides, synthetic_rows, write_tsv
+
+from paddle_ft.artifacts.ownership import DESCRIPTIONS, LOCK_FILE, OWNER_FILE, owned_folder, owner_of
 from paddle_ft.cli import main
 from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_file
-from paddle_ft.artifacts.ownership import DESCRIPTIONS, LOCK_FILE, OWNER_FILE, owned_folder, owner_of
 
 SPACE = "sampler: random\ntrials: 1\nparams:\n  train.optimizer.learning_rate: {type: float, low: 1.0e-3, high: 3.0e-3}\n"
 

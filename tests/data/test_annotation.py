@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from paddle_ft.data.annotation import LabelSpace, Task, label_config, read_annotations, write_tasks
+from paddle_ft.data.annotation import LabelSpace, Task, label_config, write_tasks
+from paddle_ft.data.annotation_exports import read_annotations
 from paddle_ft.errors import DataError, UserError
 
 

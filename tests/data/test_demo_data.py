@@ -2,8 +2,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import demo_corpus as demo
+import pytest
 
 from paddle_ft.data.vocab import SPECIAL_TOKENS, character_vocab
 

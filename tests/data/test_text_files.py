@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from paddle_ft.data import text_files
-from paddle_ft.data.annotation import read_annotations
+from paddle_ft.data.annotation_exports import read_annotations
 from paddle_ft.data.labels import read_label_descriptions, resolve_labels
 from paddle_ft.data.readers import Columns, read_examples
 from paddle_ft.errors import UserError
@@ -56,7 +56,8 @@ def test_a_doccano_error_names_doccano_and_a_key_given_twice_is_refused(tmp_path
     path = tmp_path / "export.jsonl"
     path.write_text('{"id": 1, "text": "好", "label": ["正面"], "label": ["负面"]}\n', encoding="utf-8")
     with pytest.raises(UserError, match=r"export\.jsonl:1: not usable JSON \(the key 'label' is given twice in one "
-                                        r"object\); export the doccano project as JSONL$"):
+                                        r"object\); export the doccano project as JSONL \(its ZIP, or the \.jsonl "
+                                        r"inside\)$"):
         read_annotations(path, "doccano")
     path.write_text("{broken\n", encoding="utf-8")
     with pytest.raises(UserError, match="doccano") as refused:

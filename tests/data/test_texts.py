@@ -12,11 +12,11 @@ from conftest import DEMO, export_tiny_model, overrides, write_tsv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from paddle_ft.inference.options import PredictOptions
 from paddle_ft.cli import main
 from paddle_ft.data.corpus import read_corpus
-from paddle_ft.tokenization import NO_TOKEN
 from paddle_ft.errors import UserError
+from paddle_ft.inference.options import PredictOptions
+from paddle_ft.tokenization import NO_TOKEN
 
 UNREADABLE = ["", "   ", "\u200b\u200b", "\x01\x02", "\u2060\ufeff", "\t\u200d "]
 

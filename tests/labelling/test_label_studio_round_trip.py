@@ -10,7 +10,8 @@ from annotation_harness.label_studio import NOT_INSTALLED, LabelStudio, installe
 from conftest import DEMO, overrides, tiny_run_args, write_splits, write_vocab
 
 from paddle_ft.cli import main
-from paddle_ft.data.annotation import LabelSpace, Task, label_config, read_annotations, write_tasks
+from paddle_ft.data.annotation import LabelSpace, Task, label_config, write_tasks
+from paddle_ft.data.annotation_exports import read_annotations
 from paddle_ft.data.readers import Columns, read_examples
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not installed(), reason=NOT_INSTALLED)]

@@ -6,8 +6,8 @@ import json
 import httpx
 import numpy as np
 import pytest
-from conftest import DEMO, LABELS, overrides, synthetic_rows, tiny_run_args, write_splits, write_vocab
 from bench.server_process import ServerProcess
+from conftest import DEMO, LABELS, overrides, synthetic_rows, tiny_run_args, write_splits, write_vocab
 
 from paddle_ft.cli import main
 from paddle_ft.inference.drift import PSI_ALERT, PSI_WATCH, psi

@@ -9,8 +9,8 @@ import time
 
 import httpx
 import pytest
-from conftest import export_tiny_model, synthetic_rows
 from bench.server_process import ServerProcess
+from conftest import export_tiny_model, synthetic_rows
 
 from paddle_ft.inference.predictor import Predictor
 

@@ -6,7 +6,6 @@ import os
 from conftest import export_tiny_model
 
 from paddle_ft.inference.options import PredictOptions
-
 from paddle_ft.inference.predictor import Predictor
 from paddle_ft.serve.app import ModelSlot
 from paddle_ft.serve.metrics import Metrics

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, export_tiny_model
 from bench.server_process import ServerProcess, free_port, wait_until_ready
-
+from conftest import NEGATIVE_CHARS, NEUTRAL_CHARS, POSITIVE_CHARS, export_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARS = POSITIVE_CHARS + NEGATIVE_CHARS + NEUTRAL_CHARS

@@ -6,9 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import export_tiny_model
 from bench.server_process import ServerProcess
-
+from conftest import export_tiny_model
 
 pytestmark = pytest.mark.slow
 BUDGET_SECONDS = 20  # Schemathesis' coverage phase, then fuzzing until the budget is spent (about 1,300 requests here)

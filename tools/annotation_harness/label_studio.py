@@ -52,8 +52,8 @@ class LabelStudio:
         try:
             self._wait_until_up()
             driver = Path(__file__).with_name("label_studio_driver.py")
-            self.driver = subprocess.Popen([str(TOOL_BIN / "python"), str(driver), self.url, TOKEN], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                text=True, encoding="utf-8")
+            self.driver = subprocess.Popen([str(TOOL_BIN / "python"), str(driver), self.url, TOKEN],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8")
         except BaseException:
             self.stop()
             raise
