@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+import zlib
 from pathlib import Path
 
 from paddle_ft.data import text_files
@@ -27,6 +28,18 @@ MAX_ZIP_MEMBER = 2 << 30  # bytes a member of an export may expand to (a larger 
 
 def _doccano_zip(path: Path, report: ImportReport) -> list[Labelled]:
     """doccano's downloaded ZIP: all.jsonl (a collaborative project), else each annotator's file merged by example."""
+    try:
+        members = _zip_members(path)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise DataError(str(path), None, f"a damaged ZIP ({exc}); download the export again") from None
+    if len(members) == 1:
+        name, records = next(iter(members.items()))
+        return _doccano_rows(f"{path}:{name}", records, report)
+    return _merged_annotators(path, members, report)
+
+
+def _zip_members(path: Path) -> dict[str, list[tuple[int, dict]]]:
+    """The records of the ZIP's all.jsonl, else of each annotator's file, by the member's name."""
     with zipfile.ZipFile(path) as archive:
         names = [info for info in archive.infolist() if info.filename.endswith((".jsonl", ".json"))
                  and not info.is_dir()]
@@ -37,12 +50,8 @@ def _doccano_zip(path: Path, report: ImportReport) -> list[Labelled]:
         if big is not None:
             raise DataError(str(path), None, f"{big.filename} expands to {big.file_size} bytes; unzip it and give "
                                              "the .jsonl file")
-        chosen = [info for info in names if Path(info.filename).name == "all.jsonl"] or names
-        members = {info.filename: _member_records(path, info.filename, archive.read(info)) for info in chosen}
-    if len(members) == 1:
-        name, records = next(iter(members.items()))
-        return _doccano_rows(f"{path}:{name}", records, report)
-    return _merged_annotators(path, members, report)
+        chosen = [info for info in names if Path(info.filename).stem == "all"] or names
+        return {info.filename: _member_records(path, info.filename, archive.read(info)) for info in chosen}
 
 
 def _member_records(path: Path, name: str, data: bytes) -> list[tuple[int, dict]]:
@@ -51,6 +60,15 @@ def _member_records(path: Path, name: str, data: bytes) -> list[tuple[int, dict]
         text = data.removeprefix(text_files.BOM).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(where, None, f"bytes that are not UTF-8 at byte {exc.start}; {DOCCANO_FIX}") from None
+    if name.endswith(".json"):  # doccano's JSON export: one list
+        try:
+            items = text_files.parse_json(text)
+        except ValueError as exc:
+            raise DataError(where, getattr(exc, "lineno", None), f"{text_files.json_problem(exc)}; {DOCCANO_FIX}") \
+                from None
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise DataError(where, None, f"not a list of objects; {DOCCANO_FIX}")
+        return list(enumerate(items, start=1))
     records = []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():

@@ -171,10 +171,20 @@ def test_a_doccano_zip_that_is_not_an_export_is_one_line_naming_the_file_and_mem
 
     for member, data, message in (("all.jsonl", "差评".encode("gbk"), "all.jsonl: bytes that are not UTF-8"),
                                   ("all.jsonl", b'{"text": "x", "label": []\n', "all.jsonl:1: "),
-                                  ("notes.txt", b"x", "a ZIP without a .jsonl file")):
+                                  ("notes.txt", b"x", "a ZIP without a .jsonl file"),
+                                  ("all.json", b'{"text": "x"}', "all.json: not a list of objects")):
         path = tmp_path / "export.zip"
         with zipfile.ZipFile(path, "w") as archive:
             archive.writestr(member, data)
         with pytest.raises(DataError) as error:
             read_annotations(path, "doccano")
         assert str(path) in str(error.value) and message in str(error.value) and "\n" not in str(error.value)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:  # doccano's JSON export: a list
+        archive.writestr("all.json", json.dumps([{"id": 1, "text": "好", "label": ["正面"]}], ensure_ascii=False,
+                                                indent=2))
+    assert [(r.text, r.labels) for r in read_annotations(path, "doccano")[0]] == [("好", ("正面",))]
+    damaged = path.read_bytes()
+    start = damaged.index(b"PK\x03\x04") + 40
+    path.write_bytes(damaged[:start] + bytes(30) + damaged[start + 30:])  # the member's bytes, not the directory
+    with pytest.raises(DataError, match="a damaged ZIP"):
+        read_annotations(path, "doccano")
