@@ -66,6 +66,11 @@ class LabelSpace:
     path_separator: str | None = None
     """Labels written as paths of a tree (data.label_hierarchy): Label Studio shows them as a Taxonomy."""
 
+    @classmethod
+    def of_model(cls, meta) -> LabelSpace:
+        """A trained model's (its ModelMeta: labels, multi_label, label_hierarchy)."""
+        return cls(meta.labels, meta.multi_label, meta.label_hierarchy)
+
     def result(self, labels: tuple[str, ...]) -> dict:
         """A Label Studio result choosing `labels`."""
         if self.path_separator is None:

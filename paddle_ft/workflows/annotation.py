@@ -46,7 +46,7 @@ def export_tasks(model_dir: str, input_path: str, tool: str, output: str, batch_
     examples, fields = _texts_to_label(Path(input_path), bundle)
     scores = _scored(bundle, examples, batch_size, with_vectors=False)
     tasks = _tasks(bundle, examples, scores, fields)
-    written = write_tasks(Path(output), tool, tasks, label_space(bundle))
+    written = write_tasks(Path(output), tool, tasks, LabelSpace.of_model(bundle.meta))
     log(f"wrote {len(tasks)} tasks for {tool} with {model_dir}'s answers as pre-annotations: "
         f"{', '.join(map(str, written))}{_how_to_load(tool, written)}")
     return written
@@ -80,7 +80,7 @@ def select_texts(model_dir: str, pool_path: str, tool: str, output: str, selecti
     tasks = _tasks(bundle, [examples[i] for i in order], chosen,
                    [{**fields[i], "rank": r, "strategy": strategy, "uncertainty": round(float(u), 6)}
                     for r, (i, u) in enumerate(zip(order, uncertain), start=1)])
-    written = write_tasks(Path(output), tool, tasks, label_space(bundle))
+    written = write_tasks(Path(output), tool, tasks, LabelSpace.of_model(bundle.meta))
     log(f"selected {len(tasks)} of {len(examples)} texts of {pool_path} by {strategy}: "
         f"{', '.join(map(str, written))}{_how_to_load(tool, written)}")
     return written
@@ -240,12 +240,6 @@ def _label_text(value) -> str:
 
 def _text_key(record: dict, text_column: str, label_column: str) -> tuple:
     return record.get(text_column), record.get("text_pair") or None, _label_text(record.get(label_column))
-
-
-def label_space(bundle: Bundle) -> LabelSpace:
-    """What the model answers, as a labelling tool shows it."""
-    meta = bundle.meta
-    return LabelSpace(meta.labels, meta.multi_label, meta.label_hierarchy)
 
 
 def _model(model_dir: str) -> Bundle:

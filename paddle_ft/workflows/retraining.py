@@ -62,8 +62,7 @@ class Recipe:
 def recipe_of(export_dir: Path, config_file: str | None) -> Recipe:
     """The recipe to retrain the export at `export_dir` with: `config_file` (--retrain-config), else the config its
     manifest records."""
-    meta = read_export_info(export_dir).model
-    space = LabelSpace(meta.labels, meta.multi_label, meta.label_hierarchy)
+    space = LabelSpace.of_model(read_export_info(export_dir).model)
     if config_file is not None:
         return Recipe(config_to_dict(load_config(config_file)), space)
     config = read_manifest(export_dir).get("config")
