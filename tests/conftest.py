@@ -170,6 +170,19 @@ def tiny_run_args(data_dir: Path, vocab_file: Path, output_dir: Path) -> list[st
             "train.optimizer.learning_rate=3e-3", "train.runtime.log_every=5"]
 
 
+def train_tiny(root: Path, sizes: tuple[int, int, int] = (120, 40, 40)) -> tuple[Path, Path]:
+    """The tiny model trained by the `train` command (so its best/ records its config and data) for one epoch on the
+    synthetic corpus in `root`/data: (root/out/best, root/data)."""
+    from paddle_ft.cli import main
+
+    data = write_splits(root / "data", sizes)
+    write_vocab(data / "vocab.txt")
+    args = [*tiny_run_args(data, data / "vocab.txt", root / "out"), "train.epochs=1",
+            "train.runtime.write_report=false"]
+    assert main(["train", "-c", DEMO, *overrides(args)]) == 0
+    return root / "out" / "best", data
+
+
 def pytest_collection_modifyitems(config, items):
     if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
         return

@@ -154,8 +154,8 @@ def add_routes(app: FastAPI, backend, slot, predict, error) -> None:
         except UserError as exc:
             return error(422, str(exc))
         predictor, version = slot.predictor, slot.version
-        texts = [_task_text(t, tags.data_key) for t in tasks]
-        pairs = [_task_text(t, PAIR_KEY) for t in tasks] if predictor.takes_text_pair else None
+        texts = [task_text(t, tags.data_key) for t in tasks]
+        pairs = [task_text(t, PAIR_KEY) for t in tasks] if predictor.takes_text_pair else None
         usable = [i for i, text in enumerate(texts) if text is not None and readable(text)
                   and (pairs is None or (pairs[i] is not None and readable(pairs[i])))]
         answers = await predict([texts[i] for i in usable], None if pairs is None else [pairs[i] for i in usable],
@@ -175,7 +175,7 @@ def add_routes(app: FastAPI, backend, slot, predict, error) -> None:
         if action in ANNOTATED:
             return {"status": "recorded", "annotations": backend.record(body, tags.from_name, tags.data_key)}
         if action == "ANNOTATIONS_DELETED":
-            ids = [a.get("id") for a in _as_list(body.get("annotation")) if isinstance(a, dict)]
+            ids = [a.get("id") for a in as_list(body.get("annotation")) if isinstance(a, dict)]
             backend.forget([i for i in ids if isinstance(i, int)])
             return {"status": "recorded", "deleted": len(ids)}
         if action == "START_TRAINING":
@@ -187,7 +187,7 @@ def add_routes(app: FastAPI, backend, slot, predict, error) -> None:
         if (answer := refused(request)) is not None:
             return answer
         body, tags = await _json(request), seen["tags"]
-        for task in _as_list(body.get("annotations")):
+        for task in as_list(body.get("annotations")):
             if isinstance(task, dict):
                 backend.record({"task": task, "annotation": task.get("annotations")}, tags.from_name, tags.data_key)
         return {"status": "training" if backend.start_training() else "nothing new annotated"}
@@ -201,11 +201,13 @@ async def _json(request: Request) -> dict:
     return body if isinstance(body, dict) else {}
 
 
-def _as_list(value) -> list:
+def as_list(value) -> list:
+    """A webhook field that is one object or a list of them, as a list."""
     return value if isinstance(value, list) else [value] if value is not None else []
 
 
-def _task_text(task: dict, key: str) -> str | None:
+def task_text(task: dict, key: str) -> str | None:
+    """The string a Label Studio task's data holds under `key`; None if it holds none."""
     data = task.get("data")
     value = data.get(key) if isinstance(data, dict) else None
     return value if isinstance(value, str) else None

@@ -12,6 +12,7 @@ from paddle_ft.artifacts.ownership import owned_folder
 from paddle_ft.data.annotation import PAIR_KEY, LabelSpace
 from paddle_ft.data.label_studio_export import answer_labels
 from paddle_ft.errors import UserError
+from paddle_ft.serve.label_studio import as_list, task_text
 from paddle_ft.workflows.annotation_log import AnnotationLog
 from paddle_ft.workflows.retraining import Recipe, Retrainer, recipe_of
 
@@ -40,13 +41,12 @@ class LabelStudioBackend:
         """The annotations of a webhook's body (an annotation or a list, and its task), recorded; how many. An
         annotation that is not a classification's is left out with a line in the log."""
         task = body.get("task") if isinstance(body.get("task"), dict) else {}
-        annotations = body.get("annotation")
         recorded = 0
-        for annotation in annotations if isinstance(annotations, list) else [annotations]:
+        for annotation in as_list(body.get("annotation")):
             if not isinstance(annotation, dict) or not isinstance(annotation.get("id"), int):
                 continue
             task_id = annotation.get("task") if isinstance(annotation.get("task"), int) else task.get("id")
-            text, pair = _task_text(task, data_key), _task_text(task, PAIR_KEY)
+            text, pair = task_text(task, data_key), task_text(task, PAIR_KEY)
             if not isinstance(task_id, int) or text is None:
                 continue
             try:
@@ -73,12 +73,6 @@ class LabelStudioBackend:
 
     async def stop(self) -> None:
         await self.retrainer.stop()
-
-
-def _task_text(task: dict, key: str) -> str | None:
-    data = task.get("data")
-    value = data.get(key) if isinstance(data, dict) else None
-    return value if isinstance(value, str) else None
 
 
 @contextlib.contextmanager

@@ -95,14 +95,15 @@ class Retrainer:
 
     def annotated(self) -> None:
         """An annotation arrived: retrain once `every` more tasks are annotated than the last retraining saw."""
-        if len(self.folder.annotated()) - self._trained_on >= self.every:
-            self.start()
+        annotated = self.folder.annotated()
+        if len(annotated) - self._trained_on >= self.every:
+            self.start(annotated)
 
-    def start(self) -> bool:
+    def start(self, annotated: list | None = None) -> bool:
         """Retrain now (Label Studio's "Start Training"), or once the retraining under way ends. False when no task
         is annotated, or none changed since the last retraining started (Label Studio's "Start model training on
-        annotation submission" asks at every submission)."""
-        annotated = self.folder.annotated()
+        annotation submission" asks at every submission). `annotated`: the log's tasks, when the caller read them."""
+        annotated = self.folder.annotated() if annotated is None else annotated
         if not annotated or annotated == self._trained_answers:  # the last retraining has these already
             return False
         if self.running:

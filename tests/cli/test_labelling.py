@@ -4,7 +4,7 @@ select repeats exactly and leaves out what is labelled."""
 import json
 
 import pytest
-from conftest import DEMO, overrides, tiny_run_args, write_splits, write_vocab
+from conftest import train_tiny
 
 from paddle_ft.cli import main
 from paddle_ft.data.readers import Columns, read_examples
@@ -13,11 +13,7 @@ from paddle_ft.data.readers import Columns, read_examples
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("labelling")
-    data = write_splits(root / "data", (120, 40, 40))
-    write_vocab(root / "data" / "vocab.txt")
-    args = [*tiny_run_args(data, data / "vocab.txt", root / "out"), "train.epochs=1",
-            "train.runtime.write_report=false"]
-    assert main(["train", "-c", DEMO, *overrides(args)]) == 0
+    train_tiny(root)
     return root
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from annotation_harness.doccano import NOT_INSTALLED, Doccano, installed
-from conftest import DEMO, overrides, tiny_run_args, write_splits, write_vocab
+from conftest import train_tiny
 
 from paddle_ft.cli import main
 from paddle_ft.data.readers import Columns, read_examples
@@ -31,16 +31,12 @@ def label(tool, project, example, label_id, user="admin"):
 
 
 def test_export_tasks_go_into_doccano_and_its_zip_imports_exactly_what_people_chose(tool, tmp_path, capsys):
-    data = write_splits(tmp_path / "data", (120, 40, 40))
-    write_vocab(tmp_path / "data" / "vocab.txt")
-    args = [*tiny_run_args(data, data / "vocab.txt", tmp_path / "out"), "train.epochs=1",
-            "train.runtime.write_report=false"]
-    assert main(["train", "-c", DEMO, *overrides(args)]) == 0
+    best, data = train_tiny(tmp_path)
     texts = [e.text for e in read_examples(data / "test.tsv", "tsv", Columns())[0][:8]]
     texts[0], texts[1] = "等了\t一小时，\"很差\"", "第一行\n第二行，还行"
     source = tmp_path / "new.jsonl"
     source.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts), encoding="utf-8")
-    assert main(["export-tasks", "--model", str(tmp_path / "out" / "best"), "--input", str(source), "--to", "doccano",
+    assert main(["export-tasks", "--model", str(best), "--input", str(source), "--to", "doccano",
                  "--output-file", str(tmp_path / "tasks.jsonl")]) == 0
     ours = [json.loads(line) for line in (tmp_path / "tasks.jsonl").read_text(encoding="utf-8").splitlines()]
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from annotation_harness.label_studio import NOT_INSTALLED, LabelStudio, installed
-from conftest import DEMO, overrides, tiny_run_args, write_splits, write_vocab
+from conftest import train_tiny
 
 from paddle_ft.cli import main
 from paddle_ft.data.annotation import LabelSpace, Task, label_config, write_tasks
@@ -28,12 +28,7 @@ def tool(tmp_path_factory):
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     root = tmp_path_factory.mktemp("labelling-model")
-    data = write_splits(root / "data", (120, 40, 40))
-    write_vocab(root / "data" / "vocab.txt")
-    args = [*tiny_run_args(data, data / "vocab.txt", root / "out"), "train.epochs=1",
-            "train.runtime.write_report=false"]
-    assert main(["train", "-c", DEMO, *overrides(args)]) == 0
-    return root / "out" / "best", data
+    return train_tiny(root)
 
 
 def choice(*labels, kind="choices"):

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from annotation_harness.label_studio import NOT_INSTALLED, LabelStudio, installed
 from bench.server_process import ServerProcess
-from conftest import DEMO, overrides, tiny_run_args, write_splits, write_vocab
+from conftest import train_tiny
 
 from paddle_ft.cli import main
 from paddle_ft.data.annotation import LabelSpace, label_config
@@ -24,12 +24,8 @@ HEADERS = {"Authorization": "Basic " + base64.b64encode(":".join(AUTH).encode())
 
 
 def test_label_studio_gets_pre_annotations_and_a_retrained_model_from_paddle_ft(tmp_path, monkeypatch):
-    data = write_splits(tmp_path / "data", (120, 40, 60))
-    write_vocab(tmp_path / "data" / "vocab.txt")
-    run_args = [*tiny_run_args(data, data / "vocab.txt", tmp_path / "run"), "train.epochs=1",
-                "train.runtime.write_report=false"]
-    assert main(["train", "-c", DEMO, *overrides(run_args)]) == 0
-    assert main(["export", "--model", str(tmp_path / "run" / "best"), "--output", str(tmp_path / "export"),
+    best, data = train_tiny(tmp_path, (120, 40, 60))
+    assert main(["export", "--model", str(best), "--output", str(tmp_path / "export"),
                  "--no-onnx"]) == 0
     pool = read_examples(data / "test.tsv", "tsv", Columns())[0]  # the texts people label, with their gold labels
     first = Predictor(tmp_path / "export").predict([e.text for e in pool])

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import httpx
-from bench.server_process import free_port
+from bench.server_process import free_port, wait_until_answering
 
 from paddle_ft.io import open_own_file
 
@@ -66,18 +66,8 @@ class Doccano:
             with open_own_file(folder / f"doccano-{name}.log") as out:
                 self.processes.append(subprocess.Popen(command, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
                                                        stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            dead = next((p for p in self.processes if p.poll() is not None), None)
-            if dead is not None:
-                raise RuntimeError(f"a doccano process exited with {dead.returncode}: see {folder}")
-            try:
-                if httpx.get(f"{self.url}/v1/health/", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"doccano was not up in {START_TIMEOUT:.0f} s; see {folder}")
+        wait_until_answering(f"{self.url}/v1/health/", self.processes, "doccano", folder / "doccano-web.log",
+                             START_TIMEOUT)
 
     def _login(self, user: str) -> httpx.Client:
         client = httpx.Client(base_url=self.url, timeout=60)

@@ -7,11 +7,9 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
-from bench.server_process import free_port
+from bench.server_process import free_port, wait_until_answering
 
 from paddle_ft.io import open_own_file
 
@@ -50,27 +48,13 @@ class LabelStudio:
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.driver = None
         try:
-            self._wait_until_up()
+            wait_until_answering(f"{self.url}/health", [self.process], "label-studio", self.log, START_TIMEOUT)
             driver = Path(__file__).with_name("label_studio_driver.py")
             self.driver = subprocess.Popen([str(TOOL_BIN / "python"), str(driver), self.url, TOKEN],
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8")
         except BaseException:
             self.stop()
             raise
-
-    def _wait_until_up(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"label-studio exited with {self.process.returncode}: "
-                                   f"{self.log.read_text(errors='replace')[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"label-studio was not up in {START_TIMEOUT:.0f} s; see {self.log}")
 
     def call(self, op: str, **arguments):
         """An operation of label_studio_driver.py; its value, or AssertionError with the tool's refusal."""

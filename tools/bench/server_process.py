@@ -20,19 +20,27 @@ def free_port() -> int:
 
 def wait_until_ready(url: str, process: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
     """Poll `url`/readyz until it answers 200; RuntimeError if `process` exits or `timeout` passes first."""
+    wait_until_answering(f"{url}/readyz", [process], "the server", log, timeout)
+
+
+def wait_until_answering(url: str, processes: list[subprocess.Popen], name: str, log: Path,
+                         timeout: float = 120.0) -> None:
+    """Poll `url` until it answers 200; RuntimeError naming `name` (with the end of `log`) if one of `processes`
+    exits, or if `timeout` passes first."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}: {log.read_text()[-2000:]}")
+        dead = next((p for p in processes if p.poll() is not None), None)
+        if dead is not None:
+            raise RuntimeError(f"{name} exited with {dead.returncode}: {log.read_text(errors='replace')[-2000:]}")
         try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+            if httpx.get(url, timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.2)
-    raise RuntimeError(f"the server was not ready in {timeout:.0f} s; see {log}")
+    raise RuntimeError(f"{name} was not ready in {timeout:.0f} s; see {log}")
 
 
 class ServerProcess:
