@@ -3,7 +3,8 @@ random, in one run:
 
     python tools/active_learning_bench.py [--task demo|domain] [--config configs/demo.yaml] [--seeds 5]
                                           [--start 200] [--rounds 3] [--batch 200] [--pool 5000] [--steps 200]
-                                          [--train-batch 32] [--strategies random uncertainty margin diverse]
+                                          [--train-batch 32] [--learning-rate 1e-4]
+                                          [--strategies random uncertainty margin diverse mixed]
                                           [--output out/active-learning-bench]
 
 For each seed: `--start` rows of the task's training file are labelled, `--pool` other rows are the unlabelled pool
@@ -16,7 +17,8 @@ task's whole test file after every round; mean and spread over the seeds, a tabl
 last epoch's, after about `--steps` steps of `--train-batch` rows (the demo config's epochs of a few hundred rows are
 too few steps for a model to learn anything).
 
-Tasks: `demo`, the demo's reviews (2 classes: margin ranks as uncertainty does); `domain`, the demo's reviews that
+Tasks: `demo`, the demo's reviews (2 classes: margin ranks exactly as uncertainty does, so it is not trained
+again there); `domain`, the demo's reviews that
 name exactly one kind of product, labelled kind + sentiment (6 classes; tools/few_shot_bench.py's domain task).
 
 A finished training (OUTPUT/runs/NAME/results.json) and selection are reused by a later run into the same folder.
@@ -34,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from few_shot_bench import DEMO, ROOT, domain_task, machine, read_rows, run, train, write_rows  # noqa: E402
 
-STRATEGIES = ("random", "uncertainty", "margin", "diverse")
+STRATEGIES = ("random", "uncertainty", "margin", "diverse", "mixed")
 RESULTS = "active_learning.json"
 
 
@@ -50,12 +52,17 @@ def main() -> int:
     parser.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
     parser.add_argument("--steps", type=int, default=200, help="about this many training steps per model")
     parser.add_argument("--train-batch", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, help="the config's train.optimizer.learning_rate otherwise")
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES))
     args = parser.parse_args()
     output = Path(args.output).resolve()
     (output / "logs").mkdir(parents=True, exist_ok=True)
     args.data = DEMO if args.task == "demo" else domain_task(output / "data" / "domain")
-    train_rows, curves = read_rows(args.data / "train.tsv"), {s: [] for s in args.strategies}
+    train_rows = read_rows(args.data / "train.tsv")
+    if "margin" in args.strategies and len({label for _, label in train_rows}) == 2:
+        print("two classes: margin ranks exactly as uncertainty does; not trained again", flush=True)
+        args.strategies = [s for s in args.strategies if s != "margin"]
+    curves = {s: [] for s in args.strategies}
     for seed in range(args.seeds):
         rows = random.Random(seed).sample(train_rows, args.start + args.pool)
         start, pool = rows[:args.start], rows[args.start:]
@@ -79,10 +86,10 @@ def loop(output: Path, args, seed: int, strategy: str, start, pool, pool_file: P
         if not selected.is_file():
             labelled_file = write_rows(output / "data" / f"seed-{seed}" / f"{strategy}-labelled-{round_ - 1}.tsv",
                                        labelled)
-            run(output, f"select-{name}", [sys.executable, "-m", "paddle_ft", "select-texts", "--model", model, "--pool",
-                                           pool_file, "--count", args.batch, "--strategy", strategy, "--to",
-                                           "doccano", "--labelled", labelled_file, "--seed", seed, "--output-file",
-                                           selected])
+            run(output, f"select-{name}", [sys.executable, "-m", "paddle_ft", "select-texts", "--model", model,
+                                           "--pool", pool_file, "--count", args.batch, "--strategy", strategy,
+                                           "--to", "doccano", "--labelled", labelled_file, "--seed", seed,
+                                           "--output-file", selected])
         lines = [json.loads(line)["line"] for line in selected.read_text(encoding="utf-8").splitlines()]
         assert not taken & set(lines), "select chose a row labelled already"
         taken |= set(lines)
@@ -99,7 +106,8 @@ def accuracy(output: Path, args, name: str, labelled: Path, seed: int) -> float:
     results = train(output, name, Path(args.config),
                     [f"data.train={labelled}", "data.dev=null", f"data.test={args.data / 'test.tsv'}",
                      "data.labels=null", f"seed={seed}", f"train.epochs={epochs}",
-                     f"train.batch_size={args.train_batch}"])
+                     f"train.batch_size={args.train_batch}",
+                     *([f"train.optimizer.learning_rate={args.learning_rate}"] if args.learning_rate else [])])
     return results["test"]["accuracy"]
 
 
@@ -109,10 +117,13 @@ def write_results(output: Path, args, curves: dict, seeds: int) -> None:
                   if len(runs) > 1 else 0.0} for r in range(args.rounds + 1)] for s, runs in curves.items()}
     results = {"machine": machine(), "seeds": seeds, "labelled_rows": sizes, "pool": args.pool, "task": args.task,
                "config": str(args.config), "steps": args.steps, "train_batch": args.train_batch,
+               "learning_rate": args.learning_rate,
                "test_rows": len(read_rows(args.data / "test.tsv")), "test_accuracy": table, "runs": curves}
     (output / RESULTS).write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
     lines = [f"Active learning, task {args.task}, {Path(args.config).name} ({seeds} seeds, pool {args.pool}, batch "
-             f"{args.batch}, ~{args.steps} steps of {args.train_batch} a model; {results['machine']['cpu']}): test "
+             f"{args.batch}, ~{args.steps} steps of {args.train_batch} a model"
+             f"{f' at learning rate {args.learning_rate:g}' if args.learning_rate else ''}; "
+             f"{results['machine']['cpu']}): test "
              "accuracy, mean ± stdev", "",
              "| strategy | " + " | ".join(f"{n} rows" for n in sizes) + " |", "|---|" + "---:|" * len(sizes)]
     lines += [f"| {s} | " + " | ".join(f"{x['mean']:.4f} ± {x['stdev']:.4f}" for x in row) + " |"

@@ -7,6 +7,10 @@
     diverse      among the 4 x budget most uncertain, a greedy k-center cover of the embedding space: each pick the
                  text farthest from everything labelled or picked so far, so a batch does not spend its labels on
                  near-copies (Sener & Savarese 2018, restricted to uncertain texts)
+    mixed        half the budget the most uncertain, half a seeded random draw of the rest, alternating: the
+                 uncertain half teaches the boundary, the random half keeps the labelled set a sample of the pool
+                 (uncertainty alone fills it with ambiguous texts, which a fine-tuned encoder can fail to learn
+                 from at all: docs/labelling.md's measurements)
     random       a seeded shuffle: the baseline the others are measured against
 
 Every strategy is a pure function of the scores (and the seed), so a selection repeats exactly."""
@@ -16,7 +20,7 @@ import numpy as np
 
 from paddle_ft.errors import UserError
 
-STRATEGIES = ("uncertainty", "margin", "diverse", "random")
+STRATEGIES = ("uncertainty", "margin", "diverse", "mixed", "random")
 DIVERSE_CANDIDATES = 4  # diverse: k-center over this many times the budget of the most uncertain texts
 
 
@@ -36,6 +40,8 @@ def select(strategy: str, probabilities: np.ndarray, budget: int, thresholds: tu
         order = _descending(uncertain)[:budget]
     elif strategy == "margin":
         order = _descending(-margin(probabilities, thresholds))[:budget]
+    elif strategy == "mixed":
+        order = half_uncertain_half_random(uncertain, budget, seed)
     else:
         if vectors is None:
             raise ValueError("diverse needs the pool's vectors")
@@ -60,6 +66,18 @@ def margin(probabilities: np.ndarray, thresholds: tuple[float, ...] | None = Non
         return np.abs(probabilities - np.asarray(thresholds)).min(axis=1)
     top_two = np.sort(probabilities, axis=1)[:, -2:]
     return top_two[:, 1] - top_two[:, 0]
+
+
+def half_uncertain_half_random(uncertain: np.ndarray, budget: int, seed: int) -> np.ndarray:
+    """`budget` rows: the ceil(budget / 2) most uncertain and a seeded random draw of the others, interleaved
+    (uncertain first), so a batch labelled only in part still has both kinds."""
+    ranked = _descending(uncertain)
+    top = ranked[:(budget + 1) // 2]
+    rest = np.random.default_rng(seed).permutation(ranked[len(top):])[:budget - len(top)]
+    order = np.empty(len(top) + len(rest), dtype=np.int64)
+    order[0:2 * len(rest):2], order[1:2 * len(rest):2] = top[:len(rest)], rest
+    order[2 * len(rest):] = top[len(rest):]
+    return order
 
 
 def k_center(vectors: np.ndarray, k: int, covered: np.ndarray | None = None) -> np.ndarray:

@@ -19,13 +19,13 @@ def add_arguments(parser) -> None:
     renamed(parser, "--budget", "--count", "N")
     parser.add_argument("--strategy", choices=STRATEGIES, default="diverse",
                         help="uncertainty (entropy), margin (top-2 gap), diverse (uncertain and spread over the "
-                             "embedding space; default) or random")
+                             "embedding space; default), mixed (half uncertainty, half random) or random")
     parser.add_argument("--to", required=True, choices=TOOLS, help="the annotation tool")
     output_file_argument(parser, "the tasks file to write, as export-tasks")
     overwrite_argument(parser, "--output-file")
     parser.add_argument("--labelled", metavar="FILE", help="texts labelled already, left out of the pool and counted "
                         "as covered by diverse (default: the training file the model's manifest records)")
-    parser.add_argument("--seed", type=non_negative_int, default=0, help="random's seed (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="the seed of random and mixed (default 0)")
     parser.add_argument("--batch-size", type=positive_int, default=64)
 
 

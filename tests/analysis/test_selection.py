@@ -38,7 +38,7 @@ def test_every_strategy_repeats_exactly_for_a_seed(strategy):
     first = select(strategy, probabilities, 10, vectors=vectors, labelled_vectors=vectors[:3], seed=7)
     again = select(strategy, probabilities.copy(), 10, vectors=vectors.copy(), labelled_vectors=vectors[:3], seed=7)
     assert np.array_equal(first[0], again[0]) and len(set(first[0].tolist())) == 10
-    if strategy == "random":
+    if strategy in ("random", "mixed"):
         assert not np.array_equal(first[0], select(strategy, probabilities, 10, seed=8)[0])
 
 
@@ -54,6 +54,17 @@ def test_diverse_spends_no_budget_on_near_copies_and_avoids_what_is_labelled():
     assert len(set(order.tolist()) & {0, 1, 2, 3}) == 1 and set(order.tolist()) <= candidates
     covered = select("diverse", probabilities, 3, vectors=vectors, labelled_vectors=vectors[[0]])[0]
     assert not set(covered.tolist()) & {0, 1, 2, 3}  # a text like one labelled already is covered
+
+
+def test_mixed_takes_the_most_uncertain_half_and_a_random_half_alternating():
+    probabilities, _ = pool(n=40, seed=2)
+    ranked = select("uncertainty", probabilities, 40)[0].tolist()
+    order = select("mixed", probabilities, 7, seed=3)[0].tolist()
+    assert order[0::2] == ranked[:4]  # ceil(7 / 2) most uncertain, best first, at ranks 1, 3, 5, 7
+    assert len(set(order)) == 7 and not set(order[1::2]) & set(ranked[:4])
+    draws = {tuple(select("mixed", probabilities, 7, seed=s)[0][1::2].tolist()) for s in range(5)}
+    assert len(draws) == 5  # the other half is the seed's draw of the rest
+    assert select("mixed", probabilities, 1)[0].tolist() == ranked[:1]
 
 
 def test_k_center_takes_the_farthest_point_each_time():
