@@ -5,12 +5,16 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # `paddle_ft.Predictor`, `paddle_ft.PredictOptions`, `paddle_ft.Classifier`, `paddle_ft.Explainer`,
-    # `paddle_ft.train`, `paddle_ft.load` and `paddle_ft.UserError` without importing paddle for code that only needs,
+    # `paddle_ft.train`, `paddle_ft.load`, `paddle_ft.use_fast_mkl` and `paddle_ft.UserError` without importing paddle for code that only needs,
     # say, the demo data.
     if name in ("train", "load"):
         from paddle_ft import api
 
         return getattr(api, name)
+    if name == "use_fast_mkl":
+        from paddle_ft.runtime import use_fast_mkl
+
+        return use_fast_mkl
     if name == "Predictor":
         from paddle_ft.inference.predictor import Predictor
 

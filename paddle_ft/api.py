@@ -33,7 +33,7 @@ def train(config: str | Path | None = None, overrides: dict | list[str] | None =
     from paddle_ft import runtime
     from paddle_ft.workflows.training import train as train_as_configured
 
-    runtime.configure()
+    runtime.configure(fast_mkl=False)  # MKL's path is switched process-wide: only where asked (use_fast_mkl)
     if config is not None and not isinstance(config, (str, Path)):
         raise UserError(f"train(config=...): give the path of a YAML config, not a {type(config).__name__}")
     if config is not None and Path(config).is_dir():

@@ -22,6 +22,8 @@ _user_threads: int | None = None
 _threads_read = False
 _variables_set: set[str] = set()  # environment variables configure() added, not the user
 _mkl_path: str | None = None  # MKL's code path configure() chose on an AMD CPU, for the log
+_fast_mkl_asked = False  # the Python API's user called paddle_ft.use_fast_mkl()
+LEFT_ALONE = "generic"  # the Python API, not asked to switch: MKL's own choice on an AMD CPU
 
 
 def _cpuinfo_field(name: str) -> str:
@@ -80,13 +82,20 @@ def default_threads() -> int:
     return max(1, usable_cores() // max(1, local_processes))
 
 
-def configure() -> None:
-    global _user_threads, _threads_read
+def configure(fast_mkl: bool = True) -> None:
+    """Before paddle is imported. `fast_mkl`: switch MKL's code path on an AMD CPU (_choose_mkl_path), which the
+    command line does; the Python API passes False, and then it is switched only where the user asked
+    (use_fast_mkl(), PADDLE_FT_MKL_AVX512=1): the switch is process-wide (paddle_ft.kernels.mkl_vendor)."""
+    global _user_threads, _threads_read, _mkl_path
     # read once: after the first call paddle may have been imported, and with it OMP_NUM_THREADS=1 set
     if not _threads_read and os.environ.get("OMP_NUM_THREADS", "").isdigit():
         _user_threads = int(os.environ["OMP_NUM_THREADS"])
     _threads_read = True
-    _choose_mkl_path()
+    check_environment()  # a bad value raised on every CPU, not only where it would matter
+    if fast_mkl or _fast_mkl_asked or mkl_vendor.asked_for(os.environ):
+        _choose_mkl_path()
+    elif cpu_vendor() == "AuthenticAMD" and "MKL_DEBUG_CPU_TYPE" not in os.environ and _mkl_path is None:
+        _mkl_path = LEFT_ALONE
     _keep_freed_memory()
     quiet()
 
@@ -96,7 +105,6 @@ def _choose_mkl_path() -> None:
     the CPU has AVX-512 (paddle_ft.kernels.mkl_vendor), else its AVX2 one (MKL_DEBUG_CPU_TYPE=5, ~2.7x the generic
     path's matmuls here). Before MKL loads; a user's MKL_DEBUG_CPU_TYPE wins."""
     global _mkl_path
-    check_environment()  # a bad value raised on every CPU, not only where it would matter
     if cpu_vendor() != "AuthenticAMD" or "MKL_DEBUG_CPU_TYPE" in os.environ or _mkl_path == "avx512":
         return
     _mkl_path = "avx2"
@@ -108,6 +116,19 @@ def _choose_mkl_path() -> None:
         _mkl_path = f"avx2 (not AVX-512: {why_not})"
     os.environ["MKL_DEBUG_CPU_TYPE"] = "5"
     _variables_set.add("MKL_DEBUG_CPU_TYPE")
+
+
+def use_fast_mkl() -> str | None:
+    """The Python API's opt-in to what the command line does by default: on an AMD CPU, MKL's AVX-512 path (or its
+    AVX2 one) for every MKL in this process, torch's included. Call it before anything imports paddle. Returns the
+    path MKL takes (None: not an AMD CPU, or the user's MKL_DEBUG_CPU_TYPE decides)."""
+    global _fast_mkl_asked, _mkl_path
+    check_environment()
+    _fast_mkl_asked = True
+    if _mkl_path == LEFT_ALONE:
+        _mkl_path = None
+    _choose_mkl_path()
+    return _mkl_path
 
 
 def check_environment() -> None:
@@ -203,6 +224,9 @@ def describe(settings: dict) -> str:
     mkl = f", MKL_DEBUG_CPU_TYPE={settings['mkl_debug_cpu_type']}" if settings["mkl_debug_cpu_type"] else ""
     if settings.get("mkl_path"):
         mkl += f", MKL's {settings['mkl_path']} path"
+    if settings.get("mkl_path") == LEFT_ALONE:
+        mkl += (" (the Python API leaves MKL's vendor check alone; paddle_ft.use_fast_mkl() or PADDLE_FT_MKL_AVX512=1 "
+                "switches every MKL in the process to its AVX-512 or AVX2 path, 1.7-1.8x a training step here)")
     return f"cpu: {settings['cpu']}, {settings['usable_cores']} usable cores, {settings['threads']} math threads{mkl}"
 
 

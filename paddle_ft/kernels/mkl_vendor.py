@@ -8,7 +8,12 @@ its AVX2 one under MKL_DEBUG_CPU_TYPE=5; its AVX-512 kernels it keeps for Intel.
 with this library; the bench's training job at e5-small's shape 1.73-1.83x faster. The function is an MKL
 internal, not an API: MKL still checks the instruction sets itself, so a CPU without AVX-512 never gets AVX-512
 code. Where the library cannot be built or loaded, MKL_DEBUG_CPU_TYPE=5 is the fallback; a future MKL that stopped
-calling the function would take its generic path instead (nothing here can tell that it did)."""
+calling the function would take its generic path instead (nothing here can tell that it did).
+
+The switch is process-wide: every MKL in the process resolves the function to this library, torch's included (its
+float64 matmul, linalg.inv and FFT then give other bits, 1e-15 to 1e-7 apart), and MKL_DEBUG_CPU_TYPE is read by
+every MKL too. So `python -m paddle_ft` (a process of its own) switches by default, and the Python API only when
+asked: `paddle_ft.use_fast_mkl()` or PADDLE_FT_MKL_AVX512=1 (paddle_ft.runtime)."""
 from __future__ import annotations
 
 import ctypes
@@ -23,7 +28,8 @@ from paddle_ft.errors import UserError
 from paddle_ft.io import atomic_path, user_cache_folder
 
 SOURCE = "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
-OPT_OUT_VARIABLE = "PADDLE_FT_MKL_AVX512"  # 1 (default) or 0: leave MKL's vendor check alone (MKL_DEBUG_CPU_TYPE=5)
+# 1: the AVX-512 path (the command line's default; the Python API's when set); 0: MKL's AVX2 one (MKL_DEBUG_CPU_TYPE=5)
+OPT_OUT_VARIABLE = "PADDLE_FT_MKL_AVX512"
 CACHE_VARIABLE = "PADDLE_FT_KERNEL_CACHE"  # the fused kernels' cache (paddle_ft.kernels.fused), shared
 
 
@@ -35,6 +41,12 @@ def opted_out(environ) -> bool:
         raise UserError(f"{OPT_OUT_VARIABLE}={value!r}: give 1 (MKL's AVX-512 path on an AMD CPU that has AVX-512, "
                         f"the default) or 0 (MKL's AVX2 path there)")
     return value == "0"
+
+
+def asked_for(environ) -> bool:
+    """True where the user set PADDLE_FT_MKL_AVX512=1 (checked as opted_out checks it): the Python API then switches
+    MKL's path as the command line does."""
+    return not opted_out(environ) and environ.get(OPT_OUT_VARIABLE) == "1"
 
 
 def wanted(cpu_flags: set[str], environ) -> bool:

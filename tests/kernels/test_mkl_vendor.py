@@ -93,6 +93,32 @@ def test_a_users_mkl_debug_cpu_type_wins(amd_cpu, monkeypatch):
     assert os.environ["MKL_DEBUG_CPU_TYPE"] == "4" and runtime._mkl_path is None
 
 
+def test_the_python_api_leaves_mkl_alone_unless_asked_and_says_how(amd_cpu, monkeypatch):
+    """Issue 66: the switch is process-wide (torch's MKL too), so train() makes it only where the user asked."""
+    amd_cpu("avx2 avx512f")
+    monkeypatch.setattr(runtime, "_fast_mkl_asked", False)
+    monkeypatch.delenv(mkl_vendor.OPT_OUT_VARIABLE, raising=False)
+    runtime.configure(fast_mkl=False)
+    assert "MKL_DEBUG_CPU_TYPE" not in os.environ and runtime._mkl_path == runtime.LEFT_ALONE
+    line = runtime.describe({"cpu": "AMD EPYC", "usable_cores": 2, "threads": 2, "mkl_debug_cpu_type": None,
+                             "mkl_path": runtime._mkl_path})
+    assert line.endswith("MKL's generic path (the Python API leaves MKL's vendor check alone; paddle_ft.use_fast_mkl() "
+                         "or PADDLE_FT_MKL_AVX512=1 switches every MKL in the process to its AVX-512 or AVX2 path, "
+                         "1.7-1.8x a training step here)")
+    monkeypatch.setattr(mkl_vendor, "load", lambda: "a test")  # paddle is loaded here: the AVX2 fallback
+    assert runtime.use_fast_mkl() == "avx2 (not AVX-512: a test)" and os.environ["MKL_DEBUG_CPU_TYPE"] == "5"
+    runtime.configure(fast_mkl=False)  # asked once: the next train() keeps it
+    assert runtime._mkl_path == "avx2 (not AVX-512: a test)"
+
+
+def test_the_variable_set_to_1_is_the_python_apis_opt_in(amd_cpu, monkeypatch):
+    amd_cpu("avx2")
+    monkeypatch.setattr(runtime, "_fast_mkl_asked", False)
+    monkeypatch.setenv(mkl_vendor.OPT_OUT_VARIABLE, "1")
+    runtime.configure(fast_mkl=False)
+    assert runtime._mkl_path == "avx2" and os.environ["MKL_DEBUG_CPU_TYPE"] == "5"
+
+
 def test_without_a_home_directory_the_library_is_not_built_in_the_working_directory(monkeypatch, tmp_path):
     monkeypatch.delitem(sys.modules, "paddle", raising=False)  # as before paddle loads; restored afterwards
     monkeypatch.delenv(mkl_vendor.CACHE_VARIABLE, raising=False)
@@ -127,3 +153,35 @@ def test_the_library_loads_before_paddle_and_paddles_matmuls_agree_with_numpy(tm
     second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     assert library.stat().st_mtime_ns == built_at
     assert float(first.stdout.split()[-1]) < 1e-5 and float(second.stdout.split()[-1]) < 1e-5
+
+
+MKL_AVX512_BANNER = "Intel(R) Advanced Vector Extensions 512 (Intel(R) AVX-512)"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(runtime.cpu_vendor() != "AuthenticAMD" or "avx512f" not in runtime.cpu_speed_flags(),
+                    reason="MKL's AVX-512 path on AMD applies to an AMD CPU with AVX-512 only; this is not one")
+@pytest.mark.parametrize("how, avx512", [("command line", True), ("python api", False), ("opted out", False),
+                                         ("python api, asked", True)])
+def test_mkls_own_dispatch_line_names_the_avx512_path_exactly_where_it_is_switched(tmp_path, how, avx512):
+    """MKL_VERBOSE's first line is MKL's own account of the code path its vendor check chose: AVX-512 where
+    paddle_ft switched it (not the shim's return value, which is 1 on any CPU), Intel(R) Architecture otherwise."""
+    script = textwrap.dedent(f"""
+        import paddle_ft
+        from paddle_ft import runtime
+        if {how!r} == "python api, asked":
+            paddle_ft.use_fast_mkl()
+        runtime.configure(fast_mkl={how in ("command line", "opted out")})
+        import paddle
+        x = paddle.ones([64, 64])
+        print(float(paddle.matmul(x, x).sum()))
+        """)
+    env = {**os.environ, mkl_vendor.CACHE_VARIABLE: str(tmp_path), "MKL_VERBOSE": "1"}
+    env.pop("MKL_DEBUG_CPU_TYPE", None)
+    env.pop(mkl_vendor.OPT_OUT_VARIABLE, None)
+    if how == "opted out":
+        env[mkl_vendor.OPT_OUT_VARIABLE] = "0"
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    banner = next(line for line in done.stdout.splitlines() if line.startswith("MKL_VERBOSE Intel(R) MKL"))
+    assert (MKL_AVX512_BANNER in banner) is avx512, banner
+    assert done.stdout.split()[-1] == str(64.0 ** 3)
