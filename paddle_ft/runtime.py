@@ -8,6 +8,7 @@ import logging
 import os
 import platform
 import re
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -21,6 +22,10 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _user_threads: int | None = None
 _threads_read = False
 _variables_set: set[str] = set()  # environment variables configure() added, not the user
+# what `import paddle` puts into os.environ where the user did not: a child process started with them took
+# OMP_NUM_THREADS=1 for the user's setting and trained on one math thread (a retraining under serve, a bench's runs)
+PADDLE_IMPORT_VARIABLES = ("OMP_NUM_THREADS", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "CUSTOM_DEVICE_ROOT")
+_given_before_paddle: set[str] | None = None  # which of those the user had set, read before paddle's import
 _mkl_path: str | None = None  # MKL's code path configure() chose on an AMD CPU, for the log
 _fast_mkl_asked = False  # the Python API's user called paddle_ft.use_fast_mkl()
 LEFT_ALONE = "generic"  # the Python API, not asked to switch: MKL's own choice on an AMD CPU
@@ -86,10 +91,12 @@ def configure(fast_mkl: bool = True) -> None:
     """Before paddle is imported. `fast_mkl`: switch MKL's code path on an AMD CPU (_choose_mkl_path), which the
     command line does; the Python API passes False, and then it is switched only where the user asked
     (use_fast_mkl(), PADDLE_FT_MKL_AVX512=1): the switch is process-wide (paddle_ft.kernels.mkl_vendor)."""
-    global _user_threads, _threads_read, _mkl_path
+    global _user_threads, _threads_read, _mkl_path, _given_before_paddle
     # read once: after the first call paddle may have been imported, and with it OMP_NUM_THREADS=1 set
     if not _threads_read and os.environ.get("OMP_NUM_THREADS", "").isdigit():
         _user_threads = int(os.environ["OMP_NUM_THREADS"])
+    if not _threads_read and "paddle" not in sys.modules:
+        _given_before_paddle = {name for name in PADDLE_IMPORT_VARIABLES if name in os.environ}
     _threads_read = True
     check_environment()  # a bad value raised on every CPU, not only where it would matter
     if fast_mkl or _fast_mkl_asked or mkl_vendor.asked_for(os.environ):
@@ -156,8 +163,11 @@ def _below_warning(record: logging.LogRecord) -> bool:
 
 
 def environment_as_given() -> dict[str, str]:
-    """The process environment without what configure() added: how a user's own script would start."""
-    return {key: value for key, value in os.environ.items() if key not in _variables_set}
+    """The process environment without what configure() and paddle's import added: how a user's own script would
+    start, and what a child process (a retraining, a bench's run) is given."""
+    added_by_paddle = set(PADDLE_IMPORT_VARIABLES) - (_given_before_paddle or set()) \
+        if _given_before_paddle is not None else set()
+    return {key: value for key, value in os.environ.items() if key not in _variables_set | added_by_paddle}
 
 
 def _keep_freed_memory() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import statistics
@@ -31,6 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# the environment as the user started the bench: reading rows imports paddle, which sets OMP_NUM_THREADS=1 (and KMP_*)
+# in this process, and children that inherited it took that for the user's setting and trained on one math thread
+USER_ENVIRONMENT = dict(os.environ)
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 PHASES = ("zero_shot", "few_shot", "add_class")
@@ -229,9 +233,9 @@ class FrozenEmbeddings:
     test texts are embedded once."""
 
     def __init__(self, backbone: str, test_rows):
-        from paddle_ft.workflows.build import build_encoder, build_tokenizer, resolve_backbone
         from paddle_ft.config import ModelConfig
         from paddle_ft.models.networks import BERTForTextClassification
+        from paddle_ft.workflows.build import build_encoder, build_tokenizer, resolve_backbone
 
         model_config = resolve_backbone(ModelConfig(backbone=backbone, pooling="mean", text_prefix="query: "))
         self.tokenizer = build_tokenizer(model_config)
@@ -298,7 +302,8 @@ def run(output: Path, name: str, command: list, fresh=None) -> str:
     elif fresh:
         shutil.rmtree(Path(command[command.index("--output") + 1]).parent, ignore_errors=True)
     with open(output / "logs" / f"{name}.log", "w", encoding="utf-8") as log:
-        done = subprocess.run([str(c) for c in command], cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
+        done = subprocess.run([str(c) for c in command], cwd=ROOT, env=USER_ENVIRONMENT, stdout=subprocess.PIPE,
+                              stderr=log, text=True)
         log.write(done.stdout)
     if done.returncode:
         raise SystemExit(f"error: {name} failed (exit {done.returncode}); see {output / 'logs' / f'{name}.log'}")

@@ -15,6 +15,7 @@ from typing import Awaitable, Callable
 
 import yaml
 
+from paddle_ft import runtime
 from paddle_ft.artifacts.export_folder import read_export_info
 from paddle_ft.artifacts.manifest import read_manifest
 from paddle_ft.config import config_to_dict, load_config
@@ -197,7 +198,8 @@ class Retrainer:
             out.write(f"$ {' '.join(command)}\n")
             out.flush()
             self._child = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.DEVNULL, stdout=out,
-                                                               stderr=asyncio.subprocess.STDOUT)
+                                                               stderr=asyncio.subprocess.STDOUT,
+                                                               env=runtime.environment_as_given())
             return await self._child.wait()
 
 

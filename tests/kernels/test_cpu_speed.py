@@ -1,6 +1,12 @@
 """The CPU speed settings change how fast training runs, never what it computes."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import paddle
 import paddle.nn.functional as F
@@ -93,3 +99,25 @@ def test_the_users_threads_are_read_once_before_paddles_import_sets_them(monkeyp
     monkeypatch.setattr(runtime, "_threads_read", False)
     runtime.configure()  # a process whose first reading finds the user's setting keeps it
     assert runtime._user_threads == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("user_threads", [None, "3"])
+def test_a_child_process_gets_the_environment_without_what_paddles_import_set(user_threads):
+    """A retraining under serve (and any child) was started with the OMP_NUM_THREADS=1 that `import paddle` sets,
+    took it for the user's choice and trained on one math thread; a user's own setting is passed on."""
+    script = textwrap.dedent("""
+        import json, os
+        from paddle_ft import runtime
+        runtime.configure()
+        import paddle
+        assert os.environ["OMP_NUM_THREADS"]  # set by paddle where the user did not
+        given = runtime.environment_as_given()
+        print(json.dumps({name: given.get(name) for name in runtime.PADDLE_IMPORT_VARIABLES}))
+        """)
+    env = {key: value for key, value in os.environ.items() if key not in runtime.PADDLE_IMPORT_VARIABLES}
+    if user_threads:
+        env["OMP_NUM_THREADS"] = user_threads
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) == {"OMP_NUM_THREADS": user_threads, "KMP_DUPLICATE_LIB_OK": None,
+                                                        "KMP_INIT_AT_FORK": None, "CUSTOM_DEVICE_ROOT": None}
