@@ -198,10 +198,12 @@ class OptimizerConfig:
 
 @dataclass(frozen=True)
 class AmpConfig:
-    """Automatic mixed precision (a GPU speed-up; runs on CPU without one)."""
+    """Mixed precision: Paddle's AMP on a GPU; bfloat16 matmuls on a CPU that has bfloat16 arithmetic."""
 
     enabled: bool = False
-    """Turn mixed precision on (a GPU matter: on CPU Paddle runs float32 regardless)."""
+    """Turn mixed precision on. On a GPU, Paddle's auto_cast at `level`. On a CPU with AVX512-BF16 or AMX, dtype
+    bfloat16 runs the linear layers' matmuls in bfloat16 on oneDNN (weights, activations, gradients and updates stay
+    float32; `level` changes nothing there), and is refused on a CPU without; float16 on a CPU changes nothing."""
     level: str = field(default="O1", metadata=_one_of("O1", "O2"))
     """O1: low-precision ops by Paddle's lists; O2: weights in low precision with float32 master copies."""
     dtype: str = field(default="float16", metadata=_one_of("float16", "bfloat16"))

@@ -62,6 +62,17 @@ def cpu_speed_flags() -> list[str]:
     return [flag for flag in SPEED_FLAGS if flag in flags]
 
 
+def cpu_kind(flags: list[str] | None = None) -> str:
+    """Which of the CPU kinds speed figures are stated for (docs/performance.md) this one is, from its speed flags:
+    AMX, AVX-512+BF16, AVX-512, AVX2-only or no AVX2."""
+    flags = cpu_speed_flags() if flags is None else flags
+    if "amx_bf16" in flags:
+        return "AMX"
+    if "avx512f" in flags:
+        return "AVX-512+BF16" if "avx512_bf16" in flags else "AVX-512"
+    return "AVX2-only" if "avx2" in flags else "no AVX2"
+
+
 def cpu_identity() -> str:
     """The CPU's model and speed flags: what a build for this CPU (-march=native) or a measurement on it is keyed
     by, so that a cache from another machine (a shared home, a copied folder) is not taken for this one's."""

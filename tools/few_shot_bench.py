@@ -315,7 +315,8 @@ def run(output: Path, name: str, command: list, fresh=None) -> str:
 def machine() -> dict:
     from paddle_ft import runtime
 
-    return {"cpu": runtime.cpu_model(), "flags": runtime.cpu_speed_flags(), "cores": runtime.usable_cores()}
+    return {"cpu": runtime.cpu_model(), "cpu_kind": runtime.cpu_kind(), "flags": runtime.cpu_speed_flags(),
+            "cores": runtime.usable_cores()}
 
 
 def _earlier(path: Path) -> dict:

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import paddle
 
+from paddle_ft import runtime
 from paddle_ft.config import AmpConfig
 from paddle_ft.errors import ConfigError
 from paddle_ft.kernels import fused as fused_kernels
@@ -132,10 +134,27 @@ def set_tf32(enabled: bool) -> None:
     core.set_cublas_switch(enabled)
 
 
+def bf16_on_cpu(amp: AmpConfig, device: str) -> bool:
+    """bfloat16 training on a CPU: the linear layers' matmuls on paddle_ft's bfloat16 kernels (kernels/cpu_linear.py),
+    not Paddle's auto_cast, which does nothing on a CPU."""
+    return amp.enabled and amp.dtype == "bfloat16" and device.startswith("cpu")
+
+
+def engine_amp(amp: AmpConfig, device: str) -> AmpConfig:
+    """What the StepRunner applies through Paddle (auto_cast, decorate, the loss scaler): nothing on a CPU, where
+    Paddle's AMP does nothing (auto_cast warns and runs float32) and bfloat16 runs in paddle_ft's kernels instead."""
+    return dataclasses.replace(amp, enabled=False) if device.startswith("cpu") else amp
+
+
 def check_amp_supported(amp: AmpConfig, device: str) -> None:
-    """Refuse a precision this GPU cannot run: below compute capability 8.0 (V100, T4) bfloat16, and below
+    """Refuse a precision this device cannot run: below compute capability 8.0 (V100, T4) bfloat16, and below
     7.0 float16, make `auto_cast` warn and run float32 and `decorate` return the model unchanged, so the
-    run would be float32 while its config and logs say otherwise. On CPU AMP changes nothing (docs/operations.md)."""
+    run would be float32 while its config and logs say otherwise; a CPU without bfloat16 arithmetic (AVX512-BF16,
+    AMX) would run bfloat16 slower than float32. float16 on a CPU changes nothing (docs/operations.md)."""
+    if bf16_on_cpu(amp, device) and not runtime.cpu_supports_bf16():
+        raise ConfigError("train.amp.dtype", f"bfloat16 training on a CPU needs bfloat16 arithmetic (AVX512-BF16 or "
+                          f"AMX), which this {runtime.cpu_kind()} CPU lacks: it would run slower than float32; set "
+                          "train.amp.enabled=false")
     if not amp.enabled or not device.startswith("gpu"):
         return
     supported = paddle.amp.is_bfloat16_supported if amp.dtype == "bfloat16" else paddle.amp.is_float16_supported

@@ -8,7 +8,7 @@ from pathlib import Path
 import paddle
 
 from paddle_ft.config import TrainConfig
-from paddle_ft.engine.amp import StepRunner
+from paddle_ft.engine.amp import StepRunner, engine_amp
 from paddle_ft.engine.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from paddle_ft.engine.plan import RunPlan
 
@@ -70,9 +70,10 @@ class Optimization:
         o = config.optimizer
         optimizer, scheduler = build_optimizer(model, o.learning_rate, o.weight_decay, plan.total_steps,
                                                plan.warmup_steps, o.layer_lr_decay, o.head_learning_rate)
-        on_cpu = paddle.device.get_device().startswith("cpu")
-        runner = StepRunner(config.amp, config.optimizer.max_grad_norm, fused=config.runtime.fused_kernels and on_cpu,
-                            drop_grads=on_cpu)
+        device = paddle.device.get_device()
+        on_cpu = device.startswith("cpu")
+        runner = StepRunner(engine_amp(config.amp, device), config.optimizer.max_grad_norm,
+                            fused=config.runtime.fused_kernels and on_cpu, drop_grads=on_cpu)
         model, optimizer = runner.prepare(model, optimizer)
         return cls(model, optimizer, scheduler, runner, [p for p in model.parameters() if not p.stop_gradient])
 

@@ -35,6 +35,7 @@ from paddle.profiler import RecordEvent, TracerEventType
 from paddle.profiler.utils import in_profiler_mode
 
 from paddle_ft.io import open_own_file, user_cache_folder
+from paddle_ft.kernels.cpu_linear import bf16_matmul
 from paddle_ft.kernels.mkl_vendor import \
     CACHE_VARIABLE  # where built kernels are kept (default ~/.cache/paddle_ft/kernels)
 from paddle_ft.log import native_output_captured
@@ -47,6 +48,7 @@ FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math"]
 # are linked to it (fused_kernels.cc says why not GCC's own)
 INTEL_OPENMP = Path(paddle.__file__).parent / "libs" / "libiomp5.so"
 INTEL_MKL = INTEL_OPENMP.with_name("libmklml_intel.so")  # the sgemm the attention kernel calls
+ONEDNN = INTEL_OPENMP.with_name("libdnnl.so.3")  # the bfloat16 GEMM of bf16 training (kernels/bf16.py)
 BUILD_LOG = "build.log"
 # the kernels loaded in this process, by cache key: Paddle registers a library's operators once per process, and a
 # second load() of the same library returns a module without them
@@ -117,6 +119,9 @@ def build_flags() -> tuple[list[str], list[str]]:
     if INTEL_MKL.is_file():
         compile_flags.append("-DPADDLE_FT_MKL")
         libraries.append("-lmklml_intel")
+    if ONEDNN.is_file():
+        compile_flags.append("-DPADDLE_FT_DNNL")
+        libraries.append(f"-l:{ONEDNN.name}")
     if not libraries:
         return compile_flags, []
     return compile_flags, [f"-L{INTEL_OPENMP.parent}", *libraries, f"-Wl,-rpath,{INTEL_OPENMP.parent}"]
@@ -177,7 +182,9 @@ def _linear_gelu(linear: nn.Linear, x: paddle.Tensor) -> paddle.Tensor:
     e5-small's shape, ~0.9% of a step). Another kind of linear (a subclass) keeps its own forward."""
     if type(linear) is not nn.Linear or linear.bias is None:
         return gelu(linear(x))
-    rows = paddle.matmul(x.reshape([-1, x.shape[-1]]), linear.weight)
+    rows = x.reshape([-1, x.shape[-1]])
+    in_bf16 = bf16_matmul(rows, linear)
+    rows = paddle.matmul(rows, linear.weight) if in_bf16 is None else in_bf16
     return bias_gelu(rows, linear.bias).reshape(x.shape[:-1] + [linear.weight.shape[1]])
 
 

@@ -1158,3 +1158,89 @@ PD_BUILD_OP(paddle_ft_adamw)
                     {paddle::Vec("Beta1Pows"), paddle::Vec("Beta1PowsOut")},
                     {paddle::Vec("Beta2Pows"), paddle::Vec("Beta2PowsOut")}})
     .SetKernelFn(PD_KERNEL(AdamWStep));
+
+// bfloat16 matmuls for training on CPUs with bfloat16 arithmetic (AVX512-BF16, AMX), `train.amp` with
+// dtype bfloat16 on CPU (paddle_ft/kernels/bf16.py): the operands rounded to bfloat16 (to nearest, ties to even, as
+// Paddle's cast rounds), the products summed in float32 by oneDNN's bf16 GEMM, the library Paddle ships and runs its
+// oneDNN kernels on. Paddle 3.3 has no CPU matmul kernel for bfloat16 and its auto_cast does nothing on a CPU, so
+// the linear layers call these directly; everything else (weights, activations, gradients, the optimizer) stays
+// float32. dnnl_gemm_bf16bf16f32 is exported by libdnnl and declared by oneDNN's own tests, not its public headers
+// (which Paddle's wheel does not ship whole): its signature is dnnl_sgemm's, row-major.
+#ifdef PADDLE_FT_DNNL
+extern "C" int dnnl_gemm_bf16bf16f32(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
+                                     const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                                     float* c, int64_t ldc);
+
+namespace {
+
+inline uint16_t to_bfloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN stays NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+void check_bf16_matrix(const paddle::Tensor& t, const char* name) {
+  PD_CHECK(t.is_cpu(), name, " must be on the CPU");
+  PD_CHECK(t.dtype() == paddle::DataType::BFLOAT16, name, " must be bfloat16");
+  PD_CHECK(t.shape().size() == 2, name, " must be a matrix");
+}
+
+}  // namespace
+
+std::vector<paddle::Tensor> ToBfloat16(const paddle::Tensor& x) {
+  check_float32_cpu(x, "x");
+  auto out = paddle::empty(x.shape(), paddle::DataType::BFLOAT16, x.place());
+  const float* in = x.data<float>();
+  uint16_t* o = reinterpret_cast<uint16_t*>(out.data<paddle::bfloat16>());
+  for_blocks(x.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) o[i] = to_bfloat16(in[i]);
+  });
+  return {out};
+}
+
+std::vector<std::vector<int64_t>> ToBfloat16Shape(const std::vector<int64_t>& x) { return {x}; }
+std::vector<paddle::DataType> ToBfloat16Dtype(const paddle::DataType&) { return {paddle::DataType::BFLOAT16}; }
+
+PD_BUILD_OP(paddle_ft_to_bfloat16)
+    .Inputs({"X"})
+    .Outputs({"Out"})
+    .SetKernelFn(PD_KERNEL(ToBfloat16))
+    .SetInferShapeFn(PD_INFER_SHAPE(ToBfloat16Shape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(ToBfloat16Dtype));
+
+// Out [m, n] float32 = op(A) op(B), A and B bfloat16 matrices, op a transpose where asked.
+std::vector<paddle::Tensor> Bfloat16Gemm(const paddle::Tensor& a, const paddle::Tensor& b, bool transpose_a,
+                                         bool transpose_b) {
+  check_bf16_matrix(a, "a");
+  check_bf16_matrix(b, "b");
+  const int64_t m = transpose_a ? a.shape()[1] : a.shape()[0], k = transpose_a ? a.shape()[0] : a.shape()[1];
+  const int64_t n = transpose_b ? b.shape()[0] : b.shape()[1];
+  PD_CHECK((transpose_b ? b.shape()[1] : b.shape()[0]) == k, "the matrices' inner sizes differ");
+  auto out = paddle::empty({m, n}, paddle::DataType::FLOAT32, a.place());
+  const auto* a16 = reinterpret_cast<const uint16_t*>(a.data<paddle::bfloat16>());
+  const auto* b16 = reinterpret_cast<const uint16_t*>(b.data<paddle::bfloat16>());
+  const int status = dnnl_gemm_bf16bf16f32(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, 1.f, a16,
+                                           a.shape()[1], b16, b.shape()[1], 0.f, out.data<float>(), n);
+  PD_CHECK(status == 0, "oneDNN's bfloat16 GEMM failed (status ", status, ")");
+  return {out};
+}
+
+std::vector<std::vector<int64_t>> Bfloat16GemmShape(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                                                    bool transpose_a, bool transpose_b) {
+  return {{transpose_a ? a[1] : a[0], transpose_b ? b[0] : b[1]}};
+}
+
+std::vector<paddle::DataType> Bfloat16GemmDtype(const paddle::DataType&, const paddle::DataType&) {
+  return {paddle::DataType::FLOAT32};
+}
+
+PD_BUILD_OP(paddle_ft_bfloat16_gemm)
+    .Inputs({"A", "B"})
+    .Outputs({"Out"})
+    .Attrs({"transpose_a: bool", "transpose_b: bool"})
+    .SetKernelFn(PD_KERNEL(Bfloat16Gemm))
+    .SetInferShapeFn(PD_INFER_SHAPE(Bfloat16GemmShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(Bfloat16GemmDtype));
+#endif

@@ -21,7 +21,7 @@ from paddle_ft.config import Config, ModelConfig, config_to_dict
 from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import format_of, read_records
 from paddle_ft.engine import distributed
-from paddle_ft.engine.amp import check_amp_supported, set_tf32
+from paddle_ft.engine.amp import bf16_on_cpu, check_amp_supported, set_tf32
 from paddle_ft.engine.evaluate import NonFiniteScores
 from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.recompute import use_recompute
@@ -138,7 +138,8 @@ def apply_runtime(model, config: Config, dist) -> None:
     set_tf32(config.train.amp.tf32)
     device = paddle.device.get_device()
     rt = config.train.runtime
-    speedups = speed_up_cpu_training(model, rt.fast_cpu_linear, rt.fused_kernels) if device.startswith("cpu") \
+    speedups = speed_up_cpu_training(model, rt.fast_cpu_linear, rt.fused_kernels,
+                                     bf16_on_cpu(config.train.amp, device)) if device.startswith("cpu") \
         else CpuSpeedups(False, 0)
     if rt.recompute:  # after the fused kernels: it recomputes the layer's forward as it is then
         use_recompute(model)

@@ -156,8 +156,9 @@ def test_report_ratios_table_and_chart(tmp_path):
     assert results["ratios"]["train_vs_hf_trainer"] is None
     assert results["ratios"]["infer_batch_32_onednn_vs_onnxruntime"] == 1.5
     table = report.markdown(results)
-    assert "| paddle_ft engine | 48.0 | 3,000 | 3,100 | 3% | 1,300 |  |  |" in table
-    assert "| PaddleNLP Trainer (defaults) | 8.0 | 500 | 1,000 | 50% | 1,200 | 6.00x | 6.00x |" in table
+    assert table.startswith("Machine: Test CPU, CPU kind AVX2-only (avx2, avx512_vnni), ")
+    assert "| paddle_ft engine | 48.0 | 3,000 | 3,100 | 3.0% | 1,300 |  |  |" in table
+    assert "| PaddleNLP Trainer (defaults) | 8.0 | 500 | 1,000 | 50.0% | 1,200 | 6.00x | 6.00x |" in table
     assert "| HF Trainer (defaults) | no peer environment |" in table
     assert "| onnxruntime | 50.0 | 80.0 | 60.0 | 20.00 | 30.00 | 1e-07 |" in table
     assert "at batch 32: 1.50x" in table
@@ -171,14 +172,15 @@ def test_report_ratios_table_and_chart(tmp_path):
     results["infer"]["paddle_inference"]["batch_32"]["samples_per_s"] = 95.0
     assert report.ratios(results)["infer_batch_32_auto_vs_fastest_fp32"] == pytest.approx(1.0)
     # 3,000 real tokens/s of 62.5 tokens a text: 3 x 2 x 4 layers x (4 x 256^2 + 2 x 256 x 1024 + 2 x 256 x 62.5)
-    # = 19.64 MFLOP a token, 58.9 GFLOP/s, 39% of the faster fp32 matmul (150)
+    # = 19.64 MFLOP a token, 58.9 GFLOP/s, 39.3% of the faster fp32 matmul (150): shares with one decimal, not a
+    # rounded 39% (issue 66: a 74.5% share was printed as 75%)
     assert results["ratios"]["train_useful_share_of_matmul"] == pytest.approx(3000 * 19_642_368 / 1e9 / 150)
-    assert "| training: paddle_ft engine | 58.9 | 150 | 39% |" in table
+    assert "| training: paddle_ft engine | 58.9 | 150 | 39.3% |" in table
     # int8 at batch 32: 120 texts/s x 60 tokens x 6.54 MFLOP, against the int8 matmul
-    assert "| inference batch 32: onnxruntime_int8 | 47.1 | 600 | 8% |" in table
+    assert "| inference batch 32: onnxruntime_int8 | 47.1 | 600 | 7.8% |" in table
     assert "Where paddle_ft's training step goes (paddle.profiler, wall time of 8 steps after warm-up): " \
            "matmul 70.0%, dropout 20.0%, other 10.0%." in table
-    assert "Machine: Test CPU (avx2, avx512_vnni)" in table
+    assert "Machine: Test CPU, CPU kind AVX2-only (avx2, avx512_vnni)" in table
     assert "test accuracy 0.8470 against fp32's 0.8500 (-0.30 points), the same label on 99.0% of 1736 texts; " \
            "batch 32 2.00x ONNX Runtime fp32" in table
     assert "| student (out/student/best) | 0.8400 | 0.50 | 2,000.0 | 1,500.0 |" in table

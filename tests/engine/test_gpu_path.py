@@ -99,8 +99,21 @@ def test_amp_on_a_gpu_without_that_precision_is_refused(dtype, check, monkeypatc
     amp = AmpConfig(enabled=True, dtype=dtype)
     with pytest.raises(ConfigError, match=rf"config key 'train.amp.dtype': {dtype} is not supported on"):
         check_amp_supported(amp, "gpu:0")
-    check_amp_supported(amp, "cpu")  # AMP on CPU changes nothing, and says so in the README
+    check_amp_supported(AmpConfig(enabled=True, dtype="float16"), "cpu")  # float16 on a CPU changes nothing
     check_amp_supported(AmpConfig(enabled=False, dtype=dtype), "gpu:0")
+
+
+def test_bfloat16_training_on_a_cpu_without_bfloat16_arithmetic_is_refused_in_one_line(monkeypatch):
+    """Issue 66: oneDNN would emulate it, slower than float32; a CPU with it trains (tests/kernels/test_bf16.py)."""
+    from paddle_ft import runtime
+
+    monkeypatch.setattr(runtime, "cpu_supports_bf16", lambda: False)
+    monkeypatch.setattr(runtime, "cpu_speed_flags", lambda: ["avx2"])
+    with pytest.raises(ConfigError) as refused:
+        check_amp_supported(AmpConfig(enabled=True, dtype="bfloat16"), "cpu")
+    assert str(refused.value) == ("config key 'train.amp.dtype': bfloat16 training on a CPU needs bfloat16 arithmetic "
+                                  "(AVX512-BF16 or AMX), which this AVX2-only CPU lacks: it would run slower than "
+                                  "float32; set train.amp.enabled=false")
 
 
 def test_rng_state_holds_this_process_device_only_and_restores_exactly():
@@ -311,8 +324,9 @@ def test_the_amp_verdict_needs_both_fp32_rows_healthy_rows_and_judges_activation
 
 
 def test_a_rows_activation_memory_is_its_peak_less_what_the_first_step_left(tmp_path):
-    from paddle_ft.artifacts.run import RunFiles
     from bench.gpu_check import speed_and_memory
+
+    from paddle_ft.artifacts.run import RunFiles
 
     lines = [{"event": "train", "step": 10, "loss": 0.7, "samples_per_s": 50.0, "skipped_steps": 0,
               "gpu_memory_peak_mib": 5000, "gpu_memory_after_first_step_mib": 1800},
@@ -346,6 +360,7 @@ def test_the_batch_search_never_probes_a_batch_larger_than_its_file(tmp_path):
     while training on 1,280. Here on a CPU: a 100-row file stops the doubling at 64, and each probe's plan held the
     batch it claims."""
     from bench.gpu_check import batch_search_check, write_recipe
+
     from paddle_ft.data.readers import Columns, read_examples
 
     config = write_recipe(tmp_path / "data", steps=10)

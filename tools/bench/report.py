@@ -6,6 +6,7 @@ from pathlib import Path
 
 from bench.inference import ENGINES
 from paddle_ft.io import atomic_path
+from paddle_ft.runtime import cpu_kind
 
 TRAIN_ENGINES = ("paddle_ft", "paddlenlp_trainer", "hf_trainer", "hf_trainer_group_by_length")
 TRAIN_TITLES = {"paddle_ft": "paddle_ft engine", "paddlenlp_trainer": "PaddleNLP Trainer (defaults)",
@@ -89,7 +90,8 @@ def _num(value, digits: int = 1) -> str:
 def markdown(results: dict) -> str:
     m, s = results["machine"], results["settings"]
     flags = ", ".join(m.get("cpu_flags", [])) or "none of AVX2/AVX-512/VNNI/BF16/AMX"
-    lines = [f"Machine: {m['cpu']} ({flags}), {m['usable_cores']} usable cores, {m['threads']} threads; Paddle "
+    lines = [f"Machine: {m['cpu']}, CPU kind {m.get('cpu_kind') or cpu_kind(m.get('cpu_flags', []))} ({flags}), "
+             f"{m['usable_cores']} usable cores, {m['threads']} threads; Paddle "
              f"{m['paddle_version']}, PaddleNLP {m['paddlenlp_version']}; model {s['shape']['num_layers']} layers x "
              f"{s['shape']['hidden_size']} hidden x {s['shape']['num_heads']} heads (random weights, the demo's "
              f"character vocabulary), max length {s['shape']['max_length']}, batch {s['batch_size']}, fp32; "
@@ -105,7 +107,7 @@ def markdown(results: dict) -> str:
             continue
         by_samples, by_tokens = (results["ratios"].get(f"train_vs_{name}{kind}") for kind in ("", "_per_token"))
         lines.append(f"| {TRAIN_TITLES[name]} | {_num(row['samples_per_s'])} | {_num(row['real_tokens_per_s'], 0)} | "
-                     f"{_num(row['padded_tokens_per_s'], 0)} | {row['padding_share']:.0%} | "
+                     f"{_num(row['padded_tokens_per_s'], 0)} | {row['padding_share']:.1%} | "
                      f"{_num(row.get('peak_rss_mb'), 0)} | {'' if by_samples is None else f'{by_samples:.2f}x'} | "
                      f"{'' if by_tokens is None else f'{by_tokens:.2f}x'} |")
     lines += _limit_lines(results)
@@ -156,7 +158,7 @@ def _limit_lines(results: dict) -> list[str]:
     lines = ["", f"The limit, measured in this run: matmul {rates}. Useful work is the encoder's matmul FLOPs per "
                  "real token (padding, dropout, norms and the optimizer are overhead):", "",
              "| against the limit | useful GFLOP/s | matmul GFLOP/s | share |", "|---|---:|---:|---:|"]
-    lines += [f"| {row['name']} | {row['gflops']:,.1f} | {row['limit']:,.0f} | {row['share']:.0%} |" for row in rows]
+    lines += [f"| {row['name']} | {row['gflops']:,.1f} | {row['limit']:,.0f} | {row['share']:.1%} |" for row in rows]
     profile = results.get("profile", {})
     if "shares" in profile:
         lines += ["", f"Where paddle_ft's training step goes (paddle.profiler, wall time of {profile['steps']} "
@@ -198,7 +200,8 @@ def _model_lines(results: dict) -> list[str]:
 def _serve_lines(results: dict) -> list[str]:
     if not results.get("serve"):
         return []
-    from bench.serving import PLAIN_ONNX, markdown as serve_table
+    from bench.serving import PLAIN_ONNX
+    from bench.serving import markdown as serve_table
 
     rows = results["serve"]
     alone = {r["batching"]: r["requests_per_s"] for r in rows if r["concurrency"] == 1}

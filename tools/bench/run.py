@@ -308,4 +308,5 @@ def machine(threads: int, infer: dict, hf: dict) -> dict:
             "usable_cores": runtime.usable_cores(), "threads": threads, "python": platform.python_version(),
             "paddle_version": paddle.__version__, "paddlenlp_version": paddlenlp.__version__,
             "onnxruntime_version": infer.get("onnxruntime_version"), "peer_versions": hf.get("versions"),
-            "bf16_cpu": runtime.cpu_supports_bf16(), "cpu_flags": runtime.cpu_speed_flags()}
+            "bf16_cpu": runtime.cpu_supports_bf16(), "cpu_flags": runtime.cpu_speed_flags(),
+            "cpu_kind": runtime.cpu_kind()}
