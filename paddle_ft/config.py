@@ -200,10 +200,13 @@ class OptimizerConfig:
 class AmpConfig:
     """Mixed precision: Paddle's AMP on a GPU; bfloat16 matmuls on a CPU that has bfloat16 arithmetic."""
 
-    enabled: bool = False
-    """Turn mixed precision on. On a GPU, Paddle's auto_cast at `level`. On a CPU with AVX512-BF16 or AMX, dtype
+    enabled: bool | str = field(default="auto", metadata=_check(lambda v: isinstance(v, bool) or v == "auto",
+                                                                "true, false or auto"))
+    """true: mixed precision. On a GPU, Paddle's auto_cast at `level`. On a CPU with AVX512-BF16 or AMX, dtype
     bfloat16 runs the linear layers' matmuls in bfloat16 on oneDNN (weights, activations, gradients and updates stay
-    float32; `level` changes nothing there), and is refused on a CPU without; float16 on a CPU changes nothing."""
+    float32; `level` changes nothing there), and is refused on a CPU without; float16 on a CPU changes nothing.
+    auto: on a CPU with bfloat16 arithmetic, bfloat16 matmuls for a model at least 256 wide (where they pay:
+    docs/performance.md), float32 otherwise, said in one line at the start; float32 on a GPU. false: float32."""
     level: str = field(default="O1", metadata=_one_of("O1", "O2"))
     """O1: low-precision ops by Paddle's lists; O2: weights in low precision with float32 master copies."""
     dtype: str = field(default="float16", metadata=_one_of("float16", "bfloat16"))

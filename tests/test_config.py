@@ -21,7 +21,7 @@ def test_demo_config_loads_with_its_values():
     assert config.data.labels == ("负面", "正面")
     assert config.model.scratch.hidden_size == 128
     assert config.train.optimizer.learning_rate == 5e-4
-    assert config.train.amp.enabled is False
+    assert config.train.amp.enabled == "auto"
 
 
 def test_the_demo_fine_tunes_what_the_demo_pretraining_writes_and_scratch_is_the_same_model():
@@ -88,7 +88,7 @@ def test_unknown_override_key_says_it_came_from_o():
 @pytest.mark.parametrize("override, message", [
     ("train.batch_size=-3", "config key 'train.batch_size' (from -o): expected a positive int, got -3"),
     ("train.batch_size=abc", "config key 'train.batch_size' (from -o): expected an integer, got 'abc'"),
-    ("train.amp.enabled=maybe", "config key 'train.amp.enabled' (from -o): expected true or false, got 'maybe'"),
+    ("train.amp.enabled=maybe", "config key 'train.amp.enabled' (from -o): expected true, false or auto, got 'maybe'"),
     ("train.amp.dtype=int8", "config key 'train.amp.dtype' (from -o): expected one of float16, bfloat16, got 'int8'"),
     ("model.dropout=1.5", "config key 'model.dropout' (from -o): expected a number in [0, 1), got 1.5"),
     ("data.format=xlsx", "config key 'data.format' (from -o): expected one of tsv, csv, jsonl, got 'xlsx'"),

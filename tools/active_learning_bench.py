@@ -3,7 +3,7 @@ random, in one run:
 
     python tools/active_learning_bench.py [--task demo|domain] [--config configs/demo.yaml] [--seeds 5]
                                           [--start 200] [--rounds 3] [--batch 200] [--pool 5000] [--steps 200]
-                                          [--train-batch 32] [--learning-rate 1e-4]
+                                          [--train-batch 32] [--learning-rate 1e-4] [--precision float32]
                                           [--strategies random uncertainty margin diverse mixed]
                                           [--output out/active-learning-bench]
 
@@ -37,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from few_shot_bench import DEMO, ROOT, domain_task, machine, read_rows, run, train, write_rows  # noqa: E402
 
 STRATEGIES = ("random", "uncertainty", "margin", "diverse", "mixed")
+PRECISIONS = {"float32": ["train.amp.enabled=false"], "auto": ["train.amp.enabled=auto"],
+              "bfloat16": ["train.amp.enabled=true", "train.amp.dtype=bfloat16"]}
 RESULTS = "active_learning.json"
 
 
@@ -53,6 +55,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200, help="about this many training steps per model")
     parser.add_argument("--train-batch", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, help="the config's train.optimizer.learning_rate otherwise")
+    parser.add_argument("--precision", choices=("float32", "bfloat16", "auto"), default="float32",
+                        help="train.amp for every model (default float32: one precision whatever the CPU; auto "
+                             "chooses by CPU and model)")
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES))
     args = parser.parse_args()
     output = Path(args.output).resolve()
@@ -106,7 +111,7 @@ def accuracy(output: Path, args, name: str, labelled: Path, seed: int) -> float:
     results = train(output, name, Path(args.config),
                     [f"data.train={labelled}", "data.dev=null", f"data.test={args.data / 'test.tsv'}",
                      "data.labels=null", f"seed={seed}", f"train.epochs={epochs}",
-                     f"train.batch_size={args.train_batch}",
+                     f"train.batch_size={args.train_batch}", *PRECISIONS[args.precision],
                      *([f"train.optimizer.learning_rate={args.learning_rate}"] if args.learning_rate else [])])
     return results["test"]["accuracy"]
 
@@ -117,12 +122,12 @@ def write_results(output: Path, args, curves: dict, seeds: int) -> None:
                   if len(runs) > 1 else 0.0} for r in range(args.rounds + 1)] for s, runs in curves.items()}
     results = {"machine": machine(), "seeds": seeds, "labelled_rows": sizes, "pool": args.pool, "task": args.task,
                "config": str(args.config), "steps": args.steps, "train_batch": args.train_batch,
-               "learning_rate": args.learning_rate,
+               "learning_rate": args.learning_rate, "precision": args.precision,
                "test_rows": len(read_rows(args.data / "test.tsv")), "test_accuracy": table, "runs": curves}
     (output / RESULTS).write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
     lines = [f"Active learning, task {args.task}, {Path(args.config).name} ({seeds} seeds, pool {args.pool}, batch "
              f"{args.batch}, ~{args.steps} steps of {args.train_batch} a model"
-             f"{f' at learning rate {args.learning_rate:g}' if args.learning_rate else ''}; "
+             f"{f' at learning rate {args.learning_rate:g}' if args.learning_rate else ''}, {args.precision}; "
              f"{results['machine']['cpu']}): test "
              "accuracy, mean ± stdev", "",
              "| strategy | " + " | ".join(f"{n} rows" for n in sizes) + " |", "|---|" + "---:|" * len(sizes)]

@@ -21,7 +21,7 @@ class StepRunner:
     """
 
     def __init__(self, amp: AmpConfig, max_grad_norm: float | None, fused: bool = False, drop_grads: bool = False):
-        self.amp = amp
+        self.amp = dataclasses.replace(amp, enabled=amp.enabled is True)  # Paddle's AMP only where asked ("auto": not)
         self.max_grad_norm = max_grad_norm
         # clipping and AdamW's update of float32 CPU parameters in the fused kernels (train.runtime.fused_kernels)
         self.fused = fused
@@ -134,10 +134,35 @@ def set_tf32(enabled: bool) -> None:
     core.set_cublas_switch(enabled)
 
 
-def bf16_on_cpu(amp: AmpConfig, device: str) -> bool:
-    """bfloat16 training on a CPU: the linear layers' matmuls on paddle_ft's bfloat16 kernels (kernels/cpu_linear.py),
-    not Paddle's auto_cast, which does nothing on a CPU."""
-    return amp.enabled and amp.dtype == "bfloat16" and device.startswith("cpu")
+# train.amp.enabled auto: bfloat16 from this width on (the narrowest input of the model's linear layers). Measured on
+# a 2-core AVX-512+BF16 AMD EPYC, a linear layer's forward and backward over 1,920 rows: 1.19x float32 at 32 wide,
+# 1.46x at 128, 1.63x at 256, 1.81x at 384; e5-small's whole training step 1.62-1.67x (docs/performance.md)
+BF16_MIN_WIDTH = 256
+PRECISION_LINE = "precision: "  # how auto's choice is said (init's forecast repeats it)
+
+
+def bf16_on_cpu(amp: AmpConfig, device: str, width: int, fast_linear: bool = True) -> tuple[bool, str | None]:
+    """Whether training on this CPU runs the linear layers' matmuls in bfloat16 (paddle_ft's kernels,
+    kernels/cpu_linear.py: Paddle's auto_cast does nothing on a CPU), and for train.amp.enabled auto the line that
+    says what was chosen and why. `width`: the narrowest input of the model's linear layers (its hidden size)."""
+    if not device.startswith("cpu"):
+        return False, None
+    if amp.enabled != "auto":
+        return amp.enabled is True and amp.dtype == "bfloat16", None
+    chosen = PRECISION_LINE + "{} (train.amp.enabled auto: {}; train.amp.enabled={} overrules)"
+    if not runtime.cpu_supports_bf16():
+        return False, chosen.format("float32", f"this {runtime.cpu_kind()} CPU has no bfloat16 arithmetic", "true")
+    if width < BF16_MIN_WIDTH:
+        return False, chosen.format("float32", f"bfloat16 pays from {BF16_MIN_WIDTH} wide, and this model is "
+                                    f"{width}", "true -o train.amp.dtype=bfloat16")
+    if not fast_linear:
+        return False, chosen.format("float32", "bfloat16 runs through train.runtime.fast_cpu_linear, which is off",
+                                    "true")
+    module, why_not = fused_kernels.kernels()
+    if module is None or not hasattr(module, "paddle_ft_bfloat16_gemm"):
+        return False, chosen.format("float32", f"no bfloat16 kernels: {why_not or 'Paddle ships no oneDNN'}", "true")
+    return True, chosen.format("the linear layers' matmuls in bfloat16", f"this {runtime.cpu_kind()} CPU runs a "
+                               f"{width}-wide model's linear layers 1.6-1.8x faster so (docs/performance.md)", "false")
 
 
 def engine_amp(amp: AmpConfig, device: str) -> AmpConfig:
@@ -151,11 +176,11 @@ def check_amp_supported(amp: AmpConfig, device: str) -> None:
     7.0 float16, make `auto_cast` warn and run float32 and `decorate` return the model unchanged, so the
     run would be float32 while its config and logs say otherwise; a CPU without bfloat16 arithmetic (AVX512-BF16,
     AMX) would run bfloat16 slower than float32. float16 on a CPU changes nothing (docs/operations.md)."""
-    if bf16_on_cpu(amp, device) and not runtime.cpu_supports_bf16():
+    if amp.enabled is True and amp.dtype == "bfloat16" and device.startswith("cpu") and not runtime.cpu_supports_bf16():
         raise ConfigError("train.amp.dtype", f"bfloat16 training on a CPU needs bfloat16 arithmetic (AVX512-BF16 or "
                           f"AMX), which this {runtime.cpu_kind()} CPU lacks: it would run slower than float32; set "
                           "train.amp.enabled=false")
-    if not amp.enabled or not device.startswith("gpu"):
+    if amp.enabled is not True or not device.startswith("gpu"):
         return
     supported = paddle.amp.is_bfloat16_supported if amp.dtype == "bfloat16" else paddle.amp.is_float16_supported
     if not supported(device):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from paddle_ft.artifacts.run import RunFiles
 from paddle_ft.config import load_config
+from paddle_ft.engine.amp import PRECISION_LINE
 from paddle_ft.engine.eta import FORWARD_SHARE, WARM_UP_STEPS
 from paddle_ft.engine.trainer import planned_work, schedule
 from paddle_ft.log import elapsed
@@ -46,6 +47,8 @@ class Forecast:
     """Scoring the best model on test at the end."""
     peak_bytes: int
     machine: str
+    precision: str = ""
+    """The timed run's precision line (train.amp.enabled auto's choice on a CPU), "" where it said none."""
 
     def total_seconds(self, epochs: float | None = None) -> float:
         epochs = self.epochs if epochs is None else epochs
@@ -56,7 +59,8 @@ class Forecast:
         return (f"on this machine ({self.machine}): about {elapsed(self.epoch_seconds)} an epoch of "
                 f"{self.train_rows:,} rows, {elapsed(self.total_seconds())} for the recipe's {self.epochs} "
                 f"epoch(s) with their evaluations; peak memory about {self.peak_bytes / 2**30:.1f} GB "
-                f"({STEPS} training steps timed here; loading the model adds seconds)")
+                f"({STEPS} training steps timed here; loading the model adds seconds)"
+                + (f"; {self.precision}" if self.precision else ""))
 
     def fitted(self, budget_seconds: float) -> dict[str, int] | None:
         """The settings that make the run fit `budget_seconds`: fewer epochs, or max_steps within one; None when it
@@ -81,7 +85,7 @@ def forecast(config_path: str, overrides: Sequence[str] = ()) -> Forecast:
     config = load_config(config_path, list(overrides))
     # the timed run's lines (and the data's, read again below) are not the user's: init says what they came to
     with tempfile.TemporaryDirectory(prefix="paddle_ft-forecast-") as scratch, \
-            contextlib.redirect_stdout(io.StringIO()):
+            contextlib.redirect_stdout(io.StringIO()) as said:
         run = Path(scratch) / "run"
         training.train(config_path, [*overrides, f"output_dir={run}", f"train.max_steps={STEPS}",
                                      "train.runtime.log_every=1", "data.dev=null", "data.test=null",
@@ -103,7 +107,8 @@ def forecast(config_path: str, overrides: Sequence[str] = ()) -> Forecast:
     machine = f"{cpu_model()}, {usable_cores()} cores, {' '.join(cpu_speed_flags()) or 'no AVX2'}"
     return Forecast(len(splits.train), plan.epochs, plan.steps_per_epoch,
                     per_token * float(work.steps.sum()) / plan.epochs, per_token * FORWARD_SHARE * work.evaluation,
-                    len(work.evaluated_after) / plan.epochs, per_token * FORWARD_SHARE * work.final, peak, machine)
+                    len(work.evaluated_after) / plan.epochs, per_token * FORWARD_SHARE * work.final, peak, machine,
+                    next((line for line in said.getvalue().splitlines() if line.startswith(PRECISION_LINE)), ""))
 
 
 def seconds_per_run(config_path: str, overrides: Sequence[str], train_rows: int | None = None) -> float:

@@ -132,24 +132,32 @@ def drift_reference(dataset: Dataset, splits, unk_token_id: int | None) -> dict 
 
 
 def apply_runtime(model, config: Config, dist) -> None:
-    """The train.runtime settings (CPU threads, matmul-only linear gradients, activation recomputation) and
-    train.amp.tf32."""
+    """The train.runtime settings (CPU threads, matmul-only linear gradients, activation recomputation),
+    train.amp.tf32 and, on a CPU, train.amp's bfloat16 matmuls."""
     settings = runtime.apply_cpu_settings(config.train.runtime.cpu_threads)
     set_tf32(config.train.amp.tf32)
     device = paddle.device.get_device()
     rt = config.train.runtime
-    speedups = speed_up_cpu_training(model, rt.fast_cpu_linear, rt.fused_kernels,
-                                     bf16_on_cpu(config.train.amp, device)) if device.startswith("cpu") \
+    bf16, chosen = bf16_on_cpu(config.train.amp, device, linear_width(model), rt.fast_cpu_linear)
+    speedups = speed_up_cpu_training(model, rt.fast_cpu_linear, rt.fused_kernels, bf16) if device.startswith("cpu") \
         else CpuSpeedups(False, 0)
     if rt.recompute:  # after the fused kernels: it recomputes the layer's forward as it is then
         use_recompute(model)
     if speedups.fused_unavailable and dist.is_main:
         log(f"fused CPU kernels unavailable: {speedups.fused_unavailable}; training runs Paddle's own kernels "
             "(train.runtime.fused_kernels=false silences this)")
+    if chosen and dist.is_main:
+        log(chosen)
     if dist.is_main:
         log(runtime.describe(settings) + speedups.describe()
             + (", recomputed encoder layers" if rt.recompute else "")
             + ((", TF32 matmuls " + ("on" if config.train.amp.tf32 else "off")) if device.startswith("gpu") else ""))
+
+
+def linear_width(model) -> int:
+    """The narrowest input of the model's linear layers: its hidden size (what bfloat16 matmuls pay by)."""
+    widths = [layer.weight.shape[0] for layer in model.sublayers() if isinstance(layer, paddle.nn.Linear)]
+    return min(widths, default=0)
 
 
 def seed_everything(seed: int) -> None:

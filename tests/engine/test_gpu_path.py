@@ -11,6 +11,7 @@ from paddle_ft.config import AmpConfig
 from paddle_ft.engine.amp import check_amp_supported, clip_grad_norm
 from paddle_ft.engine.checkpoint import capture_rng, restore_rng
 from paddle_ft.errors import ConfigError
+from paddle_ft.kernels import fused
 
 
 def mixed_dtype_parameters():
@@ -114,6 +115,31 @@ def test_bfloat16_training_on_a_cpu_without_bfloat16_arithmetic_is_refused_in_on
     assert str(refused.value) == ("config key 'train.amp.dtype': bfloat16 training on a CPU needs bfloat16 arithmetic "
                                   "(AVX512-BF16 or AMX), which this AVX2-only CPU lacks: it would run slower than "
                                   "float32; set train.amp.enabled=false")
+
+
+@pytest.mark.parametrize("enabled, flags, width, expected", [
+    ("auto", ["avx2", "avx512f", "avx512_bf16"], 384, (True, "precision: the linear layers' matmuls in bfloat16 "
+     "(train.amp.enabled auto: this AVX-512+BF16 CPU runs a 384-wide model's linear layers 1.6-1.8x faster so "
+     "(docs/performance.md); train.amp.enabled=false overrules)")),
+    ("auto", ["avx2", "amx_bf16"], 32, (False, "precision: float32 (train.amp.enabled auto: bfloat16 pays from 256 "
+     "wide, and this model is 32; train.amp.enabled=true -o train.amp.dtype=bfloat16 overrules)")),
+    ("auto", ["avx2"], 768, (False, "precision: float32 (train.amp.enabled auto: this AVX2-only CPU has no bfloat16 "
+     "arithmetic; train.amp.enabled=true overrules)")),
+    (True, ["avx2", "avx512f", "avx512_bf16"], 32, (True, None)),  # asked: no line, whatever the width
+    (False, ["avx2", "avx512f", "avx512_bf16"], 384, (False, None)),
+])
+def test_amp_auto_chooses_bfloat16_on_a_cpu_that_has_it_for_a_model_wide_enough(enabled, flags, width, expected,
+                                                                               monkeypatch):
+    from paddle_ft import runtime
+    from paddle_ft.engine.amp import bf16_on_cpu
+
+    monkeypatch.setattr(runtime, "cpu_speed_flags", lambda: flags)
+    monkeypatch.setattr(runtime, "cpu_supports_bf16", lambda: bool({"avx512_bf16", "amx_bf16"} & set(flags)))
+    monkeypatch.setattr(fused, "kernels", lambda: (type("Built", (), {"paddle_ft_bfloat16_gemm": None}), None))
+    amp = AmpConfig(enabled=enabled, dtype="bfloat16" if enabled is True else "float16")
+    assert bf16_on_cpu(amp, "cpu", width) == expected
+    assert bf16_on_cpu(amp, "gpu:0", width) == (False, None)  # a GPU: Paddle's AMP, where true asks for it
+    assert bf16_on_cpu(AmpConfig(), "cpu", 384, fast_linear=False)[0] is False
 
 
 def test_rng_state_holds_this_process_device_only_and_restores_exactly():
