@@ -59,20 +59,32 @@ def load() -> str | None:
     loaded, else why not. Must run before paddle is imported: MKL binds the function when it first checks."""
     if "paddle" in sys.modules:
         return "paddle was imported before paddle_ft.runtime.configure()"
+    library, why_not = built_library()
+    if library is None:
+        return why_not
+    try:
+        ctypes.CDLL(str(library), mode=os.RTLD_GLOBAL)
+    except OSError as exc:
+        return f"the library {library} could not be loaded ({type(exc).__name__})"
+    return None
+
+
+def built_library() -> tuple[Path | None, str | None]:
+    """(the library, built once per machine into the kernel cache, None), or (None, why not). Another process takes
+    the same path with LD_PRELOAD (the bench gives the Hugging Face peer MKL's path paddle_ft takes)."""
     compiler = os.environ.get("CC", "cc")
     if shutil.which(compiler) is None:
-        return f"no C compiler ({compiler}) on PATH"
+        return None, f"no C compiler ({compiler}) on PATH"
     cache = user_cache_folder(CACHE_VARIABLE, "kernels")
     if cache is None:
-        return f"no home directory to keep the library in; set {CACHE_VARIABLE} to a writable folder"
+        return None, f"no home directory to keep the library in; set {CACHE_VARIABLE} to a writable folder"
     library = cache / f"mkl-intel-cpu-true-{hashlib.sha256(SOURCE.encode()).hexdigest()[:12]}.so"
     try:
         if not library.is_file():
             _build(compiler, library)
-        ctypes.CDLL(str(library), mode=os.RTLD_GLOBAL)
     except (OSError, subprocess.CalledProcessError) as exc:
-        return f"the library {library} could not be built or loaded ({type(exc).__name__})"
-    return None
+        return None, f"the library {library} could not be built ({type(exc).__name__})"
+    return library, None
 
 
 def _build(compiler: str, library: Path) -> None:

@@ -2,11 +2,13 @@
 `make bench-peers`), never imported by paddle_ft:
 
     .venv-peers/bin/python tools/bench/hf_trainer.py MEASURED.jsonl WARMUP.jsonl VOCAB.txt THREADS [--group-by-length]
+                                                     [--bf16]
 
 Trains the benchmark's model shape with the Trainer's defaults (dynamic padding by
 DataCollatorWithPadding, no length grouping unless asked) on token ids the parent wrote, so every
 engine sees the same ids: a few steps on the warm-up texts, then one timed epoch over the measured ones, as the
-paddle_ft job does. Prints one result line (see shape.py).
+paddle_ft job does. --bf16: the Trainer's `bf16=True`, torch's CPU autocast to bfloat16 (its bf16 row beside
+paddle_ft's). Prints one result line (see shape.py).
 """
 import argparse
 import json
@@ -22,6 +24,7 @@ def main() -> None:
     parser.add_argument("vocab")
     parser.add_argument("threads", type=int)
     parser.add_argument("--group-by-length", action="store_true")
+    parser.add_argument("--bf16", action="store_true")
     args = parser.parse_args()
 
     import torch
@@ -59,7 +62,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as output_dir:
             training_args = TrainingArguments(
                 output_dir=output_dir, per_device_train_batch_size=shape.BATCH_SIZE, max_steps=max_steps,
-                num_train_epochs=1, learning_rate=shape.LEARNING_RATE, use_cpu=True, **sampling,
+                num_train_epochs=1, learning_rate=shape.LEARNING_RATE, use_cpu=True, bf16=args.bf16, **sampling,
                 report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0)
             Trainer(model=model, args=training_args, train_dataset=_dataset(features), data_collator=counting_collator,
                     callbacks=[recorder.callback(TrainerCallback)]).train()
@@ -67,7 +70,7 @@ def main() -> None:
     train(args.warmup_features, shape.WINDOW_STEPS, shape.StepRecorder())
     recorder = shape.StepRecorder()
     train(args.features, -1, recorder)
-    shape.emit({**recorder.summary(warmup_windows=0), "threads": torch.get_num_threads(),
+    shape.emit({**recorder.summary(warmup_windows=0), "threads": torch.get_num_threads(), "bf16": args.bf16,
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
 
 

@@ -2,7 +2,8 @@
 
     python -m bench.jobs JOB ARGS_JSON
 
-Jobs: `paddle_ft` (our engine, through the real `train` command), `paddlenlp_trainer` (PaddleNLP's
+Jobs: `paddle_ft` (our engine, through the real `train` command, float32), `paddle_ft_bf16` (the same with
+bfloat16 matmuls), `paddlenlp_trainer` (PaddleNLP's
 `Trainer` with its defaults, in an environment without paddle_ft's settings), `inference` and
 `tokenizer`. Each prints one result line (shape.emit).
 """
@@ -28,7 +29,10 @@ def _scratch_overrides(demo: Path, output_dir: Path, steps: int, threads: int) -
             f"model.scratch.intermediate_size={shape['intermediate_size']}",
             f"model.scratch.max_position_embeddings={shape['max_length']}", f"train.batch_size={BATCH_SIZE}",
             f"train.optimizer.learning_rate={LEARNING_RATE}", f"train.max_steps={steps}",
-            f"train.runtime.cpu_threads={threads}"]
+            f"train.runtime.cpu_threads={threads}", "train.amp.enabled=false"]  # float32 unless a row asks (bf16)
+
+
+BF16 = {"train.amp.enabled": True, "train.amp.dtype": "bfloat16"}
 
 
 def paddle_ft(args: dict) -> dict:
@@ -67,6 +71,11 @@ def paddle_ft(args: dict) -> dict:
                         "padded_tokens": event.values["padded_tokens_per_s"] * seconds})
     warmup = 0 if texts else WARMUP_WINDOWS
     return {**summarise_windows(windows, warmup), **extra} if len(windows) > warmup else extra
+
+
+def paddle_ft_bf16(args: dict) -> dict:
+    """The paddle_ft job with the linear layers' matmuls in bfloat16 (a CPU with bfloat16 arithmetic)."""
+    return paddle_ft({**args, "name": "bf16", "overrides": {**args.get("overrides", {}), **BF16}})
 
 
 def _train(args: dict, output_dir: Path, overrides: list[str]) -> None:

@@ -36,13 +36,16 @@ def train_flops_per_token(shape: dict, mean_length: float) -> float:
 
 def gemm_rates(threads: int, seconds_per_shape: float) -> dict:
     """GFLOP/s of the matmul libraries the engines use, on this machine now: fp32 through Paddle (MKL, what training
-    and Paddle Inference run), fp32 and int8 (VNNI where the CPU has it) through ONNX Runtime (what the fp32 and
+    and Paddle Inference run), bf16 through paddle_ft's kernels (oneDNN, bf16 training's), fp32 and int8 (VNNI where the CPU has it) through ONNX Runtime (what the fp32 and
     int8 exports run). {library: {"gflops": best over gemm_shapes, "shape": [m, k, n]}}: each shape is called
     again and again for `seconds_per_shape`, in three rounds, and the best round counts."""
     import numpy as np
     import paddle
 
     rates = {"paddle_fp32": _best(lambda m, k, n: _paddle_matmul(paddle, m, k, n), seconds_per_shape)}
+    bf16 = _bf16_kernels()
+    if bf16 is not None:  # the bf16 rows' limit: oneDNN's bfloat16 GEMM, as paddle_ft's bf16 training calls it
+        rates["paddle_ft_bf16"] = _best(lambda m, k, n: _bf16_gemm(paddle, bf16, m, k, n), seconds_per_shape)
     try:
         import onnxruntime  # noqa: F401  (an optional engine: without it, Paddle's rate alone)
     except ImportError:
@@ -78,6 +81,19 @@ def _best(make_call, seconds: float) -> dict:
 def _paddle_matmul(paddle, m: int, k: int, n: int):
     a, b = paddle.randn([m, k]), paddle.randn([k, n])
     return lambda: paddle.matmul(a, b)
+
+
+def _bf16_kernels():
+    from paddle_ft import runtime
+    from paddle_ft.kernels.fused import kernels
+
+    module = kernels()[0] if runtime.cpu_supports_bf16() else None
+    return module if hasattr(module, "paddle_ft_bfloat16_gemm") else None
+
+
+def _bf16_gemm(paddle, module, m: int, k: int, n: int):
+    a, b = module.paddle_ft_to_bfloat16(paddle.randn([m, k])), module.paddle_ft_to_bfloat16(paddle.randn([k, n]))
+    return lambda: module.paddle_ft_bfloat16_gemm(a, b, False, False)
 
 
 def _onnx_matmul(op: str, a, b, threads: int):

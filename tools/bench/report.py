@@ -8,9 +8,21 @@ from bench.inference import ENGINES
 from paddle_ft.io import atomic_path
 from paddle_ft.runtime import cpu_kind
 
-TRAIN_ENGINES = ("paddle_ft", "paddlenlp_trainer", "hf_trainer", "hf_trainer_group_by_length")
-TRAIN_TITLES = {"paddle_ft": "paddle_ft engine", "paddlenlp_trainer": "PaddleNLP Trainer (defaults)",
-                "hf_trainer": "HF Trainer (defaults)", "hf_trainer_group_by_length": "HF Trainer (group_by_length)"}
+TRAIN_ENGINES = ("paddle_ft", "paddle_ft_bf16", "paddlenlp_trainer", "hf_trainer", "hf_trainer_group_by_length",
+                 "hf_trainer_group_by_length_same_mkl", "hf_trainer_group_by_length_bf16")
+TRAIN_TITLES = {"paddle_ft": "paddle_ft engine", "paddle_ft_bf16": "paddle_ft engine, bf16 matmuls",
+                "paddlenlp_trainer": "PaddleNLP Trainer (defaults)", "hf_trainer": "HF Trainer (defaults)",
+                "hf_trainer_group_by_length": "HF Trainer (group_by_length)",
+                "hf_trainer_group_by_length_same_mkl": "HF Trainer (group_by_length, paddle_ft's MKL path)",
+                "hf_trainer_group_by_length_bf16": "HF Trainer (group_by_length, bf16=True)"}
+# the like-for-like peer of the headline ratio: the HF Trainer with length grouping and, where paddle_ft switches
+# MKL's path (an AMD CPU), the same switch; without that row (another CPU), the one with length grouping
+LIKE_FOR_LIKE = ("hf_trainer_group_by_length_same_mkl", "hf_trainer_group_by_length")
+
+
+def ours_for(name: str) -> str:
+    """paddle_ft's row a peer's row is compared with: the bfloat16 one for a bfloat16 peer."""
+    return "paddle_ft_bf16" if name.endswith("_bf16") and name != "paddle_ft_bf16" else "paddle_ft"
 
 
 FP32_ENGINES = ("paddle_inference", "paddle_inference_onednn", "onnxruntime")  # what backend auto chooses from
@@ -21,12 +33,17 @@ def ratios(results: dict) -> dict:
     over the fastest fp32 engine at each batch size; training's useful FLOP/s over the machine's matmul rate."""
     train = results["train"]
     out = {}
-    for name in TRAIN_ENGINES[1:]:
-        out[f"train_vs_{name}"] = _ratio(train["paddle_ft"].get("samples_per_s"), train[name].get("samples_per_s"))
+    for name in TRAIN_ENGINES[2:]:
+        ours = train.get(ours_for(name), {})
+        peer = train.get(name, {})
+        out[f"train_vs_{name}"] = _ratio(ours.get("samples_per_s"), peer.get("samples_per_s"))
         # per real token: the same ratio where both timed the same texts (paddle_ft and the HF Trainers); PaddleNLP's
         # Trainer times a window of its random batches, whose mean length differs
-        out[f"train_vs_{name}_per_token"] = _ratio(train["paddle_ft"].get("real_tokens_per_s"),
-                                                   train[name].get("real_tokens_per_s"))
+        out[f"train_vs_{name}_per_token"] = _ratio(ours.get("real_tokens_per_s"), peer.get("real_tokens_per_s"))
+    out["train_like_for_like_per_token"] = next((out[f"train_vs_{name}_per_token"] for name in LIKE_FOR_LIKE
+                                                 if out[f"train_vs_{name}_per_token"]), None)
+    out["train_bf16_vs_fp32_per_token"] = _ratio(train.get("paddle_ft_bf16", {}).get("real_tokens_per_s"),
+                                                 train["paddle_ft"].get("real_tokens_per_s"))
     infer = results["infer"]
     for size in (1, 8, 32):
         key = f"batch_{size}"
@@ -60,14 +77,16 @@ def limit_rows(results: dict) -> list[dict]:
         return []
     shape = results["settings"]["shape"]
     fp32 = max(gemm[name]["gflops"] for name in gemm if name.endswith("fp32"))
+    bf16 = gemm.get("paddle_ft_bf16", {}).get("gflops")
     rows = []
     for name in TRAIN_ENGINES:
-        row = results["train"][name]
-        if row.get("samples_per_s"):
+        row = results["train"].get(name, {})
+        limit = bf16 if name.endswith("bf16") else fp32  # a bf16 row against the bfloat16 GEMM
+        if row.get("samples_per_s") and limit:
             length = row["real_tokens_per_s"] / row["samples_per_s"]
             useful = row["real_tokens_per_s"] * train_flops_per_token(shape, length) / 1e9
-            rows.append({"name": "training: " + TRAIN_TITLES[name], "gflops": useful, "limit": fp32,
-                         "share": useful / fp32})
+            rows.append({"name": "training: " + TRAIN_TITLES[name], "gflops": useful, "limit": limit,
+                         "share": useful / limit})
     length, infer = results.get("infer_mean_tokens"), results["infer"]
     for name, row in ({} if "error" in infer or not length else infer).items():
         limit = gemm.get("onnxruntime_int8", {}).get("gflops") if name.endswith("int8") else \
@@ -99,9 +118,11 @@ def markdown(results: dict) -> str:
              f"{s['paddlenlp_trainer_steps']} steps of them, the first {s['warmup_steps']} warm-up); inference: "
              f"medians of repeated rounds{' QUICK RUN' if s['quick'] else ''}.", "",
              "| training | samples/s | real tokens/s | padded tokens/s | padding | peak RSS MB | paddle_ft is "
-             "(samples) | (real tokens) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "(samples; a bf16 row: its bf16) | (real tokens) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name in TRAIN_ENGINES:
-        row = results["train"][name]
+        row = results["train"].get(name)
+        if row is None:
+            continue
         if row.get("samples_per_s") is None:
             lines.append(f"| {TRAIN_TITLES[name]} | {row.get('skipped') or row.get('error')} | | | | | | |")
             continue
@@ -110,6 +131,13 @@ def markdown(results: dict) -> str:
                      f"{_num(row['padded_tokens_per_s'], 0)} | {row['padding_share']:.1%} | "
                      f"{_num(row.get('peak_rss_mb'), 0)} | {'' if by_samples is None else f'{by_samples:.2f}x'} | "
                      f"{'' if by_tokens is None else f'{by_tokens:.2f}x'} |")
+    headline, bf16 = results["ratios"].get("train_like_for_like_per_token"), \
+        results["ratios"].get("train_bf16_vs_fp32_per_token")
+    if headline:
+        peer = next(name for name in LIKE_FOR_LIKE if results["ratios"].get(f"train_vs_{name}_per_token"))
+        lines += ["", f"Like for like (per real token, against {TRAIN_TITLES[peer]}): paddle_ft {headline:.2f}x."]
+    if bf16:
+        lines += ["", f"paddle_ft's bf16 matmuls against its float32, per real token: {bf16:.2f}x."]
     lines += _limit_lines(results)
     lines += ["", "| AMP vs fp32 | samples/s | epoch (min) | peak memory MB | largest batch | final accuracy |",
               "|---|---:|---:|---:|---:|---:|"]
@@ -226,7 +254,7 @@ def chart(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    names = [n for n in TRAIN_ENGINES if results["train"][n].get("samples_per_s") is not None]
+    names = [n for n in TRAIN_ENGINES if results["train"].get(n, {}).get("samples_per_s") is not None]
     values = [results["train"][n]["samples_per_s"] for n in names]
     left.barh([TRAIN_TITLES[n] for n in names], values, color=["tab:blue"] + ["tab:gray"] * (len(names) - 1))
     left.set_xlabel("training samples/s (higher is better)")

@@ -25,7 +25,12 @@ HF_SCRIPT = Path(__file__).with_name("hf_trainer.py")
 DEFAULT_PEERS_PYTHON = ".venv-peers/bin/python"
 NAMED_SHAPES = {"bert-base": "12,768,12,3072", "e5-small": "12,384,12,1536"}
 PADDLENLP_WINDOWS = 3  # its rate varies little between windows (random batches); more would cost minutes
-TRAIN_ROUNDS = 2  # paddle_ft and the HF Trainers: runs each, taking turns (train_rows)
+TRAIN_ROUNDS = 3  # paddle_ft and the HF Trainers: runs each, taking turns; a row is its median run (train_rows)
+# the HF Trainer's rows: (name, hf_trainer.py's flags, with MKL's code path as paddle_ft takes it, bfloat16)
+HF_ROWS = (("hf_trainer", [], False, False),
+           ("hf_trainer_group_by_length", ["--group-by-length"], False, False),
+           ("hf_trainer_group_by_length_same_mkl", ["--group-by-length"], True, False),
+           ("hf_trainer_group_by_length_bf16", ["--group-by-length", "--bf16"], True, True))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -128,43 +133,76 @@ def serve_rows(export: Path, demo: Path, threads: int, quick: bool) -> list[dict
 
 def train_rows(jobs: "Jobs", common: dict, windows: int, texts: "TrainingTexts", demo: Path,
                peers_python: Path, train_rounds: int = TRAIN_ROUNDS) -> tuple[dict, int]:
-    """The training table: our engine, PaddleNLP's Trainer, the HF Trainer twice (when the peer
-    environment exists). Returns (rows, the steps PaddleNLP's Trainer ran).
+    """The training table: our engine (float32, and bfloat16 on a CPU with bfloat16 arithmetic), PaddleNLP's
+    Trainer, and the HF Trainer (when the peer environment exists) as a user runs it, with length grouping, with
+    length grouping and MKL's code path as paddle_ft takes it (an AMD CPU: the same library, by LD_PRELOAD), and in
+    bfloat16 (torch's CPU autocast). Returns (rows, the steps PaddleNLP's Trainer ran).
 
     paddle_ft and the HF Trainers train on the same texts (`texts`): a few steps on the warm-up ones, then one timed
     epoch over the measured ones, each in its own batch order; so their samples/s and real tokens/s stand in the
     same ratio. (Timing a window of each engine's epoch instead measured other texts per engine: paddle_ft's window
     averaged 50 real tokens a text, HF's 59, the split 61.) They run `train_rounds` times, taking turns, and each
-    keeps its fastest run (by real tokens/s; every run is in the row's "runs"): on this shared machine one engine's
-    rate moved by 15% between bench runs, and a neighbour's burst only ever slows a run down. PaddleNLP's Trainer,
-    11x slower, runs once, over a window of its random batches of the measured texts."""
+    row is its median run by real tokens/s, every run in the row's "runs" (the best of them leaned the ratios toward
+    whichever engine had the luckiest run). PaddleNLP's Trainer, 11x slower, runs once, over a window of its random
+    batches of the measured texts."""
+    bf16 = runtime.cpu_supports_bf16()
+    same_mkl, why_not_same = same_mkl_environment()
+    given = runtime.environment_as_given()
+    job = {**common, "texts": {"warmup": str(texts.warmup_tsv), "measured": str(texts.measured_tsv)}}
     rounds: dict[str, list[dict]] = {}
+    skipped: dict[str, str] = {}
     for _ in range(train_rounds):
-        rounds.setdefault("paddle_ft", []).append(jobs.paddle("paddle_ft", {**common, "texts": {
-            "warmup": str(texts.warmup_tsv), "measured": str(texts.measured_tsv)}}))
-        for name, flags in (("hf_trainer", []), ("hf_trainer_group_by_length", ["--group-by-length"])):
-            if peers_python.is_file():
+        rounds.setdefault("paddle_ft", []).append(jobs.paddle("paddle_ft", job))
+        if bf16:
+            rounds.setdefault("paddle_ft_bf16", []).append(jobs.paddle("paddle_ft_bf16", job))
+        for name, flags, like_ours, in_bf16 in HF_ROWS:
+            if not peers_python.is_file():
+                skipped[name] = f"no peer environment at {peers_python}: run make bench-peers"
+            elif in_bf16 and not bf16:
+                skipped[name] = f"this {runtime.cpu_kind()} CPU has no bfloat16 arithmetic"
+            elif like_ours and same_mkl is None and not in_bf16:
+                skipped[name] = why_not_same
+            else:
                 rounds.setdefault(name, []).append(jobs.run(
                     name, [str(peers_python), str(HF_SCRIPT), str(texts.measured_features),
                            str(texts.warmup_features), str(demo / "vocab.txt"), str(common["threads"]), *flags],
-                    runtime.environment_as_given()))
-    rows = {name: _fastest(runs) for name, runs in rounds.items()}
+                    same_mkl if like_ours and same_mkl is not None else given))
+    rows = {name: _median_run(runs) for name, runs in rounds.items()}
+    rows.update({name: {"samples_per_s": None, "skipped": why} for name, why in skipped.items()})
+    if not bf16:
+        rows["paddle_ft_bf16"] = {"samples_per_s": None, "skipped": f"this {runtime.cpu_kind()} CPU has no bfloat16 "
+                                  "arithmetic"}
     # PaddleNLP's Trainer as a user runs it: none of the settings paddle_ft applies at start-up
     slow_steps = train_steps(min(windows, PADDLENLP_WINDOWS))
     rows["paddlenlp_trainer"] = jobs.paddle("paddlenlp_trainer", {**common, "features": str(texts.measured_features),
                                                                   "steps": slow_steps},
-                                            env=runtime.environment_as_given())
-    for name in ("hf_trainer", "hf_trainer_group_by_length"):
-        rows.setdefault(name, {"samples_per_s": None,
-                               "skipped": f"no peer environment at {peers_python}: run make bench-peers"})
+                                            env=given)
     return rows, slow_steps
 
 
-def _fastest(runs: list[dict]) -> dict:
-    """The run with the most real tokens/s (a failed run only where all failed), with every run's rates."""
-    done = [run for run in runs if run.get("real_tokens_per_s")]
-    best = max(done, key=lambda run: run["real_tokens_per_s"]) if done else runs[-1]
-    return {**best, "runs": [{key: run.get(key) for key in ("samples_per_s", "real_tokens_per_s")} for run in runs]}
+def same_mkl_environment() -> tuple[dict | None, str | None]:
+    """(the environment that gives another process MKL's code path as paddle_ft takes it, None), or (None, why
+    there is none). On an AMD CPU paddle_ft loads a library that answers MKL's vendor check (kernels/mkl_vendor.py);
+    the same library by LD_PRELOAD does it for torch's MKL. On another CPU MKL takes its fastest path for both."""
+    from paddle_ft.kernels.mkl_vendor import built_library
+
+    if runtime.cpu_vendor() != "AuthenticAMD":
+        return None, "not an AMD CPU: MKL takes its fastest path in both engines"
+    library, why_not = built_library()
+    if library is None:
+        return None, why_not
+    given = runtime.environment_as_given()
+    preload = " ".join(filter(None, [str(library), given.get("LD_PRELOAD")]))
+    return {**given, "LD_PRELOAD": preload}, None
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """The median run by real tokens/s (of an even number, the slower middle one; a failed run only where all
+    failed), with every run's rates."""
+    done = sorted((run for run in runs if run.get("real_tokens_per_s")), key=lambda run: run["real_tokens_per_s"])
+    middle = done[(len(done) - 1) // 2] if done else runs[-1]
+    return {**middle, "runs": [{key: run.get(key) for key in ("samples_per_s", "real_tokens_per_s")}
+                               for run in runs]}
 
 
 class Jobs:
