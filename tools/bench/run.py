@@ -84,7 +84,8 @@ def _bench(args: argparse.Namespace, demo: Path, output: Path) -> int:
     results: dict = {"tokenizer": jobs.paddle("tokenizer", common)}
     results["train"], slow_steps = train_rows(jobs, common, windows, texts, demo, Path(args.peers_python),
                                               1 if args.quick else TRAIN_ROUNDS)
-    results["amp"] = amp_table(jobs, common, results["train"]["paddle_ft"], texts.train_split)
+    results["amp"] = amp_table(jobs, common, results["train"]["paddle_ft"], texts.train_split,
+                               results["train"].get("paddle_ft_bf16"))
     results["limits"] = jobs.paddle("limits", {**common, "seconds_per_shape": 0.1 if args.quick else 0.5})
     results["profile"] = jobs.paddle("profile", {**common, "steps": train_steps(1 if args.quick else 2),
                                                  "skip_steps": WINDOW_STEPS})
@@ -294,10 +295,10 @@ AMP_ROWS = (("fp32", {}), ("fp16 (O1)", {"train.amp.enabled": True, "train.amp.d
             ("bf16 (O1)", {"train.amp.enabled": True, "train.amp.dtype": "bfloat16"}))
 
 
-def amp_table(jobs: "Jobs", common: dict, fp32: dict, train_examples: int) -> dict:
-    """AMP vs fp32: speed, time per epoch, peak memory, largest batch, accuracy after one epoch.
-    On CPU only the fp32 row can be measured: Paddle turns auto_cast and GradScaler off on CPUPlace,
-    so an AMP run there is the fp32 run."""
+def amp_table(jobs: "Jobs", common: dict, fp32: dict, train_examples: int, bf16: dict | None = None) -> dict:
+    """AMP vs fp32: speed, time per epoch, peak memory, largest batch, accuracy after one epoch. On a CPU Paddle turns
+    auto_cast and GradScaler off, so its fp16/bf16 rows would be the fp32 run: the fp32 row, and paddle_ft's own bf16
+    matmuls (the training table's row) where the CPU has bfloat16 arithmetic."""
     import paddle
 
     def row(precision: str, measured: dict, largest=None, accuracy=None) -> dict:
@@ -308,9 +309,12 @@ def amp_table(jobs: "Jobs", common: dict, fp32: dict, train_examples: int) -> di
                 "largest_batch": largest, "final_accuracy": accuracy}
 
     if not (paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0):
-        return {"device": "cpu", "rows": [row("fp32", fp32)], "note": (
-            "CPU: fp16/bf16 AMP does not apply (Paddle disables auto_cast and GradScaler on CPUPlace), so only the "
-            "fp32 row is measured; largest batch, AMP speed-up, GPU memory and AMP accuracy need a GPU run")}
+        rows = [row("fp32", fp32)] + ([row("bf16 matmuls (paddle_ft)", bf16)] if bf16 and bf16.get("samples_per_s")
+                                      else [])
+        return {"device": "cpu", "rows": rows, "note": (
+            "CPU: Paddle's fp16/bf16 AMP does not apply (it disables auto_cast and GradScaler on CPUPlace); the bf16 "
+            "row, where the CPU has bfloat16 arithmetic, is paddle_ft's bfloat16 matmuls (train.amp); largest batch, "
+            "GPU memory and AMP accuracy need a GPU run")}
     rows = []
     for precision, overrides in AMP_ROWS:  # a GPU: every cell is measured (not run on the CPU-only machine here)
         measured = fp32 if not overrides else jobs.paddle(f"amp-{precision.split()[0]}", {
