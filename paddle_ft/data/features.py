@@ -99,6 +99,23 @@ def pad_batch(features: Features, indices: Sequence[int], pad_token_id: int) -> 
     return batch
 
 
+def pack_batch(features: Features, indices: Sequence[int]) -> dict[str, np.ndarray]:
+    """The chosen examples side by side in one row with no padding (train.runtime.packed_batches): input_ids,
+    token_type_ids and position_ids [1, tokens], each text's positions from 0; offsets [texts + 1], where each text
+    starts, then the total; labels as pad_batch gives them."""
+    ids = [np.asarray(features.input_ids[i]) for i in indices]
+    lengths = np.array([len(row) for row in ids], dtype=np.int64)
+    batch = {"input_ids": np.concatenate(ids)[None].astype(np.int64),
+             "token_type_ids": np.concatenate([np.asarray(features.token_type_ids[i]) for i in indices])[None]
+             .astype(np.int64),
+             "position_ids": np.concatenate([np.arange(n, dtype=np.int64) for n in lengths])[None],
+             "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)}
+    if features.labels is not None:
+        labels = features.labels[list(indices)]
+        batch["labels"] = labels.astype(np.float32) if labels.dtype == bool else labels
+    return batch
+
+
 def eval_batches(lengths: np.ndarray, batch_size: int) -> list[list[int]]:
     """Batches for inference: examples sorted by length so each batch pads little."""
     return cut_batches(np.argsort(-np.asarray(lengths), kind="stable"), batch_size)

@@ -56,7 +56,7 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
     state = _start(opt, plan, resume_from, dist)
     # DataParallel all-reduces (averages) gradients in backward; it starts from rank 0's weights
     stepped = paddle.DataParallel(opt.model) if dist.active else opt.model
-    speed = Throughput()
+    speed = Throughput(packed=tc.runtime.packed_batches)
     with contextlib.ExitStack() as closing:  # every way out, an exception included, closes the log and the bar
         events = closing.enter_context(run.event_log(state.global_step if resume_from else None)) \
             if dist.is_main else None
@@ -346,16 +346,17 @@ class GpuMemory:
 class Throughput:
     """Examples and tokens per second since the last log line or save (not part of a checkpoint)."""
 
-    def __init__(self):
+    def __init__(self, packed: bool = False):
+        self.packed = packed  # batches packed into one row without padding (train.runtime.packed_batches)
         self.restart()
 
     def restart(self) -> None:
         self.examples, self.tokens, self.padded_tokens, self.started = 0, 0, 0, time.perf_counter()
 
     def add_batch(self, lengths: np.ndarray) -> None:
-        """A micro-batch of examples of these lengths, padded to the longest."""
+        """A micro-batch of examples of these lengths, padded to the longest (packed: not padded at all)."""
         self.tokens += int(lengths.sum())
-        self.padded_tokens += int(lengths.max()) * len(lengths)
+        self.padded_tokens += int(lengths.sum()) if self.packed else int(lengths.max()) * len(lengths)
 
     def take(self) -> dict:
         """samples/s of the whole job; real and padded (real + pad) tokens/s of this rank. Restarts."""

@@ -39,6 +39,7 @@ from paddle_ft.kernels.cpu_linear import bf16_matmul
 from paddle_ft.kernels.mkl_vendor import \
     CACHE_VARIABLE  # where built kernels are kept (default ~/.cache/paddle_ft/kernels)
 from paddle_ft.log import native_output_captured
+from paddle_ft.models.packing import PACKS_TEXTS, packed_offsets
 from paddle_ft.runtime import cpu_identity
 
 SOURCE = Path(__file__).with_name("fused_kernels.cc")
@@ -208,6 +209,8 @@ def _forward(self: nn.TransformerEncoderLayer, src, src_mask=None, cache=None, o
     post-norm computation, with `output_attentions`), with the fused kernels while training in float32 on CPU;
     the class's own forward otherwise (evaluation, export, AMP, a cache, attention weights asked for)."""
     if not (_training_on_cpu_fp32(self, src) and cache is None and not output_attentions):
+        if packed_offsets() is not None:  # Paddle's own forward would attend across the packed texts
+            raise RuntimeError("a packed row reached an encoder layer outside the fused training kernels")
         return type(self).forward(self, src, src_mask, cache, output_attentions)
     from paddle.nn.layer.transformer import _convert_attention_mask
 
@@ -234,6 +237,14 @@ def _self_attention(attention: nn.MultiHeadAttention, src: paddle.Tensor, mask: 
     (`attention_core`) where the mask is a padding mask and the kernels have it, else `softmax(scores + mask)` fused
     and the same operations in the same order otherwise, its dropout included."""
     module, _ = kernels()
+    offsets = packed_offsets()
+    if offsets is not None:  # a padding-free row (models/packing.py): attention inside each of its texts
+        tokens, width = src.shape[1], src.shape[2]
+        context = module.paddle_ft_packed_attention(
+            *(x.reshape([tokens, width]) for x in (attention.q_proj(src), attention.k_proj(src), attention.v_proj(src))),
+            offsets, int(attention.num_heads), float(attention.head_dim**-0.5),
+            float(attention.dropout if attention.training else 0.0))[0]
+        return attention.out_proj(context.reshape([1, tokens, width]))
     if hasattr(module, "paddle_ft_attention") and _padding_mask(mask, src):
         context = attention_core(attention.q_proj(src), attention.k_proj(src), attention.v_proj(src), mask,
                                  attention.num_heads, attention.dropout if attention.training else 0.0)
@@ -387,6 +398,7 @@ def use_fused_kernels(model: nn.Layer) -> tuple[int, str | None]:
     # past PaddleNLP's __setattr__ patch, which would take `forward` for an unbound method of the layer
     for layer in layers:
         object.__setattr__(layer, "forward", types.MethodType(_forward, layer))
+        object.__setattr__(layer, PACKS_TEXTS, hasattr(module, "paddle_ft_packed_attention"))
     for layer in model.sublayers(include_self=True):  # every dropout, the other norms (the embeddings')
         if type(layer) is nn.Dropout:
             object.__setattr__(layer, "forward", types.MethodType(_dropout_forward, layer))

@@ -989,6 +989,140 @@ PD_BUILD_GRAD_OP(paddle_ft_attention)
     .Outputs({paddle::Grad("Q"), paddle::Grad("K"), paddle::Grad("V")})
     .Attrs({"heads: int64_t", "scale: float", "p: float"})
     .SetKernelFn(PD_KERNEL(AttentionBackward));
+
+// Attention within each text of a padding-free batch (train.runtime.packed_batches): the batch's texts side by side
+// in one row of tokens, q, k, v [tokens, heads x head_dim], text s spanning tokens offsets[s] to offsets[s + 1]; each
+// (text, head) tile is attention_core's over that text alone (no mask: a packed text has no padding), so a text gets
+// what it gets in a batch of its own. Dropout's masks are drawn from Paddle's generator, tile after tile, before the
+// tiles are computed (in another order than the padded kernel's, whose masks cover the padding too).
+namespace {
+
+struct PackedShape {
+  int64_t tokens, width, heads, head_dim, longest = 0;
+  std::vector<int64_t> starts, lengths, tile_at;  // per text; tile_at: where its first head's tile starts in probs
+
+  PackedShape(const paddle::Tensor& q, const paddle::Tensor& offsets, int64_t num_heads) {
+    const auto& shape = q.shape();
+    PD_CHECK(shape.size() == 2, "q, k and v must be [tokens, heads x head_dim]");
+    PD_CHECK(offsets.is_cpu() && offsets.dtype() == paddle::DataType::INT64, "offsets must be int64 on the CPU");
+    tokens = shape[0], width = shape[1], heads = num_heads;
+    PD_CHECK(heads > 0 && width % heads == 0, "the width of q must divide into the heads");
+    head_dim = width / heads;
+    const int64_t* o = offsets.data<int64_t>();
+    const int64_t texts = offsets.numel() - 1;
+    PD_CHECK(texts >= 1 && o[0] == 0 && o[texts] == tokens, "offsets must run from 0 to the number of tokens");
+    int64_t at = 0;
+    for (int64_t s = 0; s < texts; ++s) {
+      PD_CHECK(o[s + 1] > o[s], "every packed text must have a token");
+      starts.push_back(o[s]);
+      lengths.push_back(o[s + 1] - o[s]);
+      tile_at.push_back(at);
+      at += heads * lengths.back() * lengths.back();
+      longest = std::max(longest, lengths.back());
+    }
+    tile_at.push_back(at);
+  }
+  int64_t tiles() const { return static_cast<int64_t>(lengths.size()) * heads; }
+  int64_t probs_size() const { return tile_at.back(); }
+  int64_t length(int64_t t) const { return lengths[t / heads]; }
+  int64_t offset(int64_t t) const { return starts[t / heads] * width + (t % heads) * head_dim; }
+  int64_t probs_at(int64_t t) const { const int64_t L = length(t); return tile_at[t / heads] + (t % heads) * L * L; }
+};
+
+template <typename Body>
+void for_packed_tiles(const PackedShape& shape, Body body) {
+  const int threads = team_size(shape.probs_size());
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<float> scratch(2 * shape.longest * shape.longest);
+#pragma omp for schedule(dynamic)
+    for (int64_t t = 0; t < shape.tiles(); ++t) body(t, scratch.data());
+  }
+}
+
+}  // namespace
+
+std::vector<paddle::Tensor> PackedAttentionForward(const paddle::Tensor& q, const paddle::Tensor& k,
+                                                   const paddle::Tensor& v, const paddle::Tensor& offsets,
+                                                   int64_t heads, float scale, float p) {
+  for (const auto* t : {&q, &k, &v}) check_float32_cpu(*t, "q, k and v");
+  const PackedShape shape(q, offsets, heads);
+  PD_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), "q, k and v must have the same shape");
+  PD_CHECK(p >= 0.f && p < 1.f, "p must lie in [0, 1) (in float32)");
+  const int64_t W = shape.width, D = shape.head_dim;
+  auto out = paddle::empty(q.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto probs = paddle::empty({shape.probs_size()}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto keep = paddle::empty({p > 0.f ? shape.probs_size() : 0}, paddle::DataType::UINT8, paddle::CPUPlace());
+  const float *qd = q.data<float>(), *kd = k.data<float>(), *vd = v.data<float>();
+  float *od = out.data<float>(), *pd = probs.data<float>();
+  uint8_t* kp = keep.data<uint8_t>();
+  if (p > 0.f) {
+    MaskDrawer drawer(kp, shape.probs_size(), shape.probs_size(), p);
+    drawer.draw();
+  }
+  const std::vector<float> no_mask(shape.longest, 0.f);
+  for_packed_tiles(shape, [&](int64_t t, float* scratch) {
+    const int64_t L = shape.length(t), at = shape.offset(t);
+    float* y = pd + shape.probs_at(t);
+    gemm(false, true, L, L, D, scale, qd + at, W, kd + at, W, y, L);
+    for (int64_t i = 0; i < L; ++i) masked_softmax_row(y + i * L, no_mask.data(), y + i * L, L);
+    const float* weights = y;
+    if (p > 0.f) {
+      apply_keep_mask(y, kp + shape.probs_at(t), 1.f - p, scratch, L * L);
+      weights = scratch;
+    }
+    gemm(false, false, L, D, L, 1.f, weights, L, vd + at, W, od + at, W);
+  });
+  return {out, probs, keep};
+}
+
+std::vector<paddle::Tensor> PackedAttentionBackward(const paddle::Tensor& q, const paddle::Tensor& k,
+                                                    const paddle::Tensor& v, const paddle::Tensor& offsets,
+                                                    const paddle::Tensor& probs, const paddle::Tensor& keep,
+                                                    const paddle::Tensor& grad_out, int64_t heads, float scale,
+                                                    float p) {
+  check_float32_cpu(grad_out, "grad_out");
+  const PackedShape shape(q, offsets, heads);
+  const int64_t W = shape.width, D = shape.head_dim;
+  auto grad_q = paddle::empty(q.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto grad_k = paddle::empty(q.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  auto grad_v = paddle::empty(q.shape(), paddle::DataType::FLOAT32, paddle::CPUPlace());
+  const float *qd = q.data<float>(), *kd = k.data<float>(), *vd = v.data<float>(), *pd = probs.data<float>();
+  const float* go = grad_out.data<float>();
+  float *gq = grad_q.data<float>(), *gk = grad_k.data<float>(), *gv = grad_v.data<float>();
+  const uint8_t* kp = keep.data<uint8_t>();
+  for_packed_tiles(shape, [&](int64_t t, float* scratch) {
+    const int64_t L = shape.length(t), at = shape.offset(t), tile = L * L;
+    const float* y = pd + shape.probs_at(t);
+    float *weights = scratch, *grad = scratch + tile;
+    if (p > 0.f) apply_keep_mask(y, kp + shape.probs_at(t), 1.f - p, weights, tile);
+    gemm(true, false, L, D, L, 1.f, p > 0.f ? weights : y, L, go + at, W, gv + at, W);
+    gemm(false, true, L, L, D, 1.f, go + at, W, vd + at, W, grad, L);
+    if (p > 0.f) apply_keep_mask(grad, kp + shape.probs_at(t), 1.f - p, grad, tile);
+    for (int64_t i = 0; i < L; ++i) softmax_grad_row(y + i * L, grad + i * L, grad + i * L, L);
+    gemm(false, false, L, D, L, scale, grad, L, kd + at, W, gq + at, W);
+    gemm(true, false, L, D, L, scale, grad, L, qd + at, W, gk + at, W);
+  });
+  return {grad_q, grad_k, grad_v};
+}
+
+std::vector<paddle::DataType> PackedAttentionDtypes(const paddle::DataType& q, const paddle::DataType&,
+                                                    const paddle::DataType&, const paddle::DataType&) {
+  return {q, q, paddle::DataType::UINT8};
+}
+
+PD_BUILD_OP(paddle_ft_packed_attention)
+    .Inputs({"Q", "K", "V", "Offsets"})
+    .Outputs({"Out", "Probs", "Keep"})
+    .Attrs({"heads: int64_t", "scale: float", "p: float"})
+    .SetKernelFn(PD_KERNEL(PackedAttentionForward))
+    .SetInferDtypeFn(PD_INFER_DTYPE(PackedAttentionDtypes));
+
+PD_BUILD_GRAD_OP(paddle_ft_packed_attention)
+    .Inputs({"Q", "K", "V", "Offsets", "Probs", "Keep", paddle::Grad("Out")})
+    .Outputs({paddle::Grad("Q"), paddle::Grad("K"), paddle::Grad("V")})
+    .Attrs({"heads: int64_t", "scale: float", "p: float"})
+    .SetKernelFn(PD_KERNEL(PackedAttentionBackward));
 #endif  // PADDLE_FT_MKL
 
 // Clipping by the global norm (the optimizer step's `clip_grad_norm`) over every gradient at once: the squares (each

@@ -11,6 +11,8 @@ import numpy as np
 import paddle
 from paddle import nn
 
+from paddle_ft.models.packing import packed, packs_texts
+
 
 class PrototypeHead(nn.Layer):
     """Logits = scale * cosine(text vector, class prototype) + bias: column c of `weight` is class c's prototype
@@ -62,11 +64,30 @@ class BERTForTextClassification(nn.Layer):
     def head(self) -> str:
         return "prototype" if isinstance(self.classifier, PrototypeHead) else "linear"
 
-    def forward(self, input_ids, token_type_ids=None, vectors: bool = False):
+    def forward(self, input_ids, token_type_ids=None, vectors: bool = False, position_ids=None, offsets=None):
         """Logits [batch, num_classes]; with `vectors`, the texts' vectors (`embed`): a call through the model, so
-        that DataParallel sees it."""
-        pooled = self.embed(input_ids, token_type_ids)
+        that DataParallel sees it. With `offsets`, the batch is packed (data.features.pack_batch): one row of the
+        texts side by side, `position_ids` restarting at each, and [texts, num_classes] logits."""
+        pooled = self.embed(input_ids, token_type_ids) if offsets is None else \
+            self._embed_packed(input_ids, token_type_ids, position_ids, offsets)
         return pooled if vectors else self.classifier(self.dropout(pooled))
+
+    def _embed_packed(self, input_ids, token_type_ids, position_ids, offsets):
+        """embed() of packed texts: [texts, hidden], each text's vector as it gets in a batch of its own (the
+        encoder's layers keep attention inside each text: models/packing.py)."""
+        layers = [layer for layer in self.encoder.sublayers() if isinstance(layer, nn.TransformerEncoderLayer)]
+        if not layers or not all(packs_texts(layer) for layer in layers):
+            raise RuntimeError("packed texts need the encoder's layers on the fused training kernels")
+        with packed(offsets):
+            sequence = self.encoder(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)[0][0]
+        starts = offsets[:-1]
+        if self.pooling == "cls":
+            return paddle.gather(sequence, starts)
+        if self.pooling == "mean":  # a [texts, tokens] matrix of 1 / length over each text's tokens
+            token = paddle.arange(sequence.shape[0], dtype="int64").unsqueeze(0)
+            inside = ((token >= starts.unsqueeze(1)) & (token < offsets[1:].unsqueeze(1))).astype(sequence.dtype)
+            return paddle.matmul(inside / inside.sum(axis=1, keepdim=True), sequence)
+        return self.encoder.pooler(paddle.gather(sequence, starts).unsqueeze(1))
 
     def embed(self, input_ids, token_type_ids=None):
         """The text's vector the head reads, before dropout: [batch, hidden]."""

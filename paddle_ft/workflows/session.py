@@ -27,7 +27,7 @@ from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.recompute import use_recompute
 from paddle_ft.engine.run_folder import RunFolder
 from paddle_ft.engine.trainer import TrainingDiverged
-from paddle_ft.errors import UserError
+from paddle_ft.errors import ConfigError, UserError
 from paddle_ft.inference.drift import reference, text_length
 from paddle_ft.io import describe_os_error
 from paddle_ft.kernels import CpuSpeedups, speed_up_cpu_training
@@ -143,6 +143,10 @@ def apply_runtime(model, config: Config, dist) -> None:
         else CpuSpeedups(False, 0)
     if rt.recompute:  # after the fused kernels: it recomputes the layer's forward as it is then
         use_recompute(model)
+    if rt.packed_batches and not (device.startswith("cpu") and speedups.fused_layers):
+        raise ConfigError("train.runtime.packed_batches", "packs texts on a CPU with the fused kernels "
+                          f"(train.runtime.fused_kernels), which this run has not ({speedups.fused_unavailable or device})"
+                          "; set it false")
     if speedups.fused_unavailable and dist.is_main:
         log(f"fused CPU kernels unavailable: {speedups.fused_unavailable}; training runs Paddle's own kernels "
             "(train.runtime.fused_kernels=false silences this)")

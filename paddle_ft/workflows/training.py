@@ -153,4 +153,5 @@ def objective(config, splits, dist) -> Classification | MultiLabelClassification
         log(f"class weights ({how}): " + ", ".join(f"{n} {w:.4g}" for n, w in zip(splits.label_names, weights)))
     return Classification(splits.label_names, splits.pad_token_id, tc.loss, weights, tc.focal_gamma, tc.calibration,
                           target_coverage=tc.decision.target_coverage, abstain_below=tc.decision.abstain_below,
-                          hierarchy=hierarchy, level_loss=tc.level_loss if hierarchy else 0.0)
+                          hierarchy=hierarchy, level_loss=tc.level_loss if hierarchy else 0.0,
+                          packed=tc.runtime.packed_batches)

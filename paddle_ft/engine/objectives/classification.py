@@ -8,7 +8,7 @@ import paddle
 
 from paddle_ft.artifacts.meta import Decision
 from paddle_ft.config import TASK_METRICS
-from paddle_ft.data.features import Features, pad_batch
+from paddle_ft.data.features import Features, pack_batch, pad_batch
 from paddle_ft.engine.evaluate import predict_logits
 from paddle_ft.engine.losses import classification_loss, level_loss
 from paddle_ft.engine.metrics import (abstain_threshold, classification_report, decision_report,
@@ -24,8 +24,16 @@ class ClassifierObjective(Objective):
     label_names: tuple[str, ...]
     pad_token_id: int
 
-    def _logits(self, model, features: Features, indices: list[int], autocast):
-        """(logits [b, labels] float32, the padded batch) of the training examples `indices`."""
+    def _logits(self, model, features: Features, indices: list[int], autocast, packed: bool = False):
+        """(logits [b, labels] float32, the batch) of the training examples `indices`, padded, or `packed` into one
+        row without padding (train.runtime.packed_batches)."""
+        if packed:
+            batch = pack_batch(features, indices)
+            with autocast():
+                logits = model(*(paddle.to_tensor(batch[key]) for key in ("input_ids", "token_type_ids")),
+                               position_ids=paddle.to_tensor(batch["position_ids"]),
+                               offsets=paddle.to_tensor(batch["offsets"]))
+            return logits.astype("float32"), batch
         batch = pad_batch(features, indices, self.pad_token_id)
         with autocast():
             logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
@@ -69,10 +77,12 @@ class Classification(ClassifierObjective):
     """The labels' tree (data.label_hierarchy): a report scores each level too."""
     level_loss: float = 0.0
     """With a tree: the weight of its upper levels' cross-entropy added to the leaves' (train.level_loss)."""
+    packed: bool = False
+    """Training batches packed into one row without padding (train.runtime.packed_batches)."""
 
     def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
         """The summed (not averaged) loss of the examples `indices`, in float32."""
-        logits, batch = self._logits(model, features, indices, autocast)
+        logits, batch = self._logits(model, features, indices, autocast, self.packed)
         labels = paddle.to_tensor(batch["labels"])
         loss = classification_loss(logits, labels, self.loss_kind, self.class_weights, self.focal_gamma)
         if self.level_loss:
