@@ -213,9 +213,10 @@ class AmpConfig:
     """float16 (compute capability 7.0+, loss-scaled) or bfloat16 (8.0+)."""
     init_loss_scaling: float = field(default=32768.0, metadata=_positive(float))
     """First loss scale of the dynamic scaler (float16 only; bfloat16 needs no scaling)."""
-    tf32: bool = False
+    tf32: bool | None = None
     """float32 matmuls on the GPU in TF32 (Ampere and newer: a 10-bit mantissa, ~1e-3 relative error, several
-    times faster), with or without `enabled`. Paddle 3.3 leaves it off; paddle_ft sets it either way."""
+    times faster), with or without `enabled`. null: as Paddle has it (on: phi's context pool starts with
+    allow_tf32_cublas true); false turns it off for float32-exact GPU matmuls, true turns it on."""
 
 
 @dataclass(frozen=True)

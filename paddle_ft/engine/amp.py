@@ -126,9 +126,12 @@ def clip_grad_norm(parameters, max_norm: float, fused: bool = False) -> paddle.T
     return total
 
 
-def set_tf32(enabled: bool) -> None:
-    """TF32 for float32 matmuls (cuBLAS) on GPUs that have it: set from train.amp.tf32, never left to the
-    version's default (Paddle 3.3's is off). A process-wide switch; on a CPU it changes nothing."""
+def set_tf32(enabled: bool | None) -> None:
+    """TF32 for float32 matmuls (cuBLAS) on GPUs that have it, as train.amp.tf32 says: None leaves Paddle's switch
+    as it is (on, Paddle's default: a fp32 run is as fast as in plain Paddle). A process-wide switch; on a CPU it
+    changes nothing."""
+    if enabled is None:
+        return
     from paddle.base import core
 
     core.set_cublas_switch(enabled)

@@ -155,7 +155,15 @@ def apply_runtime(model, config: Config, dist) -> None:
     if dist.is_main:
         log(runtime.describe(settings) + speedups.describe()
             + (", recomputed encoder layers" if rt.recompute else "")
-            + ((", TF32 matmuls " + ("on" if config.train.amp.tf32 else "off")) if device.startswith("gpu") else ""))
+            + (f", TF32 matmuls {tf32_state(config.train.amp.tf32)}" if device.startswith("gpu") else ""))
+
+
+def tf32_state(setting: bool | None) -> str:
+    """How the run's GPU float32 matmuls stand, for the settings line: as set, or as Paddle has them."""
+    from paddle.base import core
+
+    state = "on" if core.get_cublas_switch() else "off"
+    return state if setting is not None else f"{state} (Paddle's setting; train.amp.tf32 changes it)"
 
 
 def linear_width(model) -> int:

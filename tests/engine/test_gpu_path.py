@@ -278,21 +278,27 @@ def test_electra_noise_differs_per_example_and_is_the_same_however_examples_are_
     assert np.isfinite(gumbel).all() and abs(gumbel.mean() - 0.5772) < 5 * 1.2825 / np.sqrt(gumbel.size)
 
 
-@pytest.mark.parametrize("tf32", [True, False])
-def test_tf32_is_set_from_the_config_whatever_the_process_had(tf32, tiny_config_args):
-    """Issue 28: TF32 was left to Paddle's default (off in 3.3, on in 2.x) while comments said it was on. The switch
-    exists in every build (on a CPU it changes nothing): training sets it from train.amp.tf32."""
+@pytest.mark.parametrize("tf32", [True, False, None])
+def test_tf32_is_set_from_the_config_and_left_as_paddle_has_it_by_default(tf32, tiny_config_args, tmp_path):
+    """Issue 67: train.amp.tf32 was false by default, applied on every run, while Paddle's own default is on
+    (phi's context pool starts with allow_tf32_cublas true): a first fp32 run on an H100 was slower than plain Paddle.
+    Unset (null), the switch stays as the process had it; true or false set it. The switch exists in every build (on a
+    CPU it changes nothing)."""
     from paddle.base import core
 
     from paddle_ft.cli import main
 
-    core.set_cublas_switch(not tf32)
-    try:
-        assert main(["train", "--config", DEMO, *overrides([*tiny_config_args, "train.max_steps=1",
-                                                            f"train.amp.tf32={str(tf32).lower()}"])]) == 0
-        assert core.get_cublas_switch() is tf32
-    finally:
-        core.set_cublas_switch(False)
+    before = core.get_cublas_switch()
+    for had in (True, False):
+        core.set_cublas_switch(had)
+        setting = [] if tf32 is None else [f"train.amp.tf32={str(tf32).lower()}"]
+        try:
+            assert main(["train", "--config", DEMO, *overrides([*tiny_config_args, "train.max_steps=1",
+                                                                f"output_dir={tmp_path / f'run-{had}'}",
+                                                                *setting])]) == 0
+            assert core.get_cublas_switch() is (had if tf32 is None else tf32)
+        finally:
+            core.set_cublas_switch(before)
 
 
 def test_the_largest_batch_search_doubles_then_bisects_and_stops_at_its_budget():

@@ -37,7 +37,8 @@ PRECISIONS = {"fp32": [], "fp16-O1": ["train.amp.enabled=true", "train.amp.dtype
               "fp16-O2": ["train.amp.enabled=true", "train.amp.dtype=float16", "train.amp.level=O2"],
               "bf16-O1": ["train.amp.enabled=true", "train.amp.dtype=bfloat16", "train.amp.level=O1"],
               "bf16-O2": ["train.amp.enabled=true", "train.amp.dtype=bfloat16", "train.amp.level=O2"]}
-# the AMP table's rows at bert-base's shape: fp32 twice, as TF32 (off in Paddle 3.3) changes what AMP is compared with
+# the AMP table's rows at bert-base's shape: fp32 twice, as TF32 (on in Paddle 3.3 by default) changes what AMP is
+# compared with
 AMP_ROWS = {"fp32 TF32 off": ["train.amp.tf32=false"], "fp32 TF32 on": ["train.amp.tf32=true"],
             **{name.replace("-", " "): overrides for name, overrides in PRECISIONS.items() if name != "fp32"}}
 AMP_SPEED_FLOOR, AMP_TF32_FLOOR, AMP_MEMORY_CEILING, TWO_GPU_SCALING_FLOOR = 1.3, 1.1, 0.75, 1.8
