@@ -129,11 +129,24 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, 
     return final
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int = 0) -> TrainState:
+def check_world_size(path: Path, world_size: int) -> None:
+    """A checkpoint resumes exactly only with the number of processes that wrote it (one RNG state each): another
+    number trains on with another effective batch, sampler and schedule. Refused in one line naming both."""
+    written_by = len(pickle.loads((path / "rng.pdstate").read_bytes()))
+    if written_by != world_size:
+        raise UserError(f"checkpoint {path} was written by {written_by} process(es) and this run has {world_size}: "
+                        f"its batches, data order and schedule hold for {written_by} only; resume with {written_by} "
+                        "(python -m paddle.distributed.launch --nproc_per_node / --gpus), or start a new run in "
+                        "another output_dir")
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int = 0,
+                    world_size: int = 1) -> TrainState:
     """Restore everything `save_checkpoint` wrote into the given objects; returns the trainer state.
     `path` is a checkpoint `verify_checkpoint` passed (`workflows.training` picks it that way: hashing a
     large model's files twice would double the cost of every resume); it must fit the model (same
     parameter names and shapes)."""
+    check_world_size(path, world_size)
     model_state = paddle.load(str(path / PADDLE_WEIGHTS))
     _check_fits(path, model_state, model)
     model.set_state_dict(in_dtypes_of(model, model_state))
@@ -144,11 +157,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int =
     scaler_state = pickle.loads((path / "scaler.pdparams").read_bytes())
     if scaler_state:
         scaler.load_state_dict(scaler_state)
-    rng_states = pickle.loads((path / "rng.pdstate").read_bytes())
-    if rank >= len(rng_states):
-        raise UserError(f"checkpoint {path} was written by {len(rng_states)} process(es); resume it with the same "
-                        "number of processes")
-    restore_rng(rng_states[rank])
+    restore_rng(pickle.loads((path / "rng.pdstate").read_bytes())[rank])
     return TrainState(**json.loads((path / TRAINER_STATE).read_text()))
 
 

@@ -22,6 +22,7 @@ from paddle_ft.data.labels import LabelMap
 from paddle_ft.data.readers import format_of, read_records
 from paddle_ft.engine import distributed
 from paddle_ft.engine.amp import bf16_on_cpu, check_amp_supported, set_tf32
+from paddle_ft.engine.checkpoint import check_world_size
 from paddle_ft.engine.evaluate import NonFiniteScores
 from paddle_ft.engine.interrupt import TrainingInterrupted
 from paddle_ft.engine.recompute import use_recompute
@@ -70,6 +71,7 @@ def ready_to_train(model, config: Config, folder: RunFolder, dist, resume_from: 
         seed_everything(config.seed + dist.rank)  # same initial weights, a different dropout stream per rank
     if resume_from is not None:
         folder.check_resume_fits(config, label_map)  # before anything of the run is rewritten
+        check_world_size(resume_from, dist.world_size)
     if dist.is_main:
         folder.check_free_space(model, config.train.checkpoints.keep)
         folder.write_config(config, label_map)

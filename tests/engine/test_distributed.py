@@ -53,7 +53,7 @@ def assert_matches_single_process(single: Path, multi: Path, log_dir: Path):
 
 @pytest.mark.parametrize("per_rank", [["train.batch_size=4"], ["train.batch_size=2", "train.accumulate_steps=2"]],
                          ids=["batch4x2ranks", "batch2xaccum2x2ranks"])
-def test_two_gloo_workers_match_one_process_with_the_same_global_batch(per_rank, job_args, tmp_path):
+def test_two_gloo_workers_match_one_process_with_the_same_global_batch(per_rank, job_args, tmp_path, capsys):
     single, multi = tmp_path / "single", tmp_path / "multi"
     assert main(["train", "--config", DEMO, *[x for a in job_args + [f"output_dir={single}", "train.batch_size=8"]
                                               for x in ("-o", a)]]) == 0
@@ -63,6 +63,14 @@ def test_two_gloo_workers_match_one_process_with_the_same_global_batch(per_rank,
     # only rank 0 writes: one metrics file, and the plan states the global batch
     plan = json.loads((multi / "metrics.jsonl").read_text().splitlines()[0])
     assert (plan["world_size"], plan["effective_batch_size"]) == (2, 8)
+    # issue 67: resumed by one process, the run would go on with another batch, sampler and schedule
+    before = (multi / "metrics.jsonl").read_bytes()
+    assert main(["train", "--config", str(multi / "config.yaml"), "-o", "train.resume=auto"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: checkpoint {multi / 'checkpoints' / 'step-10'} was written by 2 process(es) and this run has 1: its "
+        "batches, data order and schedule hold for 2 only; resume with 2 (python -m paddle.distributed.launch "
+        "--nproc_per_node / --gpus), or start a new run in another output_dir")
+    assert (multi / "metrics.jsonl").read_bytes() == before  # refused before anything of the run was rewritten
 
 
 def test_distributed_dev_metrics_equal_a_single_process_evaluation(job_args, tmp_path):
