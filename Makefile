@@ -115,7 +115,8 @@ docker-check: $(VENV)/.installed
 
 # the environment's own paddle, never the venv's CPU wheel: in the official Paddle GPU image (or after
 # pip install '.[gpu]') run `pip install .` first. Without a GPU it fails, as a GPU check that checked nothing should.
-GPU_PYTHON ?= python3
+# the project's environment where make install made one, else the image's python (the official Paddle GPU image)
+GPU_PYTHON ?= $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 gpu-check:
 	$(GPU_PYTHON) tools/gpu_check.py --output out/gpu_check
 

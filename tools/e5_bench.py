@@ -180,8 +180,10 @@ class Runs:
 
         folder = self.output / "runs" / f"paddle_ft-{name}"
         shutil.rmtree(folder, ignore_errors=True)  # this bench's own run of an earlier bench
+        # float32, as the Hugging Face side trains: like for like on a CPU where train.amp auto would take bf16
         command = [sys.executable, "-m", "paddle_ft", "train", "-c", config, "-o", f"output_dir={folder}",
-                   "-o", f"train.runtime.cpu_threads={self.threads}", *(f"-o{o}" for o in overrides)]
+                   "-o", f"train.runtime.cpu_threads={self.threads}", "-o", "train.amp.enabled=false",
+                   *(f"-o{o}" for o in overrides)]
         if log_every:
             command += ["-o", f"train.runtime.log_every={log_every}"]
         run = self._run(f"paddle_ft-{name}", command)

@@ -287,7 +287,8 @@ def train(output: Path, name: str, config: Path, overrides: list[str]) -> dict:
     folder = output / "runs" / name
     if (folder / "results.json").is_file():  # finished in an earlier run of the bench
         return json.loads((folder / "results.json").read_text(encoding="utf-8"))
-    settings = [f"output_dir={folder}", "train.runtime.write_report=false", *overrides]
+    # float32 unless the caller says (the recorded figures are; train.amp auto would take bf16 on a CPU that has it)
+    settings = [f"output_dir={folder}", "train.runtime.write_report=false", "train.amp.enabled=false", *overrides]
     run(output, f"train-{name}", [sys.executable, "-m", "paddle_ft", "train", "-c", config,
                                   *[x for item in settings for x in ("-o", item)]], fresh=folder)
     return json.loads((folder / "results.json").read_text(encoding="utf-8"))
