@@ -37,8 +37,10 @@ class StepRunner:
         gradients in float32 too, so that micro-batches are summed (accumulation), clipped and decayed in float32;
         without it Paddle sums float16/bfloat16 gradients, which loses the small ones of later micro-batches."""
         if self.amp.enabled and self.amp.level == "O2":
+            kept = model.float32_layers() if hasattr(model, "float32_layers") else None  # the head, the embeddings
             model, optimizer = paddle.amp.decorate(models=model, optimizers=optimizer, level="O2",
-                                                   dtype=self.amp.dtype, master_weight=True, master_grad=True)
+                                                   dtype=self.amp.dtype, master_weight=True, master_grad=True,
+                                                   excluded_layers=kept)
         return model, optimizer
 
     def autocast(self):

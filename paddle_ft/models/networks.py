@@ -70,7 +70,20 @@ class BERTForTextClassification(nn.Layer):
         texts side by side, `position_ids` restarting at each, and [texts, num_classes] logits."""
         pooled = self.embed(input_ids, token_type_ids) if offsets is None else \
             self._embed_packed(input_ids, token_type_ids, position_ids, offsets)
-        return pooled if vectors else self.classifier(self.dropout(pooled))
+        if vectors:
+            return pooled
+        if not paddle.in_dynamic_mode() or not paddle.amp.is_autocast_enabled():  # export traces float32
+            return self.classifier(self.dropout(pooled))
+        # under AMP the head runs in float32 outside the autocast (O2 keeps its weights float32: `float32_layers`):
+        # a prototype head's normalisation and learned scale, and a linear head's logits, are not fp16 matters
+        with paddle.amp.auto_cast(enable=False):
+            return self.classifier(self.dropout(pooled.astype("float32")))
+
+    def float32_layers(self) -> list[nn.Layer]:
+        """What AMP O2 keeps in float32 (engine/amp.py): the head, and the embeddings, whose lookup Paddle runs in
+        float32 anyway (a float16 table would be cast back every forward: ~1 GB a step for e5's 250k-row one)."""
+        embeddings = [layer for layer in self.encoder.sublayers() if isinstance(layer, nn.Embedding)]
+        return [self.classifier, *embeddings]
 
     def _embed_packed(self, input_ids, token_type_ids, position_ids, offsets):
         """embed() of packed texts: [texts, hidden], each text's vector as it gets in a batch of its own (the
@@ -97,7 +110,8 @@ class BERTForTextClassification(nn.Layer):
         sequence, pooled = self.encoder(input_ids, token_type_ids=token_type_ids)[:2]
         if self.pooling == "cls":
             return sequence[:, 0]
-        if self.pooling == "mean":
+        if self.pooling == "mean":  # summed in float32: a float16 sum over hundreds of tokens loses their small parts
+            sequence = sequence if sequence.dtype == paddle.float32 else sequence.astype("float32")
             mask = (input_ids != self.encoder.config.pad_token_id).astype(sequence.dtype).unsqueeze(-1)  # [b, s, 1]
             return (sequence * mask).sum(axis=1) / mask.sum(axis=1)
         return pooled

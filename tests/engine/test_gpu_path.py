@@ -233,7 +233,7 @@ def test_o2_keeps_float32_gradients_so_micro_batches_are_summed_in_float32(monke
     StepRunner(AmpConfig(enabled=True, dtype="bfloat16", level="O2"), 1.0).prepare("model", "optimizer")
     StepRunner(AmpConfig(enabled=True, dtype="float16", level="O1"), 1.0).prepare("model", "optimizer")
     assert calls == [{"models": "model", "optimizers": "optimizer", "level": "O2", "dtype": "bfloat16",
-                      "master_weight": True, "master_grad": True}]
+                      "master_weight": True, "master_grad": True, "excluded_layers": None}]  # a plain layer
 
 
 class NoiseSeen(paddle.nn.Layer):
@@ -617,3 +617,34 @@ def test_gpu_check_in_a_python_without_paddle_says_what_to_install_in_one_line(m
                            "pip install '.[gpu]' --extra-index-url https://www.paddlepaddle.org.cn/packages/stable/cu126/")
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "GPU_PYTHON ?= $(if $(wildcard $(PYTHON)),$(PYTHON),python3)" in makefile
+
+
+def test_under_fp16_the_head_and_mean_pooling_run_in_float32_and_o2_keeps_them_and_the_embeddings(make_model,
+                                                                                                  monkeypatch):
+    """Issue 67: under fp16 O2 the prototype head's scale gradient and mean pooling reduced in float16 (Paddle's O2
+    black list holds lookups, not these), and an untrimmed e5 embedding table was cast to float32 every forward.
+    Now mean pooling sums in float32, the head runs in float32 outside the autocast, and decorate is told to keep the
+    head and the embeddings float32. (On a CPU Paddle's autocast and decorate do nothing: their inputs are checked.)"""
+    from paddle_ft.engine.amp import StepRunner
+
+    model = make_model()
+    model.pooling = "mean"
+    sequence = paddle.to_tensor(np.full((2, 300, 32), 1.0 + 2 ** -9, dtype="float16"))  # fp16 sums drift at 300
+    monkeypatch.setattr(type(model.encoder), "forward", lambda self, *a, **k: (sequence, None))
+    ids = paddle.ones([2, 300], dtype="int64")
+    pooled = model.embed(ids)
+    assert pooled.dtype == paddle.float32
+    np.testing.assert_allclose(pooled.numpy(), np.float32(1.0 + 2 ** -9), rtol=0, atol=1e-6)
+    seen = []
+    monkeypatch.setattr(paddle.amp, "is_autocast_enabled", lambda: True)
+    monkeypatch.setattr(type(model.classifier), "forward", lambda self, x: seen.append(x.dtype) or x[:, :2])
+    model(ids)
+    assert seen == [paddle.float32]  # the head's input, under an autocast
+    captured = {}
+    monkeypatch.setattr(paddle.amp, "decorate", lambda **kwargs: captured.update(kwargs) or (kwargs["models"],
+                                                                                           kwargs["optimizers"]))
+    runner = StepRunner(AmpConfig(enabled=True, level="O2", dtype="float16"), 1.0)
+    runner.prepare(model, paddle.optimizer.AdamW(parameters=model.parameters()))
+    kept = captured["excluded_layers"]
+    assert kept[0] is model.classifier
+    assert {type(layer).__name__ for layer in kept[1:]} == {"Embedding"} and len(kept) == 4  # words, positions, types
