@@ -47,6 +47,16 @@ def test_the_manifests_parse_and_name_what_exists():
     assert "COPY tools /opt/paddle_ft/tools" in dockerfile and "COPY configs /opt/paddle_ft/configs" in dockerfile
 
 
+def test_a_stopped_worker_has_time_to_save_and_only_signals_restart_it():
+    """Issue 67: with Kubernetes' 30 s grace the pod died with the launcher before the launcher's own 30 s for its
+    workers' stop checkpoint; `OnFailure` restarted a failed worker alone (its peer blocked in an all-reduce) and a user
+    error forever."""
+    job = documents("paddlejob.yaml")["PaddleJob"]["spec"]
+    worker = job["paddleReplicaSpecs"]["Worker"]
+    assert worker["restartPolicy"] == "ExitCode" and job["runPolicy"]["backoffLimit"] == 3
+    assert worker["template"]["spec"]["terminationGracePeriodSeconds"] > 30 + 30  # the launcher's 30 s, and more
+
+
 def test_the_paddlejobs_pods_can_write_their_volume_and_their_own_logs_and_name_their_interface():
     """Issue 46: no fsGroup for the image's uid (a fresh volume is root's), both workers writing workerlog.0 on the
     shared volume, and no NCCL_SOCKET_IFNAME."""
