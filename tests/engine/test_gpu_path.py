@@ -406,7 +406,7 @@ def test_two_gpu_scaling_is_judged_by_the_interconnect_it_says(table, link, scal
 def test_gpu_checks_two_process_check_launches_paddle_ft_and_matches_one_process_on_cpu(tmp_path):
     """Issue 46, finding 1: the launcher was handed tools/bench/__main__.py, which does not exist, so both
     2-GPU checks could never pass; --device cpu never reached them. Here the same check runs 2 gloo processes."""
-    from bench.gpu_check import two_process_check, write_recipe
+    from bench.gpu_check import TWO_PROCESS_ROWS, TwoProcessRow, two_process_check, write_recipe
 
     config = write_recipe(tmp_path / "data", steps=30)
     small = ["model.scratch.hidden_size=64", "model.scratch.num_layers=1", "model.scratch.num_heads=2",
@@ -414,7 +414,14 @@ def test_gpu_checks_two_process_check_launches_paddle_ft_and_matches_one_process
     check = two_process_check(tmp_path, ["--config", str(config), *small], device="cpu")
     assert check.status == "pass", check.detail
     assert check.name == "2-process gloo on the CPU" and check.numbers["max_abs_weight_diff"] < 1e-3
-    assert "weights identical on all 2 ranks" in (tmp_path / "log" / "workerlog.0").read_text()
+    assert "replicas identical: True" in check.detail and "losses finite: True" in check.detail
+    # issue 67: the data-parallel + O2 + accumulation row, on a CPU a skip (no fp16 AMP here); its plumbing
+    # (accumulated micro-batches all-reduced) in float32
+    o2 = two_process_check(tmp_path, ["--config", str(config), *small], "cpu", TWO_PROCESS_ROWS[1])
+    assert (o2.status, o2.name) == ("skip", "2-process gloo on the CPU, fp16 O2, accumulation 2")
+    accumulated = two_process_check(tmp_path, ["--config", str(config), *small], "cpu",
+                                    TwoProcessRow("accumulation 2", (), TWO_PROCESS_ROWS[1].per_rank))
+    assert accumulated.status == "pass", accumulated.detail
 
 
 @pytest.mark.slow

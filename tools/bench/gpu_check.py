@@ -144,7 +144,8 @@ def run_checks(work: Path, config: Path, device: str, gpus: int, batch_search: b
     import paddle
 
     if gpus >= 2 or (device == "cpu" and not paddle.is_compiled_with_cuda()):
-        checks.append(two_process_check(work, base, device))  # on a CPU: 2 gloo processes, the same comparison
+        # on a CPU: 2 gloo processes, the same comparison (the O2 row a skip: no fp16 AMP on a CPU)
+        checks += [two_process_check(work, base, device, row) for row in TWO_PROCESS_ROWS]
     elif device == "cpu":
         checks.append(Check("2-process gloo on the CPU", "skip", "a CUDA build's launcher puts its ranks on GPUs: "
                             "the CPU plumbing runs with the CPU build"))
@@ -540,27 +541,55 @@ def launch(work: Path, log_dir: Path, device: str, command: list[str]) -> list[s
             *command]
 
 
-def two_process_check(work: Path, base: list[str], device: str = "gpu") -> Check:
-    """2 ranks x batch 16 against 1 process x batch 32 (the same global batch), dropout off so that the
-    ranks' different dropout streams do not count: the same weights, up to all-reduce rounding."""
+@dataclass(frozen=True)
+class TwoProcessRow:
+    """A data-parallel run against one process with the same global batch (32)."""
+    name: str
+    overrides: tuple[str, ...] = ()  # both runs
+    per_rank: tuple[str, ...] = ("train.batch_size=16",)
+    bound: float = 1e-3  # the largest weight difference allowed
+
+
+TWO_PROCESS_ROWS = (TwoProcessRow("plain"),
+                    # data parallel + O2 + accumulation: the master gradients summed over micro-batches, then
+                    # all-reduced; never run anywhere before issue 67 (both 2-GPU rows accumulated 1, the CPU ran fp32)
+                    TwoProcessRow("fp16 O2, accumulation 2", tuple(PRECISIONS["fp16-O2"]),
+                                  ("train.batch_size=8", "train.accumulate_steps=2"), 1e-2))
+
+
+def two_process_check(work: Path, base: list[str], device: str = "gpu", row: TwoProcessRow = TWO_PROCESS_ROWS[0]
+                      ) -> Check:
+    """2 ranks against 1 process with the same global batch, dropout off so that the ranks' different dropout
+    streams do not count: the same weights up to all-reduce rounding (and, for an AMP row, float16's), finite losses,
+    and the replicas identical (the trainer's own check, in rank 0's log)."""
     import numpy as np
 
-    title = "2-process --gpus 0,1" if device == "gpu" else "2-process gloo on the CPU"
-    same = base + ["model.dropout=0", "train.max_steps=50"]
-    single, double = work / "one-process", work / "two-process"
+    title = ("2-process --gpus 0,1" if device == "gpu" else "2-process gloo on the CPU") + \
+        ("" if row.name == "plain" else f", {row.name}")
+    unsupported = precision_unsupported("fp16-O2", device) if row.overrides else None
+    if unsupported:
+        return Check(title, "skip", unsupported)
+    same = base + [*row.overrides, "model.dropout=0", "train.max_steps=50"]
+    folder = work / ("two-process" if row.name == "plain" else "two-process-" + "".join(
+        c if c.isalnum() else "-" for c in row.name))
+    single, double = folder / "one-process", folder / "two-process"
     check = command_check("1-process reference", train_command(single, same), device, env=DETERMINISTIC)
     if check.status != "pass":
         return Check(title, "fail", f"the one-process reference failed: {check.detail}")
-    command = launch(work, work / "log", device, train_command(double, same + ["train.batch_size=16"]))
+    command = launch(work, folder / "log", device, train_command(double, same + list(row.per_rank)))
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **DETERMINISTIC}, timeout=1800)
     if done.returncode != 0:
-        return Check(title, "fail", f"exit {done.returncode}; see {work / 'log'}")
+        return Check(title, "fail", f"exit {done.returncode}; see {folder / 'log'}")
     from paddle_ft.artifacts.bundle import read_weights
 
     a, b = read_weights(RunFiles(single).best_dir), read_weights(RunFiles(double).best_dir)
     worst = max(float(np.abs(a[k].numpy() - b[k].numpy()).max()) for k in a)
-    return Check(title, "pass" if worst < 1e-3 else "fail",
-                 f"best/ weights within {worst:.3g} of one process", {"max_abs_weight_diff": worst})
+    finite = loss_trend(double)["losses"] and all(np.isfinite(loss_trend(double)["losses"]))
+    identical = "weights identical on all 2 ranks" in (folder / "log" / "workerlog.0").read_text(errors="replace")
+    ok = worst < row.bound and finite and identical
+    return Check(title, "pass" if ok else "fail",
+                 f"best/ weights within {worst:.3g} of one process (bound {row.bound:g}), losses finite: {finite}, "
+                 f"replicas identical: {identical}", {"max_abs_weight_diff": worst})
 
 
 def interconnect() -> str:
