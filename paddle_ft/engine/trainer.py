@@ -16,6 +16,7 @@ from paddle_ft.artifacts.run import Results
 from paddle_ft.config import Config, EvaluationConfig
 from paddle_ft.data.features import Features, Splits
 from paddle_ft.engine.amp import StepRunner
+from paddle_ft.engine.batch_copies import copies_done
 from paddle_ft.engine.batching import TrainBatchSampler, micro_batches
 from paddle_ft.engine.checkpoint import TrainState, capture_rng, complete_checkpoints, rotate_checkpoints
 from paddle_ft.engine.distributed import Distributed
@@ -76,6 +77,7 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
             # the step's one collective and one host read: every rank sees the same loss and takes the same
             # decisions (a rank's non-finite loss makes the sum non-finite)
             loss_sum, stop_asked = dist.step_totals(local_loss, signals.signal is not None)
+            copies_done()  # that read waited for the step's work, its batches' copies first
             nonfinite = not math.isfinite(loss_sum)
             grad_norm, skipped = opt.update(finite=not nonfinite)
             memory.stepped()

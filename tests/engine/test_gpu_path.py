@@ -582,11 +582,23 @@ def test_a_training_step_reads_the_host_once(tiny_config_args, monkeypatch):
     floor while a non-finite step is skipped, which Paddle's eager optimizer decides on the host (docs/status.md).
     Clipping is off here: on a CPU it reads its scale to skip a no-op multiply."""
     counts = count_host_reads(monkeypatch)
+    copies = []
+    real_to_tensor = paddle.to_tensor
+
+    def to_tensor(data, *args, **kwargs):  # counted where a micro-batch's array is put on the device
+        if sys._getframe(1).f_code.co_filename.endswith("batch_copies.py"):
+            copies.append(np.shape(data))
+        return real_to_tensor(data, *args, **kwargs)
+
+    monkeypatch.setattr(paddle, "to_tensor", to_tensor)
     args = tiny_config_args + ["data.dev=null", "data.test=null", "train.max_steps=20", "train.runtime.log_every=10",
                                "train.checkpoints.keep=0", "train.optimizer.max_grad_norm=null",
                                "train.runtime.write_report=false"]
     assert main(["train", "--config", DEMO, *overrides(args)]) == 0
     assert counts["reads"] == 20
+    # issue 67: each step's host->device copies, 3 (the ids, their types, the labels), through batch_copies, which
+    # on a GPU builds them in pinned memory and copies without blocking
+    assert len(copies) == 3 * 20 and {len(shape) for shape in copies} == {1, 2}
 
 
 def test_an_electra_step_of_two_micro_batches_reads_the_host_once(tiny_config_args, tmp_path, monkeypatch):
@@ -655,3 +667,17 @@ def test_under_fp16_the_head_and_mean_pooling_run_in_float32_and_o2_keeps_them_a
     kept = captured["excluded_layers"]
     assert kept[0] is model.classifier
     assert {type(layer).__name__ for layer in kept[1:]} == {"Embedding"} and len(kept) == 4  # words, positions, types
+
+
+@pytest.mark.gpu
+def test_a_batch_copy_on_a_gpu_comes_from_pinned_memory_and_keeps_its_source_until_the_steps_read():
+    from paddle_ft.engine import batch_copies
+
+    paddle.set_device("gpu:0")
+    array = np.arange(12, dtype=np.int64).reshape(3, 4)
+    tensor = batch_copies.to_device(array)
+    assert tensor.place.is_gpu_place() and len(batch_copies._in_flight) == 1
+    assert batch_copies._in_flight[0].place.is_cuda_pinned_place()
+    np.testing.assert_array_equal(tensor.numpy(), array)
+    batch_copies.copies_done()
+    assert batch_copies._in_flight == []

@@ -9,6 +9,7 @@ import paddle
 from paddle_ft.artifacts.meta import Decision
 from paddle_ft.config import TASK_METRICS
 from paddle_ft.data.features import Features, pack_batch, pad_batch
+from paddle_ft.engine.batch_copies import to_device
 from paddle_ft.engine.evaluate import predict_logits
 from paddle_ft.engine.losses import classification_loss, level_loss
 from paddle_ft.engine.metrics import (abstain_threshold, classification_report, decision_report,
@@ -30,13 +31,13 @@ class ClassifierObjective(Objective):
         if packed:
             batch = pack_batch(features, indices)
             with autocast():
-                logits = model(*(paddle.to_tensor(batch[key]) for key in ("input_ids", "token_type_ids")),
-                               position_ids=paddle.to_tensor(batch["position_ids"]),
-                               offsets=paddle.to_tensor(batch["offsets"]))
+                logits = model(*(to_device(batch[key]) for key in ("input_ids", "token_type_ids")),
+                               position_ids=to_device(batch["position_ids"]),
+                               offsets=to_device(batch["offsets"]))
             return logits.astype("float32"), batch
         batch = pad_batch(features, indices, self.pad_token_id)
         with autocast():
-            logits = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]))
+            logits = model(to_device(batch["input_ids"]), to_device(batch["token_type_ids"]))
         return logits.astype("float32"), batch
 
     def score(self, model, features: Features, subset: np.ndarray, batch_size: int, autocast):
@@ -83,7 +84,7 @@ class Classification(ClassifierObjective):
     def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
         """The summed (not averaged) loss of the examples `indices`, in float32."""
         logits, batch = self._logits(model, features, indices, autocast, self.packed)
-        labels = paddle.to_tensor(batch["labels"])
+        labels = to_device(batch["labels"])
         loss = classification_loss(logits, labels, self.loss_kind, self.class_weights, self.focal_gamma)
         if self.level_loss:
             loss = loss + self.level_loss * level_loss(logits, labels, self.hierarchy)

@@ -10,6 +10,7 @@ import numpy as np
 import paddle
 
 from paddle_ft.data.features import Features
+from paddle_ft.engine.batch_copies import to_device
 from paddle_ft.engine.distributed import Distributed
 from paddle_ft.engine.evaluate import predict_logits
 from paddle_ft.engine.losses import distillation_loss
@@ -27,8 +28,8 @@ class Distillation(Classification):
 
     def loss(self, model, features, indices: list[int], step: int, autocast) -> paddle.Tensor:
         logits, batch = self._logits(model, features, indices, autocast)
-        return distillation_loss(logits, paddle.to_tensor(self.teacher_logits[indices]),
-                                 paddle.to_tensor(batch["labels"]), self.temperature, self.alpha)
+        return distillation_loss(logits, to_device(self.teacher_logits[indices]),
+                                 to_device(batch["labels"]), self.temperature, self.alpha)
 
 
 def teacher_logits_of(teacher, features: Features, batch_size: int, pad_token_id: int,

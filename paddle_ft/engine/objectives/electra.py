@@ -15,6 +15,7 @@ import paddle
 import paddle.nn.functional as F
 
 from paddle_ft.data.features import Features, eval_batches
+from paddle_ft.engine.batch_copies import to_device
 from paddle_ft.engine.evaluate import NonFiniteScores
 from paddle_ft.engine.objectives import Objective
 from paddle_ft.engine.objectives.masked_lm import EVALUATION_STEP, MaskedLanguageModelling
@@ -34,22 +35,22 @@ class ReplacedTokenDetecting(Objective):
         masked_per_example = np.bincount(flat // ids.shape[1], minlength=len(indices))
         noise = gumbel_noise(self.masking.seed, step, indices, masked_per_example, self.masking.vocabulary.size)
         with autocast():
-            generator_logits, shown, logits = model(paddle.to_tensor(ids), paddle.to_tensor(types),
-                                                    paddle.to_tensor(flat), noise)
+            generator_logits, shown, logits = model(to_device(ids), to_device(types),
+                                                    to_device(flat), noise)
         generator_logits = generator_logits.astype("float32")  # [n, vocab]
-        token_losses = F.cross_entropy(generator_logits, paddle.to_tensor(targets), reduction="none").reshape([-1])
+        token_losses = F.cross_entropy(generator_logits, to_device(targets), reduction="none").reshape([-1])
         original = ids.copy()
         original.flat[flat] = targets
         # a sample equal to the original is not replaced
-        replaced = (shown != paddle.to_tensor(original, dtype=shown.dtype)).astype("float32")
+        replaced = (shown != to_device(original, dtype=shown.dtype)).astype("float32")
         real = (original != self.masking.pad_token_id).astype(np.float32)
         return (token_losses, weights, logits.astype("float32"), replaced, real, generator_logits.argmax(axis=-1),
                 targets)
 
     def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
         token_losses, weights, logits, replaced, real, _, _ = self._forward(model, features, indices, step, autocast)
-        generator = (token_losses * paddle.to_tensor(weights)).sum()
-        real_t = paddle.to_tensor(real)
+        generator = (token_losses * to_device(weights)).sum()
+        real_t = to_device(real)
         per_token = F.binary_cross_entropy_with_logits(logits, replaced, reduction="none") * real_t
         return generator + self.weight * (per_token.sum(axis=1) / real_t.sum(axis=1)).sum()
 

@@ -8,6 +8,7 @@ import numpy as np
 import paddle
 
 from paddle_ft.data.features import Features, pad_batch
+from paddle_ft.engine.batch_copies import to_device
 from paddle_ft.engine.evaluate import embed_rows
 from paddle_ft.engine.objectives.classification import Classification
 from paddle_ft.engine.prototypes import class_means
@@ -33,13 +34,13 @@ class ContrastivePairs(Classification):
     def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
         batch = pad_batch(features, indices, self.pad_token_id)
         with autocast():
-            vectors = model(paddle.to_tensor(batch["input_ids"]), paddle.to_tensor(batch["token_type_ids"]),
+            vectors = model(to_device(batch["input_ids"]), to_device(batch["token_type_ids"]),
                             vectors=True)
         unit = paddle.nn.functional.normalize(vectors.astype("float32"), axis=-1)  # [b, hidden]
         cosine = paddle.matmul(unit, unit, transpose_y=True)  # [b, b]
         positive, negative = _pair_masks(features, indices, batch["labels"])
-        error = (cosine - paddle.to_tensor(positive.astype(np.float32))) ** 2
-        terms = [(error * paddle.to_tensor(mask.astype(np.float32))).sum() / float(mask.sum())
+        error = (cosine - to_device(positive.astype(np.float32))) ** 2
+        terms = [(error * to_device(mask.astype(np.float32))).sum() / float(mask.sum())
                  for mask in (positive, negative) if mask.any()]
         if not terms:  # one row, or copies of one text: no pair to learn from
             return (cosine * 0.0).sum()

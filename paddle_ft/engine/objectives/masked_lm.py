@@ -14,6 +14,7 @@ import paddle.nn.functional as F
 
 from paddle_ft.data.features import Features, eval_batches
 from paddle_ft.data.masking import Vocabulary, mask_example
+from paddle_ft.engine.batch_copies import copies_done, to_device
 from paddle_ft.engine.evaluate import NonFiniteScores
 from paddle_ft.engine.objectives import Objective
 from paddle_ft.text import pad_ids
@@ -51,15 +52,15 @@ class MaskedLanguageModelling(Objective):
     def _logits(self, model, batch, autocast):
         input_ids, token_type_ids, flat = batch[:3]
         with autocast():
-            logits = model(paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids), paddle.to_tensor(flat))
+            logits = model(to_device(input_ids), to_device(token_type_ids), to_device(flat))
         return logits.astype("float32")  # [n, vocab]
 
     def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
         """The summed loss of the examples `indices`: each one's mean over its masked tokens."""
         batch = self.batch(features, indices, step)
-        token_losses = F.cross_entropy(self._logits(model, batch, autocast), paddle.to_tensor(batch[3]),
+        token_losses = F.cross_entropy(self._logits(model, batch, autocast), to_device(batch[3]),
                                        reduction="none").reshape([-1])
-        return (token_losses * paddle.to_tensor(batch[4])).sum()
+        return (token_losses * to_device(batch[4])).sum()
 
     @paddle.no_grad()
     def score(self, model, features: Features, subset: np.ndarray, batch_size: int, autocast):
@@ -70,9 +71,10 @@ class MaskedLanguageModelling(Objective):
         for positions in eval_batches(features.lengths[subset], batch_size):
             batch = self.batch(features, subset[positions], EVALUATION_STEP)
             logits = self._logits(model, batch, autocast)
-            targets = paddle.to_tensor(batch[3])
+            targets = to_device(batch[3])
             loss += float(F.cross_entropy(logits, targets, reduction="sum"))
             correct += int((logits.argmax(axis=-1) == targets).sum())
+            copies_done()  # those reads waited for the batch's copies
             count += len(batch[3])
         return loss, correct, count
 

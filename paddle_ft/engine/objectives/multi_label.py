@@ -8,6 +8,7 @@ import paddle
 
 from paddle_ft.config import TASK_METRICS
 from paddle_ft.data.features import Features
+from paddle_ft.engine.batch_copies import to_device
 from paddle_ft.engine.losses import multi_label_loss
 from paddle_ft.engine.metrics import multi_label_report, tune_thresholds, with_levels
 from paddle_ft.engine.objectives.classification import ClassifierObjective
@@ -34,7 +35,7 @@ class MultiLabelClassification(ClassifierObjective):
     def loss(self, model, features: Features, indices: list[int], step: int, autocast) -> paddle.Tensor:
         """The summed (not averaged) loss of the examples `indices`, in float32."""
         logits, batch = self._logits(model, features, indices, autocast)
-        return multi_label_loss(logits, paddle.to_tensor(batch["labels"]))
+        return multi_label_loss(logits, to_device(batch["labels"]))
 
     def report(self, features: Features, parts: list) -> dict:
         """The metrics of the parts together, at the fixed thresholds or at those tuned on these texts."""
