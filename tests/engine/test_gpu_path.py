@@ -468,6 +468,9 @@ def test_gpu_check_plans_ten_minutes_and_searches_batches_only_when_asked():
     assert "batch search" not in one_gpu and "about 10 minutes in all" in one_gpu
     assert sum(ESTIMATE_SECONDS[p] for p in ("small", "paths", "bert-base")) <= 600
     assert "batch search ~5 min" in plan("gpu", 1, batch_search=True)
+    # issue 67: the plan says what is checked in which order, the TF32 switch first
+    assert one_gpu.split("In its order: ")[1].startswith("the cuBLAS TF32 switch before and after paddle_ft's")
+    assert one_gpu.endswith("2 GPUs against one, plain and with fp16 O2 and accumulation 2")
 
 
 @pytest.mark.parametrize("reducer, expected", [(True, ["no_sync", "backward", "backward"]),
