@@ -141,6 +141,43 @@ def test_sigterm_to_the_launcher_stops_every_rank_and_the_resume_is_exact(job_ar
     assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
 
 
+def test_a_rank_killed_by_sigkill_ends_the_job_and_train_resume_auto_finishes_it_exactly(job_args, tmp_path):
+    """Issue 67 (the acceptance run's kill -9): a rank dies without a word (an OOM kill, a lost node); the launcher
+    ends the other, nothing is saved, and `train.resume=auto` on the same number of processes goes on from the newest
+    periodic checkpoint to the weights of an uninterrupted run."""
+    import os
+    import signal
+    import time
+
+    args = [a for a in job_args if not a.startswith("train.max_steps")] + [
+        "train.epochs=2", "train.batch_size=2", "train.runtime.log_every=1", "model.dropout=0.1",
+        "train.checkpoints.every=4", "train.checkpoints.keep=10"]
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    assert launch(args + [f"output_dir={whole}"], tmp_path / "log-whole").returncode == 0
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
+               str(tmp_path / "log-broken"), str(ROOT / "tools" / "train.py"), "--config", DEMO,
+               *[x for a in args + [f"output_dir={broken}"] for x in ("-o", a)]]
+    launcher = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (broken / "checkpoints" / "step-8").is_dir():
+        time.sleep(0.05)
+    workers = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
+    assert len(workers) == 2, workers
+    os.kill(int(workers[-1]), signal.SIGKILL)  # one rank, by the PID this test's launcher started
+    assert launcher.wait(timeout=300) != 0
+    saved = sorted(int(p.name.split("-")[1]) for p in (broken / "checkpoints").glob("step-*"))
+    assert saved and saved[-1] < 20  # stopped mid-run, by the periodic checkpoints only
+
+    resumed = launch(args + [f"output_dir={broken}", "train.resume=auto"], tmp_path / "log-resumed")
+    assert resumed.returncode == 0, (tmp_path / "log-resumed" / "workerlog.0").read_text()[-3000:]
+    assert f"resumed from {broken / 'checkpoints' / f'step-{saved[-1]}'}" in \
+        (tmp_path / "log-resumed" / "workerlog.0").read_text()
+    last = sorted((whole / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))[-1].name
+    a = paddle.load(str(whole / "checkpoints" / last / "model_state.pdparams"))
+    b = paddle.load(str(broken / "checkpoints" / last / "model_state.pdparams"))
+    assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
+
+
 @pytest.mark.root
 @needs_root
 def test_two_hosts_in_network_namespaces_match_one_process(job_args, tmp_path):

@@ -112,8 +112,9 @@ def plan(device: str, gpus: int, batch_search: bool) -> str:
             + "; ".join(CHECKED_FIRST))
 
 
-# what the acceptance run checks, in its order (docs/operations.md); a bert-base fp16 O2 profile (host time against
-# GPU busy time per step) and a kill -9 of one rank then train.resume=auto are not built yet (docs/status.md)
+# what the acceptance run checks, in its order (docs/operations.md). Not in it yet (docs/status.md): a bert-base fp16
+# O2 profile (host time against GPU busy time per step); a kill -9 of one rank then train.resume=auto, which
+# tests/engine/test_distributed.py runs on 2 gloo ranks
 CHECKED_FIRST = ("the cuBLAS TF32 switch before and after paddle_ft's settings",
                  "every precision trained, the O2 run resumed bit for bit",
                  "every GPU path under AMP, the prototype head and mean pooling under fp16 O2 among them",
