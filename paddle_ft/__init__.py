@@ -5,8 +5,8 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # `paddle_ft.Predictor`, `paddle_ft.PredictOptions`, `paddle_ft.Classifier`, `paddle_ft.Explainer`,
-    # `paddle_ft.train`, `paddle_ft.load`, `paddle_ft.use_fast_mkl` and `paddle_ft.UserError` without importing paddle for code that only needs,
-    # say, the demo data.
+    # `paddle_ft.train`, `paddle_ft.load`, `paddle_ft.use_fast_mkl` and `paddle_ft.UserError` without importing
+    # paddle for code that only needs, say, the demo data.
     if name in ("train", "load"):
         from paddle_ft import api
 

@@ -240,10 +240,11 @@ def _self_attention(attention: nn.MultiHeadAttention, src: paddle.Tensor, mask: 
     offsets = packed_offsets()
     if offsets is not None:  # a padding-free row (models/packing.py): attention inside each of its texts
         tokens, width = src.shape[1], src.shape[2]
-        context = module.paddle_ft_packed_attention(
-            *(x.reshape([tokens, width]) for x in (attention.q_proj(src), attention.k_proj(src), attention.v_proj(src))),
-            offsets, int(attention.num_heads), float(attention.head_dim**-0.5),
-            float(attention.dropout if attention.training else 0.0))[0]
+        q, k, v = (projection(src).reshape([tokens, width])
+                   for projection in (attention.q_proj, attention.k_proj, attention.v_proj))
+        context = module.paddle_ft_packed_attention(q, k, v, offsets, int(attention.num_heads),
+                                                    float(attention.head_dim**-0.5),
+                                                    float(attention.dropout if attention.training else 0.0))[0]
         return attention.out_proj(context.reshape([1, tokens, width]))
     if hasattr(module, "paddle_ft_attention") and _padding_mask(mask, src):
         context = attention_core(attention.q_proj(src), attention.k_proj(src), attention.v_proj(src), mask,

@@ -146,9 +146,10 @@ def apply_runtime(model, config: Config, dist) -> None:
     if rt.recompute:  # after the fused kernels: it recomputes the layer's forward as it is then
         use_recompute(model)
     if rt.packed_batches and not (device.startswith("cpu") and speedups.fused_layers):
-        raise ConfigError("train.runtime.packed_batches", "packs texts on a CPU with the fused kernels "
-                          f"(train.runtime.fused_kernels), which this run has not ({speedups.fused_unavailable or device})"
-                          "; set it false")
+        why_not = ("train.runtime.fused_kernels is false" if not rt.fused_kernels else
+                   speedups.fused_unavailable or f"this run trains on {device}")
+        raise ConfigError("train.runtime.packed_batches", f"packs texts on a CPU with the fused kernels, and {why_not}; "
+                          "set it false")
     if speedups.fused_unavailable and dist.is_main:
         log(f"fused CPU kernels unavailable: {speedups.fused_unavailable}; training runs Paddle's own kernels "
             "(train.runtime.fused_kernels=false silences this)")

@@ -129,3 +129,15 @@ def test_training_with_packed_batches_learns_and_counts_no_padding(tiny_config_a
     events = run.read_events("train")
     assert all(e.values["padded_tokens_per_s"] == pytest.approx(e.values["tokens_per_s"]) for e in events)
     assert run.read_results().test["accuracy"] > 0.8  # the synthetic corpus: the padded run scores ~1.0
+
+
+def test_packing_without_the_fused_kernels_is_refused_in_one_line(tiny_config_args, capsys):
+    from conftest import DEMO, overrides
+
+    from paddle_ft.cli import main
+
+    assert main(["train", "--config", DEMO, *overrides(tiny_config_args + [
+        "train.runtime.packed_batches=true", "train.runtime.fused_kernels=false"])]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: config key 'train.runtime.packed_batches': packs texts on a CPU with the fused kernels, and "
+        "train.runtime.fused_kernels is false; set it false")
