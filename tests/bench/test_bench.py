@@ -19,6 +19,8 @@ from bench.serving import PLAIN_ONNX
 from bench.shape import step_windows, summarise_windows
 from conftest import write_splits
 
+from paddle_ft import runtime
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -207,6 +209,12 @@ def test_a_tiny_bench_run_writes_every_documented_key(tmp_path, vocab_file):
     assert bench["train"]["paddle_ft"]["samples_per_s"] > 0
     assert bench["train"]["paddle_ft"]["measured_steps"] == 8  # one epoch of the 256 timed texts, every window counted
     assert bench["train"]["paddlenlp_trainer"]["samples_per_s"] > 0
+    if runtime.cpu_supports_bf16():  # issue 66: paddle_ft's bf16 row beside its float32 one
+        assert bench["train"]["paddle_ft_bf16"]["samples_per_s"] > 0, bench["train"]["paddle_ft_bf16"]
+        assert bench["train"]["paddle_ft_bf16"]["measured_steps"] == 8
+        assert bench["ratios"]["train_bf16_vs_fp32_per_token"] > 0
+    else:
+        assert "no bfloat16 arithmetic" in bench["train"]["paddle_ft_bf16"]["skipped"]
     for peer in ("hf_trainer", "hf_trainer_group_by_length"):
         assert bench["train"][peer]["samples_per_s"] is None and "make bench-peers" in bench["train"][peer]["skipped"]
     for engine in ENGINES:
@@ -332,8 +340,6 @@ def test_the_hf_peer_times_the_same_steps_as_paddle_ft_with_length_grouping_that
 
     from bench.run import Jobs, same_mkl_environment, write_training_texts
     from bench.shape import SHAPE_VARIABLE, measured_texts, train_steps
-
-    from paddle_ft import runtime
 
     data_dir = write_splits(tmp_path / "data", (1100, 60, 60))
     shutil.copy(vocab_file, data_dir / "vocab.txt")

@@ -184,8 +184,8 @@ def limits(args: dict) -> dict:
     return {"gemm": gemm_rates(args["threads"], args["seconds_per_shape"])}
 
 
-JOBS = {"paddle_ft": paddle_ft, "paddlenlp_trainer": paddlenlp_trainer, "tokenizer": tokenizer, "profile": profile,
-        "limits": limits}
+JOBS = {"paddle_ft": paddle_ft, "paddle_ft_bf16": paddle_ft_bf16, "paddlenlp_trainer": paddlenlp_trainer,
+        "tokenizer": tokenizer, "profile": profile, "limits": limits}
 
 
 def main(argv: list[str]) -> int:
