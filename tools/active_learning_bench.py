@@ -4,6 +4,7 @@ random, in one run:
     python tools/active_learning_bench.py [--task demo|domain] [--config configs/demo.yaml] [--seeds 5]
                                           [--start 200] [--rounds 3] [--batch 200] [--pool 5000] [--steps 200]
                                           [--train-batch 32] [--learning-rate 1e-4] [--precision float32]
+                                          [--warm-start]
                                           [--strategies random uncertainty margin diverse mixed]
                                           [--output out/active-learning-bench]
 
@@ -55,6 +56,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200, help="about this many training steps per model")
     parser.add_argument("--train-batch", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, help="the config's train.optimizer.learning_rate otherwise")
+    parser.add_argument("--warm-start", action="store_true",
+                        help="each round's model starts from the previous round's encoder (as a labelling loop "
+                             "retrains the model it has), not from the config's backbone")
     parser.add_argument("--precision", choices=("float32", "bfloat16", "auto"), default="float32",
                         help="train.amp for every model (default float32: one precision whatever the CPU; auto "
                              "chooses by CPU and model)")
@@ -100,18 +104,22 @@ def loop(output: Path, args, seed: int, strategy: str, start, pool, pool_file: P
         taken |= set(lines)
         labelled += [pool[line - 2] for line in lines]  # line 1 is the header
         scores.append(accuracy(output, args, name, write_rows(output / "data" / f"seed-{seed}" /
-                                                              f"{strategy}-labelled-{round_}.tsv", labelled), seed))
+                                                              f"{strategy}-labelled-{round_}.tsv", labelled), seed,
+                               model if args.warm_start else None))
         model = output / "runs" / name / "best"
     return scores
 
 
-def accuracy(output: Path, args, name: str, labelled: Path, seed: int) -> float:
+def accuracy(output: Path, args, name: str, labelled: Path, seed: int, warm_from: Path | None = None) -> float:
+    """Test accuracy of the config trained on `labelled`; `warm_from`: the encoder starts from that model's (the
+    previous round's: a labelling loop retrains the model it has), its head new."""
     rows = len(read_rows(labelled))
     epochs = max(1, math.ceil(args.steps * args.train_batch / rows))  # a few hundred rows: many epochs for the steps
     results = train(output, name, Path(args.config),
                     [f"data.train={labelled}", "data.dev=null", f"data.test={args.data / 'test.tsv'}",
                      "data.labels=null", f"seed={seed}", f"train.epochs={epochs}",
                      f"train.batch_size={args.train_batch}", *PRECISIONS[args.precision],
+                     *([f"model.backbone={warm_from}"] if warm_from else []),
                      *([f"train.optimizer.learning_rate={args.learning_rate}"] if args.learning_rate else [])])
     return results["test"]["accuracy"]
 
@@ -122,12 +130,13 @@ def write_results(output: Path, args, curves: dict, seeds: int) -> None:
                   if len(runs) > 1 else 0.0} for r in range(args.rounds + 1)] for s, runs in curves.items()}
     results = {"machine": machine(), "seeds": seeds, "labelled_rows": sizes, "pool": args.pool, "task": args.task,
                "config": str(args.config), "steps": args.steps, "train_batch": args.train_batch,
-               "learning_rate": args.learning_rate, "precision": args.precision,
+               "learning_rate": args.learning_rate, "precision": args.precision, "warm_start": args.warm_start,
                "test_rows": len(read_rows(args.data / "test.tsv")), "test_accuracy": table, "runs": curves}
     (output / RESULTS).write_text(json.dumps(results, ensure_ascii=False, indent=2), encoding="utf-8")
     lines = [f"Active learning, task {args.task}, {Path(args.config).name} ({seeds} seeds, pool {args.pool}, batch "
              f"{args.batch}, ~{args.steps} steps of {args.train_batch} a model"
-             f"{f' at learning rate {args.learning_rate:g}' if args.learning_rate else ''}, {args.precision}; "
+             f"{f' at learning rate {args.learning_rate:g}' if args.learning_rate else ''}, {args.precision}"
+             f"{', each round from the last' if args.warm_start else ''}; "
              f"{results['machine']['cpu']}): test "
              "accuracy, mean ± stdev", "",
              "| strategy | " + " | ".join(f"{n} rows" for n in sizes) + " |", "|---|" + "---:|" * len(sizes)]
