@@ -235,7 +235,8 @@ def _evaluate_dev(model, objective, dev: Features, batch_size: int, dist: Distri
     compute in pure float16, without Paddle's list of ops kept in float32."""
     objective.prepare(model, autocast)
     mine = np.arange(dist.rank, len(dev), dist.world_size)
-    parts = dist.gather(objective.score(model, dev, mine, batch_size, autocast))
+    part = objective.score(model, dev, mine, batch_size, autocast)
+    parts = dist.gather(objective.shipped(part, dev)) if dist.active else [part]
     model.train()
     return objective.report(dev, parts)
 

@@ -14,6 +14,11 @@ class Objective:
         """Called before the model is scored or saved: what the head takes from the training rows rather than from
         gradients (the few-shot recipe's prototypes). Most objectives take nothing."""
 
+    def shipped(self, part, features):
+        """What of this process's scored part a data-parallel evaluation gathers: the part itself, unless an
+        objective needs less of it."""
+        return part
+
     def calibrated(self, dev_report: dict | None) -> Objective:
         """The objective with what the dev evaluation decided fixed, for scoring test and saving the model (dev
         None: there was none). Most objectives decide nothing."""

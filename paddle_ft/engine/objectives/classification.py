@@ -12,7 +12,7 @@ from paddle_ft.data.features import Features, pack_batch, pad_batch
 from paddle_ft.engine.batch_copies import to_device
 from paddle_ft.engine.evaluate import predict_logits
 from paddle_ft.engine.losses import classification_loss, level_loss
-from paddle_ft.engine.metrics import (abstain_threshold, classification_report, decision_report,
+from paddle_ft.engine.metrics import (Answers, abstain_threshold, classification_report, decision_report,
                                       expected_calibration_error, fit_temperature, with_levels)
 from paddle_ft.engine.objectives import Objective
 from paddle_ft.models.hierarchy import Hierarchy
@@ -90,9 +90,20 @@ class Classification(ClassifierObjective):
             loss = loss + self.level_loss * level_loss(logits, labels, self.hierarchy)
         return loss
 
+    def shipped(self, part, features: Features):
+        """Each row's top label and probability (`Answers`) instead of its logits, where the report needs no more:
+        no temperature to fit, no tree of labels, no windows to pool. A 20,000-label dev set's logits went through
+        pickle to every rank (docs/performance.md has the sizes and times on 2 gloo ranks)."""
+        if self.calibration == "temperature" or self.hierarchy is not None or features.documents is not None:
+            return part
+        subset, logits = part
+        return subset, Answers.of(softmax(logits))
+
     def report(self, features: Features, parts: list) -> dict:
         """The metrics of the parts together, with the expected calibration error of the probabilities (at the
         fitted temperature, with calibration)."""
+        if isinstance(parts[0][1], Answers):
+            return self._report_of_answers(features, parts)
         logits, gold = self._text_logits(features, parts), features.document_labels
         report = classification_report(gold, logits.argmax(axis=1), self.label_names)  # softmax keeps the order
         probabilities = softmax(logits)  # what the saved model will answer with, unless calibrated
@@ -108,6 +119,21 @@ class Classification(ClassifierObjective):
             threshold = abstain_threshold(probabilities.max(axis=1), self.target_coverage)
         report["decision"] = decision_report(probabilities, gold, threshold)
         return with_levels(report, self.hierarchy, gold, probabilities, threshold)
+
+    def _report_of_answers(self, features: Features, parts: list) -> dict:
+        """report() of gathered `Answers`: the same metrics (no temperature, tree or windows: `shipped`)."""
+        predicted = np.zeros(len(features), dtype=np.int64)
+        confidence = np.zeros(len(features), dtype=np.float32)
+        for indices, answers in parts:
+            predicted[indices], confidence[indices] = answers.predicted, answers.confidence
+        answers, gold = Answers(predicted, confidence), features.document_labels
+        report = classification_report(gold, predicted, self.label_names)
+        report["ece"] = expected_calibration_error(answers, gold)
+        threshold = self.abstain_below
+        if threshold is None and self.target_coverage is not None:
+            threshold = abstain_threshold(confidence, self.target_coverage)
+        report["decision"] = decision_report(answers, gold, threshold)
+        return report
 
     def calibrated(self, dev_report: dict | None) -> Classification:
         """What dev decided, fixed for test and the saved model: with calibration the temperature (1 without dev),
