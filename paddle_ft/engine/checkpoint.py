@@ -140,13 +140,12 @@ def check_world_size(path: Path, world_size: int) -> None:
                         "another output_dir")
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int = 0,
-                    world_size: int = 1) -> TrainState:
+def load_checkpoint(path: Path, model, optimizer, scheduler, scaler, rank: int = 0) -> TrainState:
     """Restore everything `save_checkpoint` wrote into the given objects; returns the trainer state.
     `path` is a checkpoint `verify_checkpoint` passed (`workflows.training` picks it that way: hashing a
-    large model's files twice would double the cost of every resume); it must fit the model (same
+    large model's files twice would double the cost of every resume) and `check_world_size` passed (a run's
+    resume checks it before anything is rewritten, `workflows.session`); it must fit the model (same
     parameter names and shapes)."""
-    check_world_size(path, world_size)
     model_state = paddle.load(str(path / PADDLE_WEIGHTS))
     _check_fits(path, model_state, model)
     model.set_state_dict(in_dtypes_of(model, model_state))

@@ -96,5 +96,5 @@ class Optimization:
         return save_checkpoint(checkpoints_dir, self.model, self.optimizer, self.scheduler, self.runner.scaler, state,
                                rng_states)
 
-    def restore(self, path: Path, rank: int, world_size: int) -> TrainState:
-        return load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.runner.scaler, rank, world_size)
+    def restore(self, path: Path, rank: int) -> TrainState:
+        return load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.runner.scaler, rank)

@@ -115,7 +115,7 @@ def _start(opt: Optimization, plan: RunPlan, resume_from: Path | None, dist: Dis
     say(dist, f"plan: {plan.describe()}")
     if resume_from is None:
         return TrainState()
-    state = opt.restore(resume_from, dist.rank, dist.world_size)
+    state = opt.restore(resume_from, dist.rank)
     say(dist, f"resumed from {resume_from}: step {state.global_step}, epoch {state.epoch + 1}, "
               f"{state.epoch_steps_done} steps into it")
     return state
