@@ -9,6 +9,7 @@ import paddle
 from paddle_ft import runtime
 from paddle_ft.config import AmpConfig
 from paddle_ft.errors import ConfigError
+from paddle_ft.kernels import bfloat16_unavailable
 from paddle_ft.kernels import fused as fused_kernels
 
 
@@ -160,12 +161,9 @@ def bf16_on_cpu(amp: AmpConfig, device: str, width: int, fast_linear: bool = Tru
     if width < BF16_MIN_WIDTH:
         return False, chosen.format("float32", f"bfloat16 pays from {BF16_MIN_WIDTH} wide, and this model is "
                                     f"{width}", "true -o train.amp.dtype=bfloat16")
-    if not fast_linear:
-        return False, chosen.format("float32", "bfloat16 runs through train.runtime.fast_cpu_linear, which is off",
-                                    "true")
-    module, why_not = fused_kernels.kernels()
-    if module is None or not hasattr(module, "paddle_ft_bfloat16_gemm"):
-        return False, chosen.format("float32", f"no bfloat16 kernels: {why_not or 'Paddle ships no oneDNN'}", "true")
+    why_not = bfloat16_unavailable(fast_linear)
+    if why_not is not None:
+        return False, chosen.format("float32", f"bfloat16 training on a CPU {why_not}", "true")
     return True, chosen.format("the linear layers' matmuls in bfloat16", f"this {runtime.cpu_kind()} CPU runs a "
                                f"{width}-wide model's linear layers 1.6-1.8x faster so (docs/performance.md)", "false")
 

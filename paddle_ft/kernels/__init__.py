@@ -45,19 +45,27 @@ def speed_up_cpu_training(model, fast_linear: bool, fused_kernels: bool, bf16: b
     return CpuSpeedups(fast_linear, fused, why_not, bf16_kernels is not None)
 
 
-def bfloat16_kernels(fast_linear: bool):
-    """The built kernels' module, which holds the bfloat16 GEMM; a ConfigError naming what is missing otherwise."""
-    from paddle_ft.errors import ConfigError
+def bfloat16_unavailable(fast_linear: bool) -> str | None:
+    """Why the linear layers cannot run the bfloat16 GEMM here (said after "bfloat16 training on a CPU"), or None:
+    what train.amp auto falls back to float32 for, and what an explicit request is refused with."""
     from paddle_ft.kernels.fused import ONEDNN, kernels
 
     if not fast_linear:
-        raise ConfigError("train.amp.dtype", "bfloat16 training on a CPU runs through paddle_ft's linear layers: "
-                          "set train.runtime.fast_cpu_linear=true, or train.amp.enabled=false")
+        return "runs through paddle_ft's linear layers, and train.runtime.fast_cpu_linear is off"
     module, why_not = kernels()
     if module is None:
-        raise ConfigError("train.amp.dtype", f"bfloat16 training on a CPU runs on paddle_ft's kernels, and {why_not}; "
-                          "or set train.amp.enabled=false")
+        return f"runs on paddle_ft's kernels, and {why_not}"
     if not hasattr(module, "paddle_ft_bfloat16_gemm"):
-        raise ConfigError("train.amp.dtype", f"bfloat16 training on a CPU needs the oneDNN library Paddle ships "
-                          f"({ONEDNN}), which this Paddle lacks; set train.amp.enabled=false")
-    return module
+        return f"needs the oneDNN library Paddle ships ({ONEDNN}), which this Paddle lacks"
+    return None
+
+
+def bfloat16_kernels(fast_linear: bool):
+    """The built kernels' module, which holds the bfloat16 GEMM; a ConfigError naming what is missing otherwise."""
+    from paddle_ft.errors import ConfigError
+    from paddle_ft.kernels.fused import kernels
+
+    why_not = bfloat16_unavailable(fast_linear)
+    if why_not is not None:
+        raise ConfigError("train.amp.dtype", f"bfloat16 training on a CPU {why_not}; set train.amp.enabled=false")
+    return kernels()[0]
