@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import statistics
@@ -32,10 +31,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# the environment as the user started the bench: reading rows imports paddle, which sets OMP_NUM_THREADS=1 (and KMP_*)
-# in this process, and children that inherited it took that for the user's setting and trained on one math thread
-USER_ENVIRONMENT = dict(os.environ)
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from paddle_ft import runtime  # noqa: E402
+
+# before paddle's import (reading rows imports it, which sets OMP_NUM_THREADS=1 and KMP_* here): the children get
+# the environment as the user started the bench (runtime.environment_as_given), not that
+runtime.configure()
 
 PHASES = ("zero_shot", "few_shot", "add_class")
 RESULTS = "few_shot_bench.json"
@@ -303,7 +305,7 @@ def run(output: Path, name: str, command: list, fresh=None) -> str:
     elif fresh:
         shutil.rmtree(Path(command[command.index("--output") + 1]).parent, ignore_errors=True)
     with open(output / "logs" / f"{name}.log", "w", encoding="utf-8") as log:
-        done = subprocess.run([str(c) for c in command], cwd=ROOT, env=USER_ENVIRONMENT, stdout=subprocess.PIPE,
+        done = subprocess.run([str(c) for c in command], cwd=ROOT, env=runtime.environment_as_given(), stdout=subprocess.PIPE,
                               stderr=log, text=True)
         log.write(done.stdout)
     if done.returncode:
@@ -314,8 +316,6 @@ def run(output: Path, name: str, command: list, fresh=None) -> str:
 # ---------------------------------------------------------------------------------------------- results
 
 def machine() -> dict:
-    from paddle_ft import runtime
-
     return {"cpu": runtime.cpu_model(), "cpu_kind": runtime.cpu_kind(), "flags": runtime.cpu_speed_flags(),
             "cores": runtime.usable_cores()}
 
