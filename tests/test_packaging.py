@@ -1,4 +1,5 @@
 """What can be checked of the container and the package without a Docker engine."""
+import fnmatch
 import re
 import runpy
 from pathlib import Path
@@ -173,3 +174,12 @@ def test_the_wheel_holds_the_library_and_no_measuring_tool(tmp_path):
     assert any(name.endswith("fused_kernels.cc") for name in names)
     assert all(name.startswith("paddle_ft/") for name in modules), modules
     assert not [name for name in modules if re.search(r"bench|gpu_check|docker_check|full_size", name)]
+
+
+def test_the_docker_build_context_leaves_out_every_environment_the_makefile_builds():
+    # the build context is the checkout: a tool's environment sent to the daemon fills its disk (CI, stop 72)
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip()}
+    environments = re.findall(r"^\w+ \?= (\.venv[\w-]*)$", (ROOT / "Makefile").read_text(), flags=re.M)
+    assert {".venv", ".venv-peers", ".venv-label-studio", ".venv-doccano"} <= set(environments)
+    left_in = [env for env in environments if not any(fnmatch.fnmatch(env, pattern) for pattern in ignored)]
+    assert left_in == []
