@@ -20,7 +20,7 @@ import numpy as np
 import paddle
 
 from paddle_ft.errors import UserError
-from paddle_ft.io import atomic_directory, file_sha256
+from paddle_ft.io import atomic_directory, file_sha256, write_bytes_hashed
 from paddle_ft.models.convert import PADDLE_WEIGHTS
 from paddle_ft.models.networks import in_dtypes_of
 from paddle_ft.models.state_file import save_state
@@ -117,14 +117,17 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, scaler, 
     """Write step-N atomically; `rng_states` holds one entry per rank (default: this process's)."""
     final = checkpoints_dir / f"step-{state.global_step}"
     with atomic_directory(final) as tmp:
-        save_state(model.state_dict(), tmp / PADDLE_WEIGHTS)  # one tensor copied at a time (paddle.save: all)
-        save_state(_rename_keys(optimizer.state_dict(), _internal_to_structured(model)), tmp / "optimizer.pdopt")
-        save_state(scheduler.state_dict(), tmp / "scheduler.pdparams")
-        (tmp / "scaler.pdparams").write_bytes(pickle.dumps(scaler.state_dict()))  # {} when loss scaling is off
-        rng_states = rng_states or [capture_rng()]
-        (tmp / "rng.pdstate").write_bytes(pickle.dumps(rng_states))  # paddle.load cannot read these types back
-        (tmp / TRAINER_STATE).write_text(json.dumps(dataclasses.asdict(state), indent=2))
-        checksums = {name: file_sha256(tmp / name) for name in STATE_FILES}
+        # each file hashed as it is written (a bert-base checkpoint is 1.3 GB: not read back to be hashed)
+        checksums = {PADDLE_WEIGHTS: save_state(model.state_dict(), tmp / PADDLE_WEIGHTS),  # one tensor at a time
+                     "optimizer.pdopt": save_state(_rename_keys(optimizer.state_dict(), _internal_to_structured(model)),
+                                                   tmp / "optimizer.pdopt"),
+                     "scheduler.pdparams": save_state(scheduler.state_dict(), tmp / "scheduler.pdparams"),
+                     # {} when loss scaling is off
+                     "scaler.pdparams": write_bytes_hashed(tmp / "scaler.pdparams", pickle.dumps(scaler.state_dict())),
+                     # paddle.load cannot read these types back
+                     "rng.pdstate": write_bytes_hashed(tmp / "rng.pdstate", pickle.dumps(rng_states or [capture_rng()])),
+                     TRAINER_STATE: write_bytes_hashed(tmp / TRAINER_STATE,
+                                                       json.dumps(dataclasses.asdict(state), indent=2).encode())}
         (tmp / CHECKSUMS).write_text(json.dumps({"sha256": checksums}, indent=2))  # last: marks it complete
     return final
 

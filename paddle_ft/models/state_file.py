@@ -8,16 +8,19 @@ let go before the next one is made. The file is the same format (a dict of numpy
 """
 from __future__ import annotations
 
+import contextlib
 import pickle
 from pathlib import Path
+
+from paddle_ft.io import HashingWriter
 
 NAME_TABLE = "StructuredToParameterName@@"  # paddle.save's key for {structured name: tensor name}
 PROTOCOL = 4  # paddle.save's default
 
 
-def save_state(state: dict, path: str | Path) -> None:
+def save_state(state: dict, path: str | Path) -> str:
     """`paddle.save(state, path)` for a dict of tensors and plain values (an optimizer's master weights are a nested
-    dict of tensors), holding one tensor's numpy copy at a time."""
+    dict of tensors), holding one tensor's numpy copy at a time; the file's SHA-256, computed as it is written."""
     import paddle
 
     class Streaming(pickle.Pickler):
@@ -40,10 +43,11 @@ def save_state(state: dict, path: str | Path) -> None:
         names = {key: value.name for key, value in state.items() if isinstance(value, paddle.Tensor)}
         state = {**{key: _TopLevel(value) if isinstance(value, paddle.Tensor) else value
                     for key, value in state.items()}, NAME_TABLE: names}
-    with open(path, "wb") as file:
-        pickler = Streaming(file, protocol=PROTOCOL)
+    with open(path, "wb") as file, contextlib.closing(HashingWriter(file)) as hashing:
+        pickler = Streaming(hashing, protocol=PROTOCOL)
         pickler.fast = True  # no memo: it would keep every array's bytes alive until the whole dict is written
         pickler.dump(state)
+        return hashing.hexdigest()
 
 
 class _TopLevel:

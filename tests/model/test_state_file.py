@@ -1,4 +1,5 @@
 """save_state writes what paddle.save writes, holding one tensor's copy at a time."""
+import hashlib
 import pickle
 import tracemalloc
 
@@ -71,3 +72,9 @@ def test_it_holds_one_tensors_copy_at_a_time_where_paddle_save_holds_them_all(tm
 
     assert peak(lambda: paddle.save(state, str(tmp_path / "paddle"))) >= 4 * size
     assert peak(lambda: save_state(state, tmp_path / "ours")) < 1.5 * size
+
+
+def test_save_state_returns_the_sha256_of_the_bytes_it_wrote(tmp_path):
+    state = {"w": paddle.randn([64, 32]), "step": 3}
+    digest = save_state(state, tmp_path / "state")
+    assert digest == hashlib.sha256((tmp_path / "state").read_bytes()).hexdigest()
