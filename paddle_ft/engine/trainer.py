@@ -74,13 +74,16 @@ def train(model, splits: Splits, config: Config, run: RunFolder, dist: Distribut
             step_started, lr = time.perf_counter(), opt.learning_rate
             local_loss = _forward_backward(stepped, opt.runner, objective, splits.train, step_batch, state.global_step,
                                            tc.batch_size, dist, speed, reducer=tc.accumulate_steps == 1)
+            issued = time.perf_counter()
             # the step's one collective and one host read: every rank sees the same loss and takes the same
             # decisions (a rank's non-finite loss makes the sum non-finite)
             loss_sum, stop_asked = dist.step_totals(local_loss, signals.signal is not None)
+            read = time.perf_counter()
             copies_done()  # that read waited for the step's work, its batches' copies first
             nonfinite = not math.isfinite(loss_sum)
             grad_norm, skipped = opt.update(finite=not nonfinite)
             memory.stepped()
+            speed.add_step(time.perf_counter() - step_started - (read - issued), read - issued)
             state.record_step(None if nonfinite else loss_sum / dist.world_size, skipped, end_of_epoch)
             eta.stepped(state.global_step, time.perf_counter() - step_started)
             progress.update(1)
@@ -203,8 +206,12 @@ def _log_train(events, state: TrainState, plan: RunPlan, lr: float, speed: Throu
     values["grad_norm"] = float(grad_norm) if grad_norm is not None else None
     events.write("train", state.global_step, **values, **memory.values())
     loss = "n/a" if values["loss"] is None else f"{values['loss']:.4f}"
+    # on a GPU, where the host queues work the device runs later: how a step's time splits (on a CPU the host
+    # does the work itself and the split says nothing)
+    split = (f" (host {values['host_ms_per_step']:.0f} ms a step, waiting {values['waiting_ms_per_step']:.0f} ms)"
+             if memory.on_gpu else "")
     log(f"step {state.global_step}/{plan.total_steps} loss {loss} lr {lr:.3g} {values['samples_per_s']:.1f} "
-        f"samples/s, {eta.describe(state.global_step)}")
+        f"samples/s{split}, {eta.describe(state.global_step)}")
 
 
 def _evaluate_and_keep_best(opt: Optimization, objective, dev: Features, evaluation: EvaluationConfig,
@@ -355,6 +362,15 @@ class Throughput:
 
     def restart(self) -> None:
         self.examples, self.tokens, self.padded_tokens, self.started = 0, 0, 0, time.perf_counter()
+        self.steps, self.host_seconds, self.waiting_seconds = 0, 0.0, 0.0
+
+    def add_step(self, host_seconds: float, waiting_seconds: float) -> None:
+        """One optimizer step: the host's time queueing its work, and its time blocked in the step's one read (on a
+        GPU: waiting for the device to finish the step, and under data parallelism for the other ranks). A GPU
+        whose host hardly waits is starved by Python's dispatch (host-bound), not measuring the GPU."""
+        self.steps += 1
+        self.host_seconds += host_seconds
+        self.waiting_seconds += waiting_seconds
 
     def add_batch(self, lengths: np.ndarray) -> None:
         """A micro-batch of examples of these lengths, padded to the longest (packed: not padded at all)."""
@@ -364,7 +380,10 @@ class Throughput:
     def take(self) -> dict:
         """samples/s of the whole job; real and padded (real + pad) tokens/s of this rank. Restarts."""
         seconds = max(time.perf_counter() - self.started, 1e-9)
+        steps = max(self.steps, 1)
         rates = {"samples_per_s": self.examples / seconds, "tokens_per_s": self.tokens / seconds,
-                 "padded_tokens_per_s": self.padded_tokens / seconds}
+                 "padded_tokens_per_s": self.padded_tokens / seconds,
+                 "host_ms_per_step": 1000 * self.host_seconds / steps,
+                 "waiting_ms_per_step": 1000 * self.waiting_seconds / steps}
         self.restart()
         return rates

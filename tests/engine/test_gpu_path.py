@@ -326,9 +326,9 @@ def test_the_largest_batch_search_doubles_then_bisects_and_stops_at_its_budget()
     assert largest_batch(broken, 32) == (64, None, "no such file")  # another failure ends the search, said
 
 
-def row(samples_per_s, activation_mib, finite=True, skipped_share=0.0):
+def row(samples_per_s, activation_mib, finite=True, skipped_share=0.0, host_ms=12.0, waiting_ms=300.0):
     return {"samples_per_s": samples_per_s, "activation_mib": activation_mib, "finite": finite,
-            "skipped_share": skipped_share}
+            "skipped_share": skipped_share, "host_ms": host_ms, "waiting_ms": waiting_ms}
 
 
 def test_the_amp_verdict_needs_both_fp32_rows_healthy_rows_and_judges_activations():
@@ -357,6 +357,32 @@ def test_the_amp_verdict_needs_both_fp32_rows_healthy_rows_and_judges_activation
     assert amp_verdict({"fp32 TF32 off": rows["fp32 TF32 off"]}).status == "fail"  # no AMP row is no pass
 
 
+def test_the_amp_speed_floors_are_not_judged_where_the_host_bounds_the_step():
+    """Issue 67: where the host's eager dispatch outlasts the GPU's step, AMP against fp32 measures Python: the
+    speed floors become a skip that says so; memory and health still fail the check."""
+    from bench.gpu_check import amp_verdict
+
+    rows = {"fp32 TF32 off": row(100, 6000), "fp32 TF32 on": row(100, 6000, host_ms=11, waiting_ms=0.5),
+            "fp16 O1": row(101, 4000, host_ms=11, waiting_ms=0.2), "fp16 O2": row(100, 3000)}
+    check = amp_verdict(rows)
+    assert check.status == "skip" and check.detail.startswith("speed not judged: fp32 TF32 on, fp16 O1 host-bound")
+    assert "fp16 O1 11 (0)" in check.detail  # every row's host ms a step and its wait
+    rows["fp16 O2"]["finite"] = False  # a row that diverged fails it whatever bounds the speed
+    assert amp_verdict(rows).status == "fail"
+
+
+def test_the_profile_splits_each_step_into_queueing_and_waiting_and_names_the_bound():
+    from bench.gpu_check import profile_check
+
+    check = profile_check({32: row(400, 3000, host_ms=11.4, waiting_ms=0.6), 128: row(900, 9000, host_ms=11.0,
+                                                                                     waiting_ms=130.0)})
+    assert check.status == "pass"
+    assert check.detail == ("batch 32: 12 ms a step, the host 11 ms queueing it and 1 ms waiting for the GPU "
+                            "(host-bound); batch 128: 141 ms a step, the host 11 ms queueing it and 130 ms waiting "
+                            "for the GPU (GPU-bound)")
+    assert profile_check({128: row(900, 9000)}).status == "fail"  # the batch-32 row failed: said, not passed
+
+
 def test_a_rows_activation_memory_is_its_peak_less_what_the_first_step_left(tmp_path):
     from bench.gpu_check import speed_and_memory
 
@@ -366,15 +392,15 @@ def test_a_rows_activation_memory_is_its_peak_less_what_the_first_step_left(tmp_
 
     def metrics(skipped: list[int]) -> dict:
         lines = [{"event": "train", "step": 10 * (i + 1), "loss": 0.7 - 0.1 * i, "samples_per_s": 50.0 + 10 * i,
-                  "skipped_steps": n, "gpu_memory_peak_mib": 5000 + 200 * i, "gpu_memory_after_first_step_mib": 1800}
+                  "host_ms_per_step": 12.0 - i, "waiting_ms_per_step": 100.0 * i, "skipped_steps": n, "gpu_memory_peak_mib": 5000 + 200 * i, "gpu_memory_after_first_step_mib": 1800}
                  for i, n in enumerate(skipped)]
         RunFiles(tmp_path).metrics_file.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
         return speed_and_memory(tmp_path)
 
     # issue 67: one skip in the first window is float16's scaler finding its scale (2^15 halved on an overflow):
     # it failed a healthy 40-step row (2.5% against the 2% bound); skips after the first window are counted
-    assert metrics([1, 1, 1, 1]) == {"samples_per_s": 70.0, "peak_mib": 5600, "activation_mib": 3800,
-                                     "finite": True, "skipped_share": 0.0}
+    assert metrics([1, 1, 1, 1]) == {"samples_per_s": 70.0, "host_ms": 10.0, "waiting_ms": 200.0, "peak_mib": 5600,
+                                     "activation_mib": 3800, "finite": True, "skipped_share": 0.0}
     assert metrics([1, 2, 2, 2])["skipped_share"] == pytest.approx(1 / 30)  # an overflow later: 3.3% of 30 steps
 
 
@@ -470,6 +496,7 @@ def test_gpu_check_plans_ten_minutes_and_searches_batches_only_when_asked():
     assert "batch search ~5 min" in plan("gpu", 1, batch_search=True)
     # issue 67: the plan says what is checked in which order, the TF32 switch first
     assert one_gpu.split("In its order: ")[1].startswith("the cuBLAS TF32 switch before and after paddle_ft's")
+    assert "bert-base fp16 O2's host time against waiting for the GPU at batch 32 and 128" in one_gpu
     assert one_gpu.endswith("2 GPUs against one, plain and with fp16 O2 and accumulation 2")
 
 
