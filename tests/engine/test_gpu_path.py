@@ -451,6 +451,20 @@ def test_gpu_checks_two_process_check_launches_paddle_ft_and_matches_one_process
 
 
 @pytest.mark.slow
+def test_gpu_checks_killed_rank_check_resumes_to_the_uninterrupted_weights_on_cpu(tmp_path):
+    """Issue 67, item 8: the acceptance run's kill -9 of one rank, then train.resume=auto, as 2 gloo processes."""
+    from bench.gpu_check import killed_rank_check, write_recipe
+
+    config = write_recipe(tmp_path / "data", steps=30)
+    small = ["model.scratch.hidden_size=64", "model.scratch.num_layers=1", "model.scratch.num_heads=2",
+             "model.scratch.intermediate_size=128"]
+    check = killed_rank_check(tmp_path / "killed", ["--config", str(config), *small], device="cpu")
+    assert check.status == "pass", check.detail
+    assert check.numbers == {"max_abs_weight_diff": 0.0}
+    assert f"resumed from {tmp_path / 'killed' / 'broken' / 'checkpoints' / 'step-'}" in check.detail
+
+
+@pytest.mark.slow
 def test_the_batch_search_never_probes_a_batch_larger_than_its_file(tmp_path):
     """Issue 46, finding 4: the search probed up to 8,192 on a 1,280-row file, so every probe above 1,280 "fit"
     while training on 1,280. Here on a CPU: a 100-row file stops the doubling at 64, and each probe's plan held the
@@ -497,7 +511,8 @@ def test_gpu_check_plans_ten_minutes_and_searches_batches_only_when_asked():
     # issue 67: the plan says what is checked in which order, the TF32 switch first
     assert one_gpu.split("In its order: ")[1].startswith("the cuBLAS TF32 switch before and after paddle_ft's")
     assert "bert-base fp16 O2's host time against waiting for the GPU at batch 32 and 128" in one_gpu
-    assert one_gpu.endswith("2 GPUs against one, plain and with fp16 O2 and accumulation 2")
+    assert one_gpu.endswith("2 GPUs against one, plain and with fp16 O2 and accumulation 2; a kill -9 of one of 2 "
+                            "ranks, then train.resume=auto to the uninterrupted job's weights")
 
 
 @pytest.mark.parametrize("reducer, expected", [(True, ["no_sync", "backward", "backward"]),

@@ -115,15 +115,15 @@ def plan(device: str, gpus: int, batch_search: bool) -> str:
             + "; ".join(CHECKED_FIRST))
 
 
-# what the acceptance run checks, in its order (docs/operations.md). Not in it (docs/status.md): a kill -9 of one rank
-# then train.resume=auto, which tests/engine/test_distributed.py runs on 2 gloo ranks
+# what the acceptance run checks, in its order (docs/operations.md)
 CHECKED_FIRST = ("the cuBLAS TF32 switch before and after paddle_ft's settings",
                  "every precision trained, the O2 run resumed bit for bit",
                  "every GPU path under AMP, the prototype head and mean pooling under fp16 O2 among them",
                  "export, predictors and the server against the CPU",
                  "bert-base's AMP table at batch 128 with every row's skipped steps and host time",
                  "bert-base fp16 O2's host time against waiting for the GPU at batch 32 and 128",
-                 "2 GPUs against one, plain and with fp16 O2 and accumulation 2")
+                 "2 GPUs against one, plain and with fp16 O2 and accumulation 2",
+                 "a kill -9 of one of 2 ranks, then train.resume=auto to the uninterrupted job's weights")
 
 
 def run_checks(work: Path, config: Path, device: str, gpus: int, batch_search: bool = False) -> list[Check]:
@@ -161,6 +161,7 @@ def run_checks(work: Path, config: Path, device: str, gpus: int, batch_search: b
     if gpus >= 2 or (device == "cpu" and not paddle.is_compiled_with_cuda()):
         # on a CPU: 2 gloo processes, the same comparison (the O2 row a skip: no fp16 AMP on a CPU)
         checks += [two_process_check(work, base, device, row) for row in TWO_PROCESS_ROWS]
+        checks.append(killed_rank_check(work / "killed-rank", base, device))
     elif device == "cpu":
         checks.append(Check("2-process gloo on the CPU", "skip", "a CUDA build's launcher puts its ranks on GPUs: "
                             "the CPU plumbing runs with the CPU build"))
@@ -659,6 +660,67 @@ def two_process_check(work: Path, base: list[str], device: str = "gpu", row: Two
     return Check(title, "pass" if ok else "fail",
                  f"best/ weights within {worst:.3g} of one process (bound {row.bound:g}), losses finite: {finite}, "
                  f"replicas identical: {identical}", {"max_abs_weight_diff": worst})
+
+
+def killed_rank_check(folder: Path, base: list[str], device: str) -> Check:
+    """One of 2 ranks killed by SIGKILL mid-run (an OOM kill, a lost node): the launcher ends the job, and
+    `train.resume=auto` on 2 processes goes on from the newest periodic checkpoint to the best/ weights of the same
+    job never interrupted, bit for bit. The kill comes once half the steps are checkpointed (a GPU runs more steps:
+    its job must still be running then)."""
+    import numpy as np
+
+    from paddle_ft.artifacts.bundle import read_weights
+    from paddle_ft.engine.checkpoint import is_complete
+
+    title = "kill -9 of one rank, then train.resume=auto" + (" (2 gloo processes)" if device == "cpu" else "")
+    steps = 200 if device == "gpu" else 40
+    same = base + [f"train.max_steps={steps}", f"train.checkpoints.every={steps // 4}", "train.checkpoints.keep=10",
+                   "train.batch_size=16"]
+    whole, broken, env = folder / "whole", folder / "broken", {**os.environ, **DETERMINISTIC}
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(launch(folder, folder / "log-whole", device, train_command(whole, same)),
+                          capture_output=True, text=True, env=env, timeout=1800)
+    if done.returncode != 0:
+        return Check(title, "fail", f"the uninterrupted job exited {done.returncode}; see {folder / 'log-whole'}")
+    launcher = subprocess.Popen(launch(folder, folder / "log-broken", device, train_command(broken, same)), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 1800
+    while launcher.poll() is None and time.time() < deadline and not is_complete(
+            broken / "checkpoints" / f"step-{steps // 2}"):
+        time.sleep(0.05)
+    workers = children(launcher.pid)
+    if launcher.poll() is not None or len(workers) != 2:
+        launcher.kill()
+        return Check(title, "fail", f"no mid-run moment to kill a rank at: the launcher had {len(workers)} workers, "
+                                    f"exit {launcher.poll()}; see {folder / 'log-broken'}")
+    os.kill(workers[-1], signal.SIGKILL)  # one rank, by the PID of the launcher started here
+    if launcher.wait(timeout=600) == 0:
+        return Check(title, "fail", "the launcher exited 0 with a rank killed")
+    resumed = subprocess.run(launch(folder, folder / "log-resumed", device,
+                                    train_command(broken, same + ["train.resume=auto"])),
+                             capture_output=True, text=True, env=env, timeout=1800)
+    if resumed.returncode != 0:
+        return Check(title, "fail", f"the resumed job exited {resumed.returncode}; see {folder / 'log-resumed'}")
+    said = next((line.split("resumed from ")[1] for line in (folder / "log-resumed" / "workerlog.0").read_text(
+        errors="replace").splitlines() if "resumed from " in line), "nowhere")
+    a, b = read_weights(RunFiles(whole).best_dir), read_weights(RunFiles(broken).best_dir)
+    worst = max(float(np.abs(a[k].numpy() - b[k].numpy()).max()) for k in a)
+    return Check(title, "pass" if worst == 0.0 else "fail",
+                 f"the job ended {launcher.returncode} with a rank killed; resumed from {said}; best/ weights differ "
+                 f"from the uninterrupted job's by at most {worst:.3g}", {"max_abs_weight_diff": worst})
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, read from /proc (a slim image has no pgrep)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # after the command's name: state, ppid
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid:
+            found.append(int(stat.parent.name))
+    return sorted(found)
 
 
 def interconnect() -> str:
