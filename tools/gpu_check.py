@@ -26,6 +26,9 @@ if __name__ == "__main__":
         print(f"error: {sys.executable} has no {package}: gpu-check runs paddle_ft with Paddle's GPU build; "
               f"{GPU_INSTALL}", file=sys.stderr)
         sys.exit(1)
+    from paddle_ft import runtime
+
+    runtime.quiet()  # before paddle is imported: its warnings on import say nothing to the user
     from bench.gpu_check import main
 
     sys.exit(main())

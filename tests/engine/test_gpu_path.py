@@ -219,6 +219,20 @@ def test_gpu_check_without_a_gpu_fails_in_one_line_and_writes_nothing(tmp_path, 
     assert main(["--output", str(tmp_path / "check")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: no CUDA GPU found (paddle ") and err.count("\n") == 1 and "checked nothing" in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0, reason="a GPU is here")
+def test_the_gpu_check_command_without_a_gpu_prints_one_line_and_exits_1(tmp_path):
+    """Issue 67: as `make gpu-check` runs it, paddle's "No ccache found" warning on import came first."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "tools" / "gpu_check.py"
+    done = subprocess.run([sys.executable, str(script), "--output", str(tmp_path / "c")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: no CUDA GPU found (paddle ")
     assert not (tmp_path / "check").exists()
 
 

@@ -6,15 +6,17 @@ them) reaching dev accuracy 0.9; an exact resume of the O2 run after SIGTERM; ev
 its loss finite and falling (accumulation under O1 and O2, recompute, masked-LM and ELECTRA pretraining,
 distillation); export of the fp32 and of the O2-trained model with parity on the GPU; `Predictor` on GPU fp32 / fp16
 against the CPU predictor (TensorRT: a skip saying why, as Paddle 3 exports cannot use it yet); the server on the GPU
-answering as the CPU predictor does. Then at bert-base's shape (12 x 768, vocabulary 21,128, 128 tokens): the AMP
-table (fp32 with TF32 off and on, fp16 and bf16 at O1 and O2: samples/s, peak GPU memory and its activations),
-asserting that AMP trains >= 1.3x as fast as fp32 with TF32 off and >= 1.1x with it on, with <= 0.75x its activation
-memory and healthy rows (`amp_verdict`), and with `--batch-search` the largest batch by bisection within a time budget.
+answering as the CPU predictor does. Then at bert-base's shape (12 x 768, vocabulary 21,128, 128 tokens, batch 128):
+the AMP table (fp32 with TF32 off and on, fp16 and bf16 at O1 and O2: samples/s, host ms a step queueing and waiting,
+peak GPU memory and its activations), asserting that AMP trains >= 1.3x as fast as fp32 with TF32 off and >= 1.1x
+with it on, with <= 0.75x its activation memory and healthy rows (`amp_verdict`); fp16 O2's profile at batch 32 and
+128 (`profile_check`); with `--batch-search` the largest batch by bisection within a time budget.
 With 2+ GPUs: `--gpus 0,1` ends at one process's weights and trains bert-base >= 1.8x as fast over NVLink, >= 1.6x
-over PCIe (`scaling_floor`). It prints its plan
+over PCIe (`scaling_floor`); one rank killed by SIGKILL, then resumed to the same weights (`killed_rank_check`).
+It prints its plan
 and an estimate of its time first (about 10 minutes on one H100-class GPU), then a pass/fail/skip table, and writes
 `gpu_check.json`; every skip says why. `--device cpu` runs the plumbing on a CPU (fp32 only, tiny shapes, and the
-2-process check as 2 gloo processes).
+2-process and killed-rank checks as 2 gloo processes).
 """
 from __future__ import annotations
 
