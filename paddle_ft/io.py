@@ -181,6 +181,9 @@ class HashingWriter:
         self.hashing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="paddle_ft-sha256")
 
     def write(self, data) -> int:
+        if memoryview(data).nbytes < 1 << 20:  # pickle's 64 KiB frames: a thread's hand-over would cost more
+            self.digest.update(data)
+            return self.handle.write(data)
         hashed = self.hashing.submit(self.digest.update, data)
         try:
             return self.handle.write(data)

@@ -130,3 +130,17 @@ def test_overwrite_replaces_an_earlier_export_only(trained_run, tmp_path, capsys
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["export", "--model", str(trained_run / "best"), "--output", str(empty)]) == 0
+
+
+def test_a_hashing_writer_hashes_small_and_large_blocks_in_their_order(tmp_path):
+    """Blocks of 1 MiB and more are hashed on a thread while written, smaller ones inline: the digest is the file's."""
+    import hashlib
+
+    from paddle_ft.io import HashingWriter
+
+    blocks = [b"a" * 10, bytes(range(256)) * 8192, b"b" * 65536, memoryview(b"c" * (3 << 20)), b"d"]
+    with open(tmp_path / "f", "wb") as handle:
+        writer = HashingWriter(handle)
+        assert [writer.write(block) for block in blocks] == [len(bytes(block)) for block in blocks]
+        writer.close()
+    assert writer.hexdigest() == hashlib.sha256((tmp_path / "f").read_bytes()).hexdigest()

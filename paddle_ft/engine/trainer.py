@@ -378,7 +378,8 @@ class Throughput:
         self.padded_tokens += int(lengths.sum()) if self.packed else int(lengths.max()) * len(lengths)
 
     def take(self) -> dict:
-        """samples/s of the whole job; real and padded (real + pad) tokens/s of this rank. Restarts."""
+        """samples/s of the whole job; real and padded (real + pad) tokens/s of this rank; its host ms a step queueing
+        work and waiting in the step's read. Restarts."""
         seconds = max(time.perf_counter() - self.started, 1e-9)
         steps = max(self.steps, 1)
         rates = {"samples_per_s": self.examples / seconds, "tokens_per_s": self.tokens / seconds,
