@@ -47,6 +47,7 @@ COMMANDS = {
               "python /opt/paddle_ft/tools/export.py --model out/demo/best --output out/demo/export",
     "serve": "docker run -p 8080:8080 -e DEVICE=cpu -v $PWD/out/demo/export:/export:ro paddle_ft:serve",
 }
+IMAGE = "paddle_ft:serve"  # the tag COMMANDS["build"] gives
 GPU_FLAG = "--gpus all"
 # a uid and gid that exist nowhere: the host user the commands run as when this runs as root
 CHECK_UID = 4242
@@ -64,12 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="paddle_ft-docker-check-"))
     steps: list[tuple[str, float]] = []
+    containers_before = container_ids()
     try:
         run_checks(args.cache, work, steps)
     except CheckFailed as failure:
         print_steps(steps)
         print(f"error: docker-check: {failure} (working folder kept: {work})", file=sys.stderr)
         return 1
+    finally:
+        remove_containers(container_ids() - containers_before)
     print_steps(steps)
     print(f"docker-check passed in {sum(s for _, s in steps):.0f} s: the container commands of docs/serving.md work as shown")
     if not args.keep:
@@ -102,8 +106,10 @@ def run_checks(cache: Path, work: Path, steps: list[tuple[str, float]]) -> None:
     wheelhouse = step("wheelhouse for the stand-in's Python (cached)", build_wheelhouse, cache)
     base = step("stand-in Paddle image (cached)", standin_image, wheelhouse)
     step("the build refuses a CPU base unless PADDLE_DEVICE=cpu", refuses_cpu_base_by_default, base)
+    replaced = image_id(IMAGE)
     step(COMMANDS["build"], run_command, COMMANDS["build"] + f" --build-arg PADDLE_IMAGE={base} "
          "--build-arg PADDLE_DEVICE=cpu", ROOT, None)
+    remove_if_untagged(replaced)
     user = prepare_workspace(work)
     step(COMMANDS["train"], run_command, COMMANDS["train"], work, user)
     step(COMMANDS["export"], run_command, COMMANDS["export"], work, user)
@@ -123,6 +129,36 @@ def require_docker() -> None:
 
 def image_exists(name: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
+
+
+def image_id(name: str) -> str | None:
+    done = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", name], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def container_ids() -> set[str]:
+    return set(subprocess.run(["docker", "ps", "--all", "--quiet", "--no-trunc"], capture_output=True,
+                              text=True).stdout.split())
+
+
+def remove_containers(created: set[str]) -> None:
+    """The stopped containers this check's commands left (the documented `docker run`s have no --rm): those made
+    while it ran, from the image it built; anything running is left alone."""
+    ours = image_id(IMAGE)
+    for container in created:
+        state = subprocess.run(["docker", "inspect", "--format", "{{.Image}} {{.State.Running}}", container],
+                               capture_output=True, text=True).stdout.split()
+        if state == [ours, "false"]:
+            subprocess.run(["docker", "rm", container], capture_output=True)
+
+
+def remove_if_untagged(old: str | None) -> None:
+    """The image an earlier check built as IMAGE, once the new build has taken its tag: each rebuild of a changed
+    checkout left ~1 GB of untagged layers behind. Kept where it still has a tag or a container uses it."""
+    inspected = subprocess.run(["docker", "image", "inspect", "--format", "{{len .RepoTags}}", old],
+                               capture_output=True, text=True) if old and old != image_id(IMAGE) else None
+    if inspected is not None and inspected.returncode == 0 and inspected.stdout.strip() == "0":
+        subprocess.run(["docker", "image", "rm", old], capture_output=True)  # refused while a container uses it
 
 
 def debian_image(cache: Path) -> None:
@@ -188,8 +224,10 @@ def standin_image(wheelhouse: Path) -> str:
 
 def refuses_cpu_base_by_default(base: str) -> None:
     """Without PADDLE_DEVICE=cpu the build must stop at the CUDA check, saying which argument to set."""
-    done = subprocess.run(["docker", "build", "-f", "docker/Dockerfile", "--build-arg", f"PADDLE_IMAGE={base}",
-                           "-t", "paddle_ft-check/refused", "."], cwd=ROOT, capture_output=True, text=True)
+    # --force-rm: the failing step's container is removed too, not left behind
+    done = subprocess.run(["docker", "build", "--force-rm", "-f", "docker/Dockerfile", "--build-arg",
+                           f"PADDLE_IMAGE={base}", "-t", "paddle_ft-check/refused", "."], cwd=ROOT,
+                          capture_output=True, text=True)
     if done.returncode == 0 or "PADDLE_DEVICE=cpu" not in done.stdout + done.stderr:
         raise CheckFailed("docker/Dockerfile built on a CPU paddle without PADDLE_DEVICE=cpu, or failed without "
                           "naming it: " + tail(done.stdout + done.stderr))
