@@ -5,15 +5,21 @@ side in one run:
 
 - speed: `--rounds` turns of `--steps` training steps each, paddle_ft's `train` then the HF `Trainer`
   (tools/e5_bench_peer.py, under the peer environment of `make bench-peers`); samples/s after the first 8 steps,
-  peak memory. Both read the config's recipe and train on the same token ids.
+  peak memory, each engine's median turn with the range. Both read the config's recipe and train on the same token
+  ids, in one `--precision` (float32, or bfloat16: paddle_ft's bf16 matmuls against the Trainer's `bf16=True`), and on
+  an AMD CPU the HF side gets MKL's code path as paddle_ft takes it (the same library by LD_PRELOAD).
 - accuracy: the config's whole recipe with each engine (epochs, learning rate, warmup, weight decay, clipping, batch,
-  dropout, mean pooling, seed, length-grouped batches, the best epoch by dev accuracy); test accuracy, wall time.
+  dropout, mean pooling, length-grouped batches, the best epoch by dev accuracy) once per seed (`--seeds`: the
+  config's seed and the next ones), taking turns; test accuracy as the mean and range over the seeds, wall time. A
+  run finished by an earlier bench into the same folder (same config, precision and machine) is kept: the six runs
+  of three seeds take hours and can be finished over several.
 - inference: paddle_ft's best/ (of the accuracy run, or --model) exported; Paddle Inference and ONNX Runtime at
   batch 1 and 32, and its int8 copy against fp32 on the test split (the bench's `inference` job).
 
 Writes OUTPUT/e5_bench.json and OUTPUT/e5_bench.md after each phase (each child's log in OUTPUT/logs/; a later run
 into the same folder keeps the phases it does not repeat) and prints the table with the three bars: test accuracy within 0.5 points of HF's or above, training >= 1.3x HF's samples/s, int8 within 0.5
-points of fp32. The machine (CPU model and its speed flags) is named in the table.
+points of fp32, accuracy and speed judged on the means and medians. The machine (CPU model and its speed flags) is
+named in the table.
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -29,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from bench.run import children_path  # noqa: E402
+from bench.run import children_path, same_mkl_environment  # noqa: E402
 from paddle_ft.errors import UserError  # noqa: E402
 
 PEER_SCRIPT = ROOT / "tools" / "e5_bench_peer.py"
@@ -38,6 +45,8 @@ SKIP_STEPS = 8  # start-up steps left out of both engines' rates (kernels built,
 PHASES = ("speed", "accuracy", "inference")
 RESULTS = "e5_bench.json"
 BARS = {"accuracy_points_behind_hf": 0.5, "speed_ratio": 1.3, "int8_points_lost": 0.5}
+PRECISIONS = {"float32": ["train.amp.enabled=false"],  # as the Trainer trains by default (train.amp auto: bf16 here)
+              "bfloat16": ["train.amp.enabled=true", "train.amp.dtype=bfloat16"]}
 
 
 def main() -> int:
@@ -46,7 +55,9 @@ def main() -> int:
     parser.add_argument("--output", default="out/e5-bench")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"a comma-separated subset of {','.join(PHASES)}")
     parser.add_argument("--steps", type=int, default=56, help="training steps of each speed run")
-    parser.add_argument("--rounds", type=int, default=2, help="speed runs per engine, taking turns")
+    parser.add_argument("--rounds", type=int, default=3, help="speed runs per engine, taking turns")
+    parser.add_argument("--seeds", type=int, default=3, help="accuracy runs per engine: the config's seed and the next")
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32", help="both engines' (default float32)")
     parser.add_argument("--model", help="a trained best/ to export in the inference phase (default: the accuracy run's)")
     parser.add_argument("--peers-python", default=os.environ.get("PADDLE_FT_PEERS_PYTHON", ".venv-peers/bin/python"))
     args = parser.parse_args()
@@ -71,29 +82,33 @@ def bench(args: argparse.Namespace) -> int:
         raise UserError("the inference phase exports the accuracy run's best/: add accuracy to --phases or give --model")
     config = load_config(args.config)
     threads = runtime.usable_cores()
-    machine = {"cpu": runtime.cpu_model(), "flags": runtime.cpu_speed_flags(), "cores": os.cpu_count(),
-               "threads": threads}
+    machine = {"cpu": runtime.cpu_model(), "kind": runtime.cpu_kind(), "flags": runtime.cpu_speed_flags(),
+               "cores": os.cpu_count(), "threads": threads}
+    peer_environment, why_not = same_mkl_environment()
     with owned_folder(args.output, "bench", "--output") as output:
-        results = earlier_results(output / RESULTS, args.config, machine)
-        runs = Runs(output, threads)
+        results = earlier_results(output / RESULTS, args.config, machine, args.precision)
+        results["peer_mkl"] = "paddle_ft's MKL code path, by LD_PRELOAD" if peer_environment else why_not
+        runs = Runs(output, threads, peer_environment)
         features = write_features(config, output / "features")
         for phase in phases:  # each phase's results are kept as soon as it ends: a later failure loses none
             if phase == "speed":
                 results["speed"] = speed(runs, args, config, features)
             elif phase == "accuracy":
-                results["accuracy"] = accuracy(runs, args, config, features)
+                results["accuracy"] = accuracy(runs, args, config, features, results,
+                                               lambda: write_results(output, results))
             else:
-                model = args.model or str(output / "runs" / "paddle_ft-accuracy" / "best")
+                model = args.model or str(output / "runs" / f"paddle_ft-accuracy-seed-{config.seed}" / "best")
                 results["inference"] = runs.inference(model, Path(config.data.test).parent)
             table = write_results(output, results)
     print(table)
     return 0
 
 
-def earlier_results(path: Path, config: str, machine: dict) -> dict:
-    """The results of an earlier run into the same folder, of the same config on the same machine, whose phases this
-    run does not repeat (a bench of an hour and a half can be finished phase by phase); else a fresh record."""
-    fresh = {"config": config, "machine": machine}
+def earlier_results(path: Path, config: str, machine: dict, precision: str) -> dict:
+    """The results of an earlier run into the same folder, of the same config and precision on the same machine,
+    whose phases and seeds this run does not repeat (a bench of hours can be finished over several runs); else a
+    fresh record."""
+    fresh = {"config": config, "machine": machine, "precision": precision}
     if not path.is_file():
         return fresh
     earlier = json.loads(path.read_text(encoding="utf-8"))
@@ -104,7 +119,7 @@ def earlier_results(path: Path, config: str, machine: dict) -> dict:
 def write_results(output: Path, results: dict) -> str:
     from paddle_ft.io import write_text_atomically
 
-    results["bars"] = bars(results)
+    results["bars"] = bars({key: value for key, value in results.items() if key != "accuracy_runs"})
     write_text_atomically(output / RESULTS, json.dumps(results, indent=2, ensure_ascii=False))
     table = markdown(results)
     write_text_atomically(output / "e5_bench.md", table)
@@ -147,31 +162,67 @@ def peer_settings(config, features: dict, threads: int, **extra) -> dict:
 
 def speed(runs: "Runs", args, config, features: dict) -> dict:
     """Training samples/s of each engine, `args.rounds` runs each, taking turns (a slow spell of a shared machine
-    falls on both); each engine's fastest run counts (a neighbour only ever slows a run down)."""
+    falls on both); each engine's median run by real tokens/s counts (of an even number, the slower middle one),
+    with every run's rates."""
     turns: dict[str, list[dict]] = {"paddle_ft": [], "hf_trainer": []}
     for turn in range(args.rounds):
         turns["paddle_ft"].append(runs.paddle_ft(f"speed-{turn}", args.config, [
-            f"train.max_steps={args.steps}", "data.dev=null", "data.test=null"], log_every=SKIP_STEPS))
+            f"train.max_steps={args.steps}", "data.dev=null", "data.test=null", *PRECISIONS[args.precision]],
+            log_every=SKIP_STEPS))
         turns["hf_trainer"].append(runs.peer(f"speed-{turn}", args.peers_python, peer_settings(
-            config, features, runs.threads, max_steps=args.steps)))
-    return {name: {**max(done, key=lambda run: run["samples_per_s"]),
-                   "all_runs_samples_per_s": [round(run["samples_per_s"], 2) for run in done]}
-            for name, done in turns.items()}
+            config, features, runs.threads, max_steps=args.steps, bf16=args.precision == "bfloat16")))
+    return {name: median_turn(done) for name, done in turns.items()}
 
 
-def accuracy(runs: "Runs", args, config, features: dict) -> dict:
-    """The config's whole recipe once with each engine: test accuracy of the best epoch by dev accuracy."""
-    ours = runs.paddle_ft("accuracy", args.config, [], log_every=SKIP_STEPS)
-    theirs = runs.peer("accuracy", args.peers_python, peer_settings(
-        config, features, runs.threads, dev=str(features["dev"]), test=str(features["test"])))
-    return {"paddle_ft": ours, "hf_trainer": theirs}
+def median_turn(done: list[dict]) -> dict:
+    ranked = sorted(done, key=lambda run: run["real_tokens_per_s"])
+    return {**ranked[(len(ranked) - 1) // 2],
+            "all_runs_samples_per_s": [round(run["samples_per_s"], 2) for run in done],
+            "all_runs_real_tokens_per_s": [round(run["real_tokens_per_s"]) for run in done]}
+
+
+def accuracy(runs: "Runs", args, config, features: dict, results: dict, save) -> dict:
+    """The config's whole recipe with each engine once per seed, the engines taking turns; each finished run is kept
+    in `results` and saved (`save`) at once, and one an earlier bench into the same folder finished is not run
+    again. Each engine's test accuracy as the mean and range over the seeds."""
+    seeds = [config.seed + i for i in range(args.seeds)]
+    done = results.setdefault("accuracy_runs", {"paddle_ft": {}, "hf_trainer": {}})
+    for seed in seeds:
+        if str(seed) not in done["paddle_ft"]:
+            done["paddle_ft"][str(seed)] = runs.paddle_ft(f"accuracy-seed-{seed}", args.config, [
+                f"seed={seed}", *PRECISIONS[args.precision]], log_every=SKIP_STEPS)
+            save()
+        if str(seed) not in done["hf_trainer"]:
+            done["hf_trainer"][str(seed)] = runs.peer(f"accuracy-seed-{seed}", args.peers_python, peer_settings(
+                config, features, runs.threads, seed=seed, bf16=args.precision == "bfloat16",
+                dev=str(features["dev"]), test=str(features["test"])))
+            save()
+    return {engine: over_seeds({seed: done[engine][str(seed)] for seed in seeds}) for engine in done}
+
+
+def over_seeds(runs: dict[int, dict]) -> dict:
+    """One engine's runs of the recipe, one a seed: test and dev accuracy as mean and range, training samples/s and
+    wall time as medians, and every run."""
+    def of(key: str) -> list[float]:
+        return [run[key] for run in runs.values()]
+
+    return {"seeds": list(runs), "test_accuracy": statistics.mean(of("test_accuracy")),
+            "test_accuracy_range": [min(of("test_accuracy")), max(of("test_accuracy"))],
+            "dev_accuracy": statistics.mean(of("dev_accuracy")),
+            "dev_accuracy_range": [min(of("dev_accuracy")), max(of("dev_accuracy"))],
+            "samples_per_s": statistics.median(of("samples_per_s")),
+            "wall_seconds": statistics.median(of("wall_seconds")),
+            "peak_rss_mb": max(of("peak_rss_mb")),
+            "runs": {seed: {key: run[key] for key in ("test_accuracy", "dev_accuracy", "samples_per_s", "wall_seconds")}
+                     for seed, run in runs.items()}}
 
 
 class Runs:
-    """Child processes, each with its log in OUTPUT/logs/ and its peak resident memory its own."""
+    """Child processes, each with its log in OUTPUT/logs/ and its peak resident memory its own. `peer_environment`:
+    the HF side's (MKL's code path as paddle_ft takes it), None for the parent's."""
 
-    def __init__(self, output: Path, threads: int):
-        self.output, self.threads = output, threads
+    def __init__(self, output: Path, threads: int, peer_environment: dict | None = None):
+        self.output, self.threads, self.peer_environment = output, threads, peer_environment
         (output / "logs").mkdir(parents=True, exist_ok=True)
 
     def paddle_ft(self, name: str, config: str, overrides: list[str], log_every: int | None = None) -> dict:
@@ -180,10 +231,8 @@ class Runs:
 
         folder = self.output / "runs" / f"paddle_ft-{name}"
         shutil.rmtree(folder, ignore_errors=True)  # this bench's own run of an earlier bench
-        # float32, as the Hugging Face side trains: like for like on a CPU where train.amp auto would take bf16
         command = [sys.executable, "-m", "paddle_ft", "train", "-c", config, "-o", f"output_dir={folder}",
-                   "-o", f"train.runtime.cpu_threads={self.threads}", "-o", "train.amp.enabled=false",
-                   *(f"-o{o}" for o in overrides)]
+                   "-o", f"train.runtime.cpu_threads={self.threads}", *(f"-o{o}" for o in overrides)]
         if log_every:
             command += ["-o", f"train.runtime.log_every={log_every}"]
         run = self._run(f"paddle_ft-{name}", command)
@@ -199,8 +248,8 @@ class Runs:
     def peer(self, name: str, python: str, settings: dict) -> dict:
         settings_file = self.output / "logs" / f"hf_trainer-{name}.json"
         settings_file.write_text(json.dumps(settings), encoding="utf-8")
-        run = self._run(f"hf_trainer-{name}", [python, str(PEER_SCRIPT), str(settings_file)], mark=PEER_MARK)
-        return run
+        return self._run(f"hf_trainer-{name}", [python, str(PEER_SCRIPT), str(settings_file)], mark=PEER_MARK,
+                         env=self.peer_environment)
 
     def inference(self, model_dir: str, data: Path) -> dict:
         from bench.shape import RESULT_MARK
@@ -211,13 +260,13 @@ class Runs:
         return self._run("inference", [sys.executable, "-m", "bench.jobs", "inference", json.dumps(job)],
                          mark=RESULT_MARK)
 
-    def _run(self, name: str, command: list[str], mark: str | None = None) -> dict:
+    def _run(self, name: str, command: list[str], mark: str | None = None, env: dict | None = None) -> dict:
         log = self.output / "logs" / f"{name}.log"
         print(f"e5-bench: {name} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
         with log.open("w", encoding="utf-8") as err:
             child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT,
-                                     env={**os.environ, "PYTHONPATH": children_path()})
+                                     env={**(env or os.environ), "PYTHONPATH": children_path()})
             out = child.stdout.read()
             _, status, usage = os.wait4(child.pid, 0)
             err.write(out)
@@ -253,7 +302,7 @@ def training_rates(events: list, log_every: int) -> dict:
 def bars(results: dict) -> dict:
     """The issue's three bars, each with its measured value and whether it is met (None: phase not run)."""
     out = {}
-    if "accuracy" in results:
+    if "accuracy" in results:  # the means over the seeds
         behind = 100 * (results["accuracy"]["hf_trainer"]["test_accuracy"]
                         - results["accuracy"]["paddle_ft"]["test_accuracy"])
         out["accuracy_points_behind_hf"] = {"value": round(behind, 2),
@@ -262,11 +311,12 @@ def bars(results: dict) -> dict:
     # different mixes of lengths (HF's sampler starts with the longest batch), so there real tokens/s compare.
     if "accuracy" in results:
         rows = results["accuracy"]
-        ratio, basis = rows["paddle_ft"]["samples_per_s"] / rows["hf_trainer"]["samples_per_s"], "whole recipe, samples/s"
+        ratio, basis = (rows["paddle_ft"]["samples_per_s"] / rows["hf_trainer"]["samples_per_s"],
+                        "whole recipe, median samples/s over the seeds")
     elif "speed" in results:
         rows = results["speed"]
         ratio, basis = rows["paddle_ft"]["real_tokens_per_s"] / rows["hf_trainer"]["real_tokens_per_s"], \
-            "speed turns, real tokens/s"
+            "speed turns, median real tokens/s"
     if "accuracy" in results or "speed" in results:
         out["speed_ratio"] = {"value": round(ratio, 2), "met": ratio >= BARS["speed_ratio"], "basis": basis}
     if "inference" in results and results["inference"].get("int8_check"):
@@ -278,21 +328,29 @@ def bars(results: dict) -> dict:
 
 def markdown(results: dict) -> str:
     m = results["machine"]
-    lines = [f"# paddle_ft against the HF Trainer on multilingual-e5-small ({results['config']})", "",
-             f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} threads; CPU flags: {' '.join(m['flags'])}", ""]
+    lines = [f"# paddle_ft against the HF Trainer on multilingual-e5-small ({results['config']}, "
+             f"{results.get('precision', 'float32')})", "",
+             f"Machine: {m['cpu']} ({m.get('kind', 'CPU kind not recorded')}), {m['cores']} cores, {m['threads']} "
+             f"threads; CPU flags: {' '.join(m['flags'])}. The HF side's MKL: {results.get('peer_mkl', 'not recorded')}",
+             ""]
     if "speed" in results:
-        lines += ["## Training speed (fastest of the turns; all turns in brackets)", "",
+        lines += ["## Training speed (the median turn; every turn in brackets)", "",
                   "| engine | samples/s | real tokens/s | peak memory MB |", "|---|---|---|---|"]
         for name, run in results["speed"].items():
             lines.append(f"| {name} | {run['samples_per_s']:.1f} ({', '.join(map(str, run['all_runs_samples_per_s']))})"
-                         f" | {run['real_tokens_per_s']:,.0f} | {_mb(run)} |")
+                         f" | {run['real_tokens_per_s']:,.0f} "
+                         f"({', '.join(f'{r:,}' for r in run.get('all_runs_real_tokens_per_s', []))}) | {_mb(run)} |")
         lines.append("")
     if "accuracy" in results:
-        lines += ["## The whole recipe (training samples/s leave evaluation and saving out)", "",
-                  "| engine | dev accuracy | test accuracy | training samples/s | wall minutes | peak memory MB |",
-                  "|---|---|---|---|---|---|"]
+        seeds = ", ".join(map(str, next(iter(results["accuracy"].values()))["seeds"]))
+        lines += [f"## The whole recipe, seeds {seeds} (mean and range; training samples/s, the median, leave "
+                  "evaluation and saving out)", "",
+                  "| engine | dev accuracy | test accuracy | test accuracy per seed | training samples/s | "
+                  "wall minutes | peak memory MB |", "|---|---|---|---|---|---|---|"]
         for name, run in results["accuracy"].items():
-            lines.append(f"| {name} | {run['dev_accuracy']:.4f} | {run['test_accuracy']:.4f} | "
+            per_seed = ", ".join(f"{r['test_accuracy']:.4f}" for r in run["runs"].values())
+            lines.append(f"| {name} | {run['dev_accuracy']:.4f} ({_range(run['dev_accuracy_range'])}) | "
+                         f"{run['test_accuracy']:.4f} ({_range(run['test_accuracy_range'])}) | {per_seed} | "
                          f"{run['samples_per_s']:.1f} | {run['wall_seconds'] / 60:.1f} | {_mb(run)} |")
         lines.append("")
     if "inference" in results:
@@ -313,6 +371,10 @@ def markdown(results: dict) -> str:
         basis = f", {bar['basis']}" if "basis" in bar else ""
         lines.append(f"- {name}: {bar['value']} (bar {BARS[name]}{basis}): {'met' if bar['met'] else 'NOT met'}")
     return "\n".join(lines) + "\n"
+
+
+def _range(bounds: list[float]) -> str:
+    return f"{bounds[0]:.4f}-{bounds[1]:.4f}"
 
 
 def _mb(run: dict) -> str:

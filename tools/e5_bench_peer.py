@@ -11,7 +11,7 @@ from the parent (features files), so both engines train on exactly the same ids.
 
 SETTINGS: backbone, train/dev/test (features JSONL: input_ids, token_type_ids, label), num_labels, epochs or
 max_steps, learning_rate, warmup (a proportion of the steps), weight_decay, max_grad_norm, batch_size, dropout,
-seed, threads. With dev and test: the best epoch by dev accuracy is kept and scored on test. Prints one line
+seed, threads, bf16 (the Trainer's `bf16=True`: torch's CPU autocast to bfloat16). With dev and test: the best epoch by dev accuracy is kept and scored on test. Prints one line
 `E5_BENCH_RESULT {json}`: training samples/s (evaluation and saving left out), per-step times, accuracies.
 """
 import json
@@ -90,7 +90,8 @@ def main() -> None:
             max_steps=settings.get("max_steps") or -1, learning_rate=settings["learning_rate"],
             warmup_steps=int(settings["warmup"] * total_steps), weight_decay=settings["weight_decay"],
             max_grad_norm=settings["max_grad_norm"], lr_scheduler_type="linear",
-            train_sampling_strategy="group_by_length", use_cpu=True, seed=settings["seed"], report_to=[],
+            train_sampling_strategy="group_by_length", use_cpu=True, bf16=settings.get("bf16", False),
+            seed=settings["seed"], report_to=[],
             logging_strategy="no", disable_tqdm=True, **({"save_strategy": "no"} if dev is None else evaluate))
         trainer = Trainer(model=model, args=arguments, train_dataset=train, eval_dataset=dev,
                           data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=accuracy if dev is not None else None,
@@ -98,7 +99,7 @@ def main() -> None:
         started = time.perf_counter()
         trainer.train()
         result = {"wall_seconds": time.perf_counter() - started, **clock.summary(), "steps": total_steps,
-                  "threads": torch.get_num_threads(),
+                  "threads": torch.get_num_threads(), "bf16": arguments.bf16,
                   "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
         if dev is not None:
             result["dev_accuracy"] = trainer.evaluate(dev)["eval_accuracy"]
