@@ -94,7 +94,8 @@ def test_module_entry_point_reports_errors_the_same_way():
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (["export", "--model", "/nonexistent/best", "--output", "/tmp/x"], "is not a paddle_ft model directory"),
+    # (the output under /nonexistent too: a fixed path in /tmp could be anyone's file)
+    (["export", "--model", "/nonexistent/best", "--output", "/nonexistent/export"], "is not a paddle_ft model directory"),
     (["predict", "--export", "/nonexistent", "--text", "好"], "holds no exported model"),
     (["eval", "--model", "/nonexistent/best", "--data", "x.tsv"], "is not a paddle_ft model directory"),
     (["train", "--config", "/nonexistent.yaml"], "does not exist"),
