@@ -21,6 +21,7 @@ and an estimate of its time first (about 10 minutes on one H100-class GPU), then
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -692,7 +693,10 @@ def killed_rank_check(folder: Path, base: list[str], device: str) -> Check:
         time.sleep(0.05)
     workers = children(launcher.pid)
     if launcher.poll() is not None or len(workers) != 2:
-        launcher.kill()
+        for pid in [*workers, launcher.pid]:  # only what this check started
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        launcher.wait()
         return Check(title, "fail", f"no mid-run moment to kill a rank at: the launcher had {len(workers)} workers, "
                                     f"exit {launcher.poll()}; see {folder / 'log-broken'}")
     os.kill(workers[-1], signal.SIGKILL)  # one rank, by the PID of the launcher started here
