@@ -146,7 +146,7 @@ def test_the_lock_is_re_entrant_within_a_process(tmp_path):
 
 def comparable(folder: Path) -> dict[str, bytes]:
     """A run folder's files, less what differs between two equal runs: its own path and name in config.yaml and in
-    best/'s card and manifest, speeds in metrics.jsonl, and the report page and VisualDL records, which hold times."""
+    best/'s card and manifest, speeds and step times in metrics.jsonl, and the report page and VisualDL records, which hold times."""
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         name = str(path.relative_to(folder))
@@ -161,7 +161,8 @@ def comparable(folder: Path) -> dict[str, bytes]:
             files[name] = json.dumps(manifest).encode()
         elif name == "metrics.jsonl":
             events = [json.loads(line) for line in path.read_text().splitlines()]
-            files[name] = json.dumps([{k: v for k, v in e.items() if not k.endswith("_per_s")} for e in events]).encode()
+            files[name] = json.dumps([{k: v for k, v in e.items() if not k.endswith(("_per_s", "_ms_per_step"))}
+                                      for e in events]).encode()  # rates and times
         else:
             files[name] = path.read_bytes()
     return files
