@@ -114,9 +114,7 @@ class Classification(ClassifierObjective):
             report.update(ece_at_temperature_1=report["ece"], temperature=temperature,
                           ece=expected_calibration_error(probabilities, gold))
         del logits  # [texts, labels]: of 20,000 labels, a copy is gigabytes
-        threshold = self.abstain_below
-        if threshold is None and self.target_coverage is not None:
-            threshold = abstain_threshold(probabilities.max(axis=1), self.target_coverage)
+        threshold = self._threshold(probabilities.max(axis=1))
         report["decision"] = decision_report(probabilities, gold, threshold)
         return with_levels(report, self.hierarchy, gold, probabilities, threshold)
 
@@ -129,11 +127,14 @@ class Classification(ClassifierObjective):
         answers, gold = Answers(predicted, confidence), features.document_labels
         report = classification_report(gold, predicted, self.label_names)
         report["ece"] = expected_calibration_error(answers, gold)
-        threshold = self.abstain_below
-        if threshold is None and self.target_coverage is not None:
-            threshold = abstain_threshold(confidence, self.target_coverage)
-        report["decision"] = decision_report(answers, gold, threshold)
+        report["decision"] = decision_report(answers, gold, self._threshold(confidence))
         return report
+
+    def _threshold(self, confidence: np.ndarray) -> float | None:
+        """The abstain threshold: the one given, else the one that answers the target coverage of these texts."""
+        if self.abstain_below is None and self.target_coverage is not None:
+            return abstain_threshold(confidence, self.target_coverage)
+        return self.abstain_below
 
     def calibrated(self, dev_report: dict | None) -> Classification:
         """What dev decided, fixed for test and the saved model: with calibration the temperature (1 without dev),
