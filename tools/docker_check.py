@@ -128,7 +128,7 @@ def require_docker() -> None:
 
 
 def image_exists(name: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
+    return image_id(name) is not None
 
 
 def image_id(name: str) -> str | None:
@@ -155,9 +155,11 @@ def remove_containers(created: set[str]) -> None:
 def remove_if_untagged(old: str | None) -> None:
     """The image an earlier check built as IMAGE, once the new build has taken its tag: each rebuild of a changed
     checkout left ~1 GB of untagged layers behind. Kept where it still has a tag or a container uses it."""
-    inspected = subprocess.run(["docker", "image", "inspect", "--format", "{{len .RepoTags}}", old],
-                               capture_output=True, text=True) if old and old != image_id(IMAGE) else None
-    if inspected is not None and inspected.returncode == 0 and inspected.stdout.strip() == "0":
+    if old is None or old == image_id(IMAGE):  # nothing built before, or the build changed nothing
+        return
+    tags = subprocess.run(["docker", "image", "inspect", "--format", "{{len .RepoTags}}", old], capture_output=True,
+                          text=True)
+    if tags.returncode == 0 and tags.stdout.strip() == "0":
         subprocess.run(["docker", "image", "rm", old], capture_output=True)  # refused while a container uses it
 
 
