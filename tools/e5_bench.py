@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from bench.run import children_path, same_mkl_environment  # noqa: E402
+from paddle_ft.arguments import ArgumentParser, positive_int  # noqa: E402
 from paddle_ft.errors import UserError  # noqa: E402
 
 PEER_SCRIPT = ROOT / "tools" / "e5_bench_peer.py"
@@ -50,13 +51,13 @@ PRECISIONS = {"float32": ["train.amp.enabled=false"],  # as the Trainer trains b
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="tools/e5_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/demo-e5-long.yaml", help="the recipe both engines run")
     parser.add_argument("--output", default="out/e5-bench")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"a comma-separated subset of {','.join(PHASES)}")
-    parser.add_argument("--steps", type=int, default=56, help="training steps of each speed run")
-    parser.add_argument("--rounds", type=int, default=3, help="speed runs per engine, taking turns")
-    parser.add_argument("--seeds", type=int, default=3, help="accuracy runs per engine: the config's seed and the next")
+    parser.add_argument("--steps", type=positive_int, default=56, help="training steps of each speed run")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="speed runs per engine, taking turns")
+    parser.add_argument("--seeds", type=positive_int, default=3, help="accuracy runs per engine: the config's seed and the next")
     parser.add_argument("--precision", choices=PRECISIONS, default="float32", help="both engines' (default float32)")
     parser.add_argument("--model", help="a trained best/ to export in the inference phase (default: the accuracy run's)")
     parser.add_argument("--peers-python", default=os.environ.get("PADDLE_FT_PEERS_PYTHON", ".venv-peers/bin/python"))

@@ -12,7 +12,6 @@ same folder: six runs of the e5 demo take about two hours on 2 cores.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -21,6 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from few_shot_bench import machine, train  # noqa: E402
 
+from paddle_ft.arguments import ArgumentParser, positive_int  # noqa: E402
+
 PRECISIONS = {"float32": ["train.amp.enabled=false"],
               "bfloat16": ["train.amp.enabled=true", "train.amp.dtype=bfloat16"]}
 BAR_POINTS = 0.3  # bfloat16's mean test accuracy at most this far below float32's
@@ -28,11 +29,13 @@ RESULTS = "precision_bench.json"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="tools/precision_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/demo.yaml")
-    parser.add_argument("--seeds", type=int, default=3, help="runs per precision: the config's seed and the next")
+    parser.add_argument("--seeds", type=positive_int, default=3, help="runs per precision: the config's seed and the next")
     parser.add_argument("--output", type=Path, default=Path("out/precision-bench"))
     args = parser.parse_args()
+    if not Path(args.config).is_file():
+        parser.error(f"--config {args.config} does not exist")
     import yaml
 
     first_seed = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")).get("seed", 42)
