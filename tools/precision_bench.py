@@ -40,24 +40,39 @@ def main() -> int:
 
     first_seed = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")).get("seed", 42)
     seeds = [first_seed + i for i in range(args.seeds)]
-    (args.output / "logs").mkdir(parents=True, exist_ok=True)
-    runs: dict[str, dict[int, dict]] = {precision: {} for precision in PRECISIONS}
-    for seed in seeds:
-        for precision, overrides in PRECISIONS.items():  # taking turns: a slow spell of the machine falls on both
-            name = f"{precision}-seed-{seed}"
-            results = train(args.output, name, Path(args.config), [f"seed={seed}", *overrides])
-            runs[precision][seed] = {"test_accuracy": results["test"]["accuracy"],
-                                     "dev_accuracy": results["dev"]["accuracy"],
-                                     "samples_per_s": training_speed(args.output / "runs" / name)}
-            print(f"{name}: test {runs[precision][seed]['test_accuracy']:.4f}", file=sys.stderr, flush=True)
-    summary = {"config": args.config, "machine": machine(), "seeds": seeds,
-               "precisions": {precision: over_seeds(done) for precision, done in runs.items()}}
-    summary["bar"] = bar(summary["precisions"])
-    (args.output / RESULTS).write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
-    table = markdown(summary)
-    (args.output / "precision_bench.md").write_text(table, encoding="utf-8")
+    from paddle_ft.artifacts.ownership import owned_folder
+    from paddle_ft.errors import UserError
+
+    try:
+        with owned_folder(args.output, "bench", "--output") as output:  # never a folder of someone else's
+            table = measure(output, Path(args.config), seeds)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(table)
     return 0
+
+
+def measure(output: Path, config: Path, seeds: list[int]) -> str:
+    """Each seed in each precision, taking turns (a slow spell of the machine falls on both); the results written
+    into `output`, and their table returned."""
+    (output / "logs").mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict[int, dict]] = {precision: {} for precision in PRECISIONS}
+    for seed in seeds:
+        for precision, overrides in PRECISIONS.items():
+            name = f"{precision}-seed-{seed}"
+            results = train(output, name, config, [f"seed={seed}", *overrides])
+            runs[precision][seed] = {"test_accuracy": results["test"]["accuracy"],
+                                     "dev_accuracy": results["dev"]["accuracy"],
+                                     "samples_per_s": training_speed(output / "runs" / name)}
+            print(f"{name}: test {runs[precision][seed]['test_accuracy']:.4f}", file=sys.stderr, flush=True)
+    summary = {"config": str(config), "machine": machine(), "seeds": seeds,
+               "precisions": {precision: over_seeds(done) for precision, done in runs.items()}}
+    summary["bar"] = bar(summary["precisions"])
+    (output / RESULTS).write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+    table = markdown(summary)
+    (output / "precision_bench.md").write_text(table, encoding="utf-8")
+    return table
 
 
 def training_speed(run: Path) -> float:
