@@ -37,6 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from few_shot_bench import DEMO, ROOT, domain_task, machine, read_rows, run, train, write_rows  # noqa: E402
 
+from bench.folder import bench_output  # noqa: E402
+
 STRATEGIES = ("random", "uncertainty", "margin", "diverse", "mixed")
 PRECISIONS = {"float32": ["train.amp.enabled=false"], "auto": ["train.amp.enabled=auto"],
               "bfloat16": ["train.amp.enabled=true", "train.amp.dtype=bfloat16"]}
@@ -64,7 +66,11 @@ def main() -> int:
                              "chooses by CPU and model)")
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES))
     args = parser.parse_args()
-    output = Path(args.output).resolve()
+    with bench_output(args.output) as output:
+        return bench(output, args)
+
+
+def bench(output: Path, args) -> int:
     (output / "logs").mkdir(parents=True, exist_ok=True)
     args.data = DEMO if args.task == "demo" else domain_task(output / "data" / "domain")
     train_rows = read_rows(args.data / "train.tsv")

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from bench.run import children_path, same_mkl_environment  # noqa: E402
+from bench.seeds import over_seeds  # noqa: E402
 from paddle_ft.arguments import ArgumentParser, positive_int  # noqa: E402
 from paddle_ft.errors import UserError  # noqa: E402
 
@@ -198,24 +198,13 @@ def accuracy(runs: "Runs", args, config, features: dict, results: dict, save) ->
                 config, features, runs.threads, seed=seed, bf16=args.precision == "bfloat16",
                 dev=str(features["dev"]), test=str(features["test"])))
             save()
-    return {engine: over_seeds({seed: done[engine][str(seed)] for seed in seeds}) for engine in done}
+    return {engine: engine_over_seeds({seed: done[engine][str(seed)] for seed in seeds}) for engine in done}
 
 
-def over_seeds(runs: dict[int, dict]) -> dict:
-    """One engine's runs of the recipe, one a seed: test and dev accuracy as mean and range, training samples/s and
-    wall time as medians, and every run."""
-    def of(key: str) -> list[float]:
-        return [run[key] for run in runs.values()]
-
-    return {"seeds": list(runs), "test_accuracy": statistics.mean(of("test_accuracy")),
-            "test_accuracy_range": [min(of("test_accuracy")), max(of("test_accuracy"))],
-            "dev_accuracy": statistics.mean(of("dev_accuracy")),
-            "dev_accuracy_range": [min(of("dev_accuracy")), max(of("dev_accuracy"))],
-            "samples_per_s": statistics.median(of("samples_per_s")),
-            "wall_seconds": statistics.median(of("wall_seconds")),
-            "peak_rss_mb": max(of("peak_rss_mb")),
-            "runs": {seed: {key: run[key] for key in ("test_accuracy", "dev_accuracy", "samples_per_s", "wall_seconds")}
-                     for seed, run in runs.items()}}
+def engine_over_seeds(runs: dict[int, dict]) -> dict:
+    """One engine's runs of the recipe, one a seed: accuracy as mean and range, training samples/s and wall time as
+    medians, the largest peak memory."""
+    return over_seeds(runs, medians=("samples_per_s", "wall_seconds"), largest=("peak_rss_mb",))
 
 
 class Runs:

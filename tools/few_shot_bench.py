@@ -39,6 +39,8 @@ from paddle_ft import runtime  # noqa: E402
 # the environment as the user started the bench (runtime.environment_as_given), not that
 runtime.configure()
 
+from bench.folder import bench_output  # noqa: E402
+
 PHASES = ("zero_shot", "few_shot", "add_class")
 RESULTS = "few_shot_bench.json"
 DEMO = ROOT / "data" / "demo"
@@ -68,16 +70,16 @@ def main() -> int:
     parser.add_argument("--sizes", default="8,16,32", help="rows per class of the few-shot draws")
     parser.add_argument("--draws", type=int, default=5, help="seeded draws per size")
     args = parser.parse_args()
-    output = Path(args.output)
-    (output / "logs").mkdir(parents=True, exist_ok=True)
-    results = _earlier(output / RESULTS)
-    results["machine"] = machine()
-    for phase in args.phases.split(","):
-        started = time.perf_counter()
-        results[phase] = {"zero_shot": zero_shot, "few_shot": few_shot, "add_class": add_class}[phase](
-            args, output, results)
-        results[phase]["minutes"] = round((time.perf_counter() - started) / 60, 1)
-        print(_write(output, results))
+    with bench_output(args.output) as output:
+        (output / "logs").mkdir(parents=True, exist_ok=True)
+        results = _earlier(output / RESULTS)
+        results["machine"] = machine()
+        for phase in args.phases.split(","):
+            started = time.perf_counter()
+            results[phase] = {"zero_shot": zero_shot, "few_shot": few_shot, "add_class": add_class}[phase](
+                args, output, results)
+            results[phase]["minutes"] = round((time.perf_counter() - started) / 60, 1)
+            print(_write(output, results))
     return 0
 
 

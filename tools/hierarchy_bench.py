@@ -25,6 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from few_shot_bench import ROOT, domain_task, machine, read_rows, run, train, write_rows  # noqa: E402
 
+from bench.folder import bench_output  # noqa: E402
+
 VARIANTS = {"flat": [], "tree": ["data.label_hierarchy=/"],
             "tree + level loss": ["data.label_hierarchy=/", "train.level_loss=1"]}
 COVERAGE = 0.9
@@ -36,7 +38,11 @@ def main() -> int:
     parser.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
-    output = Path(args.output).resolve()
+    with bench_output(args.output) as output:
+        return bench(output, args)
+
+
+def bench(output: Path, args) -> int:
     (output / "logs").mkdir(parents=True, exist_ok=True)
     flat = domain_task(output / "data" / "flat")
     tree = as_paths(flat, output / "data" / "tree")

@@ -27,6 +27,8 @@ from paddle_ft.cli import main as paddle_ft  # noqa: E402
 from paddle_ft.config import load_config  # noqa: E402
 from paddle_ft.data.readers import Columns, write_examples  # noqa: E402
 
+from bench.folder import bench_output  # noqa: E402
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -42,7 +44,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.rows:
         args.override += ["data.dev=null"]
-    root = Path(args.output)
+    with bench_output(args.output) as root:
+        return measure(root, args)
+
+
+def measure(root: Path, args) -> int:
     config = load_config(args.config, args.override)
     dataset = read_dataset(config.data, config.task)
     rows, names = dataset.examples["train"][:args.rows], dataset.label_map.names
@@ -54,7 +60,6 @@ def main() -> int:
              for i, r in enumerate(rows)]
     fmt = format_of_split(config.data, config.data.train)
     train = root / f"train-flipped.{fmt}"
-    root.mkdir(parents=True, exist_ok=True)
     write_examples(train, fmt, Columns.of(config.data, config.task == "multi_label"), noisy)
     code = paddle_ft(["label-issues", "--config", args.config, "--folds", str(args.folds), "--output",
                       str(root / "label-issues"), "--method", args.method, *([] if args.no_prune else ["--prune"]),

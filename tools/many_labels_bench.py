@@ -25,6 +25,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 from many_labels import write_corpus  # noqa: E402
 
+from bench.folder import bench_output  # noqa: E402
+
 ROWS_PER_LABEL = {5000: 4, 20000: 4}
 TRAIN = ["data.labels=null", "data.max_length=16", "model.pooling=mean", "model.scratch.hidden_size=64",
          "model.scratch.num_layers=1", "model.scratch.num_heads=2", "model.scratch.intermediate_size=128",
@@ -39,7 +41,11 @@ def main() -> int:
     parser.add_argument("--sizes", default="5000,20000")
     parser.add_argument("--tasks", default="single_label,multi_label")
     args = parser.parse_args()
-    output = Path(args.output).resolve()
+    with bench_output(args.output) as output:
+        return bench(output, args)
+
+
+def bench(output: Path, args) -> int:
     (output / "logs").mkdir(parents=True, exist_ok=True)
     results = {"machine": machine(), "cases": {}}
     for labels in map(int, args.sizes.split(",")):

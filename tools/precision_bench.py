@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.folder import bench_output  # noqa: E402
+from bench.seeds import over_seeds  # noqa: E402
 from few_shot_bench import machine, train  # noqa: E402
 
 from paddle_ft.arguments import ArgumentParser, positive_int  # noqa: E402
@@ -40,15 +42,8 @@ def main() -> int:
 
     first_seed = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")).get("seed", 42)
     seeds = [first_seed + i for i in range(args.seeds)]
-    from paddle_ft.artifacts.ownership import owned_folder
-    from paddle_ft.errors import UserError
-
-    try:
-        with owned_folder(args.output, "bench", "--output") as output:  # never a folder of someone else's
-            table = measure(output, Path(args.config), seeds)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    with bench_output(args.output) as output:  # never a folder of someone else's
+        table = measure(output, Path(args.config), seeds)
     print(table)
     return 0
 
@@ -80,17 +75,6 @@ def training_speed(run: Path) -> float:
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     speeds = [e["samples_per_s"] for e in events if e["event"] == "train"]
     return statistics.median(speeds[1:] or speeds)
-
-
-def over_seeds(runs: dict[int, dict]) -> dict:
-    def of(key: str) -> list[float]:
-        return [run[key] for run in runs.values()]
-
-    return {"test_accuracy": statistics.mean(of("test_accuracy")),
-            "test_accuracy_range": [min(of("test_accuracy")), max(of("test_accuracy"))],
-            "dev_accuracy": statistics.mean(of("dev_accuracy")),
-            "dev_accuracy_range": [min(of("dev_accuracy")), max(of("dev_accuracy"))],
-            "samples_per_s": statistics.median(of("samples_per_s")), "runs": runs}
 
 
 def bar(precisions: dict) -> dict:

@@ -64,8 +64,8 @@ def test_the_speed_turn_that_counts_is_the_median_not_the_fastest():
 
 
 def test_the_table_says_the_precision_the_peers_mkl_and_every_seed():
-    summary = {"paddle_ft": e5_bench.over_seeds({42: run(0.884), 43: run(0.874)}),
-               "hf_trainer": e5_bench.over_seeds({42: run(0.876), 43: run(0.881)})}
+    summary = {"paddle_ft": e5_bench.engine_over_seeds({42: run(0.884), 43: run(0.874)}),
+               "hf_trainer": e5_bench.engine_over_seeds({42: run(0.876), 43: run(0.881)})}
     results = {"config": "c.yaml", "precision": "float32", "peer_mkl": "paddle_ft's MKL code path, by LD_PRELOAD",
                "machine": {"cpu": "AMD EPYC", "kind": "AVX-512+BF16", "cores": 2, "threads": 2, "flags": ["avx2"]},
                "accuracy": summary}
