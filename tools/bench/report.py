@@ -36,14 +36,16 @@ def ratios(results: dict) -> dict:
     for name in TRAIN_ENGINES[2:]:
         ours = train.get(ours_for(name), {})
         peer = train.get(name, {})
-        out[f"train_vs_{name}"] = _ratio(ours.get("samples_per_s"), peer.get("samples_per_s"))
+        out[f"train_vs_{name}"], out[f"train_vs_{name}_range"] = _round_ratio(ours, peer, "samples_per_s")
         # per real token: the same ratio where both timed the same texts (paddle_ft and the HF Trainers); PaddleNLP's
         # Trainer times a window of its random batches, whose mean length differs
-        out[f"train_vs_{name}_per_token"] = _ratio(ours.get("real_tokens_per_s"), peer.get("real_tokens_per_s"))
-    out["train_like_for_like_per_token"] = next((out[f"train_vs_{name}_per_token"] for name in LIKE_FOR_LIKE
-                                                 if out[f"train_vs_{name}_per_token"]), None)
-    out["train_bf16_vs_fp32_per_token"] = _ratio(train.get("paddle_ft_bf16", {}).get("real_tokens_per_s"),
-                                                 train["paddle_ft"].get("real_tokens_per_s"))
+        out[f"train_vs_{name}_per_token"], out[f"train_vs_{name}_per_token_range"] = _round_ratio(
+            ours, peer, "real_tokens_per_s")
+    peer = next((name for name in LIKE_FOR_LIKE if out[f"train_vs_{name}_per_token"]), None)
+    out["train_like_for_like_per_token"] = out[f"train_vs_{peer}_per_token"] if peer else None
+    out["train_like_for_like_per_token_range"] = out[f"train_vs_{peer}_per_token_range"] if peer else None
+    out["train_bf16_vs_fp32_per_token"], out["train_bf16_vs_fp32_per_token_range"] = _round_ratio(
+        train.get("paddle_ft_bf16", {}), train["paddle_ft"], "real_tokens_per_s")
     infer = results["infer"]
     for size in (1, 8, 32):
         key = f"batch_{size}"
@@ -55,6 +57,16 @@ def ratios(results: dict) -> dict:
     out["train_useful_share_of_matmul"] = next((row["share"] for row in limit_rows(results)
                                                 if row["name"] == "training: " + TRAIN_TITLES["paddle_ft"]), None)
     return out
+
+
+def _round_ratio(row: dict, other: dict, key: str) -> tuple[float | None, list[float] | None]:
+    """A training row's `key` over another's: the median and [min, max] of the two engines' ratio in each round both
+    ran (run.py's "runs", in round order; the engines of a round run minutes apart, taking turns). Where either ran
+    once (PaddleNLP's Trainer), the ratio of the two and no range."""
+    pairs = [a[key] / b[key] for a, b in zip(row.get("runs", []), other.get("runs", [])) if a.get(key) and b.get(key)]
+    if len(pairs) < 2:
+        return _ratio(row.get(key), other.get(key)), None
+    return statistics.median(pairs), [min(pairs), max(pairs)]
 
 
 def _paired_ratio(row: dict, other: dict) -> float | None:
@@ -98,6 +110,14 @@ def limit_rows(results: dict) -> list[dict]:
     return rows
 
 
+def _times(ratios: dict, key: str) -> str:
+    """A ratio as the table prints it: `1.28x (1.25-1.32x)` with its range over rounds, `6.00x` without one."""
+    value, spread = ratios.get(key), ratios.get(f"{key}_range")
+    if value is None:
+        return ""
+    return f"{value:.2f}x" + (f" ({spread[0]:.2f}-{spread[1]:.2f}x)" if spread else "")
+
+
 def _ratio(a, b):
     return a / b if a and b else None
 
@@ -126,18 +146,20 @@ def markdown(results: dict) -> str:
         if row.get("samples_per_s") is None:
             lines.append(f"| {TRAIN_TITLES[name]} | {row.get('skipped') or row.get('error')} | | | | | | |")
             continue
-        by_samples, by_tokens = (results["ratios"].get(f"train_vs_{name}{kind}") for kind in ("", "_per_token"))
+        by_samples, by_tokens = (_times(results["ratios"], f"train_vs_{name}{kind}") for kind in ("", "_per_token"))
         lines.append(f"| {TRAIN_TITLES[name]} | {_num(row['samples_per_s'])} | {_num(row['real_tokens_per_s'], 0)} | "
                      f"{_num(row['padded_tokens_per_s'], 0)} | {row['padding_share']:.1%} | "
-                     f"{_num(row.get('peak_rss_mb'), 0)} | {'' if by_samples is None else f'{by_samples:.2f}x'} | "
-                     f"{'' if by_tokens is None else f'{by_tokens:.2f}x'} |")
-    headline, bf16 = results["ratios"].get("train_like_for_like_per_token"), \
-        results["ratios"].get("train_bf16_vs_fp32_per_token")
-    if headline:
+                     f"{_num(row.get('peak_rss_mb'), 0)} | {by_samples} | {by_tokens} |")
+    rounds = len(results["train"]["paddle_ft"].get("runs", [])) or 1
+    if results["ratios"].get("train_like_for_like_per_token"):
         peer = next(name for name in LIKE_FOR_LIKE if results["ratios"].get(f"train_vs_{name}_per_token"))
-        lines += ["", f"Like for like (per real token, against {TRAIN_TITLES[peer]}): paddle_ft {headline:.2f}x."]
-    if bf16:
-        lines += ["", f"paddle_ft's bf16 matmuls against its float32, per real token: {bf16:.2f}x."]
+        lines += ["", f"Like for like (per real token, against {TRAIN_TITLES[peer]}): paddle_ft "
+                      f"{_times(results['ratios'], 'train_like_for_like_per_token')}."]
+    if results["ratios"].get("train_bf16_vs_fp32_per_token"):
+        lines += ["", "paddle_ft's bf16 matmuls against its float32, per real token: "
+                      f"{_times(results['ratios'], 'train_bf16_vs_fp32_per_token')}."]
+    lines += ["", f"A training ratio is the median of the two engines' ratio in each of the {rounds} rounds (the "
+                  "engines taking turns), its range in brackets; a row's rates are its median run."]
     lines += _limit_lines(results)
     lines += ["", "| AMP vs fp32 | samples/s | epoch (min) | peak memory MB | largest batch | final accuracy |",
               "|---|---:|---:|---:|---:|---:|"]
@@ -232,19 +254,32 @@ def _serve_lines(results: dict) -> list[str]:
     from bench.serving import markdown as serve_table
 
     rows = results["serve"]
-    alone = {r["batching"]: r["requests_per_s"] for r in rows if r["concurrency"] == 1}
-    ratio = _ratio(alone.get("adaptive (default)"), alone.get("off"))
-    lines = ["", "HTTP service on the bench's export (client and server share the machine):", "",
-             serve_table(rows).rstrip(),
-             "", f"One client: batching (adaptive) at {_num(ratio, 2)}x the requests/s of batching off."]
     served = {(r["batching"], r["concurrency"]): r for r in rows}
-    against_plain = [f"{level} clients {_num(_ratio(ours['requests_per_s'], plain['requests_per_s']), 2)}x "
+    rounds = len(rows[0].get("rounds", [])) or 1
+    alone = _times(_served_ratio(served.get(("adaptive (default)", 1)), served.get(("off", 1))), "ratio")
+    lines = ["", "HTTP service on the bench's export (client and server share the machine"
+                 + (f"; each row its median of {rounds} rounds, every server started afresh in each" if rounds > 1
+                    else "") + "):", "",
+             serve_table(rows).rstrip(),
+             "", f"One client: batching (adaptive) at {alone or 'n/a'} the requests/s of batching off."]
+    against_plain = [f"{level} clients {_times(_served_ratio(ours, plain), 'ratio')} "
                      f"(p99 {_num(ours['p99_ms'])} against {_num(plain['p99_ms'])} ms)"
                      for (name, level), ours in served.items() if name == "adaptive (default)"
                      for plain in [served.get((PLAIN_ONNX, level))] if plain]
     if against_plain:
         lines.append(f"paddle_ft serve (adaptive) against {PLAIN_ONNX}, requests/s: {'; '.join(against_plain)}.")
     return lines
+
+
+def _served_ratio(row: dict | None, other: dict | None) -> dict:
+    """One served row's requests/s over another's, as `_times` prints it: the median and range of the rounds' own
+    ratios where both carry rounds, else the ratio of the two."""
+    if not row or not other:
+        return {}
+    pairs = [a / b for a, b in zip(row.get("rounds", []), other.get("rounds", [])) if a and b]
+    if len(pairs) < 2:
+        return {"ratio": _ratio(row["requests_per_s"], other["requests_per_s"])}
+    return {"ratio": statistics.median(pairs), "ratio_range": [min(pairs), max(pairs)]}
 
 
 def chart(results: dict, path: Path) -> None:

@@ -26,6 +26,7 @@ DEFAULT_PEERS_PYTHON = ".venv-peers/bin/python"
 NAMED_SHAPES = {"bert-base": "12,768,12,3072", "e5-small": "12,384,12,1536"}
 PADDLENLP_WINDOWS = 3  # its rate varies little between windows (random batches); more would cost minutes
 TRAIN_ROUNDS = 3  # paddle_ft and the HF Trainers: runs each, taking turns; a row is its median run (train_rows)
+SERVE_ROUNDS = 3  # the load test, every server afresh each time; a row is its median round (serving.load_test)
 # the HF Trainer's rows: (name, hf_trainer.py's flags, with MKL's code path as paddle_ft takes it, bfloat16)
 HF_ROWS = (("hf_trainer", [], False, False),
            ("hf_trainer_group_by_length", ["--group-by-length"], False, False),
@@ -129,7 +130,7 @@ def serve_rows(export: Path, demo: Path, threads: int, quick: bool) -> list[dict
     print("bench: serve (load test) ...", file=sys.stderr, flush=True)
     if quick:  # a smoke run: two levels, a few requests each
         return load_test(export, texts, [1, 8], 40, 10, threads)
-    return load_test(export, texts, [1, 8, 32], 400, 60, threads)
+    return load_test(export, texts, [1, 8, 32], 400, 60, threads, rounds=SERVE_ROUNDS)
 
 
 def train_rows(jobs: "Jobs", common: dict, windows: int, texts: "TrainingTexts", demo: Path,

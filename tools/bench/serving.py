@@ -26,15 +26,26 @@ PLAIN_ONNX = "plain ONNX Runtime (FastAPI, no paddle_ft)"  # the peer's row; Non
 
 
 def load_test(export_dir: Path, texts: list[str], levels: list[int], requests: int, seconds: float,
-              threads: int | None = None) -> list[dict]:
+              threads: int | None = None, rounds: int = 1) -> list[dict]:
     """One row per batching mode (and the plain ONNX Runtime server) and concurrency: each level stops after
-    `requests` requests or `seconds`."""
-    rows = []
-    for name, url in _warm_servers(export_dir, texts, BATCHING + ((PLAIN_ONNX, None),), threads):
-        for concurrency in levels:
-            rows.append({"batching": name, "concurrency": concurrency,
-                         **run_level(url, texts, concurrency, requests, seconds)})
-    return rows
+    `requests` requests or `seconds`. With `rounds`, the whole test runs that many times (every server started
+    afresh, the modes taking turns) and a row's figures are its median round's, each round's requests/s under
+    "rounds": one run of a shared machine is no figure (0.86-1.14x against the plain server over seven)."""
+    runs = []
+    for _ in range(rounds):
+        runs.append([{"batching": name, "concurrency": concurrency,
+                      **run_level(url, texts, concurrency, requests, seconds)}
+                     for name, url in _warm_servers(export_dir, texts, BATCHING + ((PLAIN_ONNX, None),), threads)
+                     for concurrency in levels])
+    return [_median_round([run[i] for run in runs]) for i in range(len(runs[0]))]
+
+
+def _median_round(same: list[dict]) -> dict:
+    """One mode and concurrency over the rounds: the median round by requests/s (of an even number the slower
+    middle one), the requests and errors of all rounds, each round's requests/s."""
+    middle = sorted(same, key=lambda row: row["requests_per_s"])[(len(same) - 1) // 2]
+    return {**middle, "requests": sum(row["requests"] for row in same), "errors": sum(row["errors"] for row in same),
+            "rounds": [row["requests_per_s"] for row in same]}
 
 
 def _warm_servers(export_dir: Path, texts: list[str], modes, threads: int | None):
