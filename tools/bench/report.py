@@ -53,7 +53,15 @@ def ratios(results: dict) -> dict:
         speed = {name: row.get("samples_per_s") for name, row in rows.items()}
         out[f"infer_{key}_onednn_vs_onnxruntime"] = _ratio(speed["paddle_inference_onednn"], speed["onnxruntime"])
         fastest = max((name for name in FP32_ENGINES if speed[name]), key=lambda name: speed[name], default=None)
-        out[f"infer_{key}_auto_vs_fastest_fp32"] = _paired_ratio(rows["auto"], rows[fastest]) if fastest else None
+        out[f"infer_{key}_auto_vs_fastest_fp32"], out[f"infer_{key}_auto_vs_fastest_fp32_range"] = \
+            _paired_ratio(rows["auto"], rows[fastest]) if fastest else (None, None)
+    # the low-precision engines (oneDNN bf16, int8) against the fastest fp32 engine first, not the slowest
+    fastest = max((name for name in FP32_ENGINES if infer.get(name, {}).get("batch_32", {}).get("samples_per_s")),
+                  key=lambda name: infer[name]["batch_32"]["samples_per_s"], default=None)
+    for name in (n for n in infer if n not in ENGINES and fastest):
+        out[f"infer_batch_32_{name}_vs_fastest_fp32"], out[f"infer_batch_32_{name}_vs_fastest_fp32_range"] = \
+            _paired_ratio(infer[name]["batch_32"], infer[fastest]["batch_32"])
+    out["infer_batch_32_fastest_fp32"] = fastest
     out["train_useful_share_of_matmul"] = next((row["share"] for row in limit_rows(results)
                                                 if row["name"] == "training: " + TRAIN_TITLES["paddle_ft"]), None)
     return out
@@ -69,14 +77,15 @@ def _round_ratio(row: dict, other: dict, key: str) -> tuple[float | None, list[f
     return statistics.median(pairs), [min(pairs), max(pairs)]
 
 
-def _paired_ratio(row: dict, other: dict) -> float | None:
-    """row's samples/s over other's: the median over rounds of the two engines' ratio in each round, where both
-    carry their rounds. The engines of a round run within seconds of each other, and a shared machine's slow spells
-    last longer: a round's ratio keeps little of them, where a ratio of medians keeps the spells of both."""
-    pairs = [(a, b) for a, b in zip(row.get("rounds", []), other.get("rounds", [])) if a and b]
-    if not pairs:
-        return _ratio(row.get("samples_per_s"), other.get("samples_per_s"))
-    return statistics.median(a / b for a, b in pairs)
+def _paired_ratio(row: dict, other: dict) -> tuple[float | None, list[float] | None]:
+    """row's samples/s over other's: the median and [min, max] over rounds of the two engines' ratio in each round,
+    where both carry their rounds. The engines of a round run within seconds of each other, and a shared machine's
+    slow spells last longer: a round's ratio keeps little of them, where a ratio of medians keeps the spells of
+    both."""
+    pairs = [a / b for a, b in zip(row.get("rounds", []), other.get("rounds", [])) if a and b]
+    if len(pairs) < 2:
+        return _ratio(row.get("samples_per_s"), other.get("samples_per_s")), None
+    return statistics.median(pairs), [min(pairs), max(pairs)]
 
 
 def limit_rows(results: dict) -> list[dict]:
@@ -187,10 +196,11 @@ def markdown(results: dict) -> str:
     if all(auto):
         route = (results.get("auto_route") or {}).get("fp32", {}).get("points", [])
         lines += ["", "backend auto (the default) against the fastest fp32 engine: "
-                  + ", ".join(f"batch {n} {value:.2f}x" for n, value in zip((1, 8, 32), auto))
+                  + ", ".join(f"batch {n} {_times(results['ratios'], f'infer_batch_{n}_auto_vs_fastest_fp32')}"
+                              for n in (1, 8, 32))
                   + "; its route, measured at load: "
                   + ", ".join(f"batch {p['batch']} -> {p['engine']}" for p in route) + "."]
-    lines += _int8_lines(results) + _model_lines(results) + _serve_lines(results)
+    lines += _low_precision_lines(results) + _int8_lines(results) + _model_lines(results) + _serve_lines(results)
     tok = results["tokenizer"]
     if "error" not in tok:
         lines += ["", "| tokenizer | texts/s |", "|---|---:|"]
@@ -215,6 +225,16 @@ def _limit_lines(results: dict) -> list[str]:
                       "steps after warm-up): " + ", ".join(f"{group} {share:.1%}"
                                                            for group, share in profile["shares"].items()) + "."]
     return lines
+
+
+def _low_precision_lines(results: dict) -> list[str]:
+    ratios = results["ratios"]
+    shown = [f"{name} {_times(ratios, f'infer_batch_32_{name}_vs_fastest_fp32')}" for name in results["infer"]
+             if name not in ENGINES and ratios.get(f"infer_batch_32_{name}_vs_fastest_fp32")]
+    if not shown:
+        return []
+    return ["", f"Low precision against the fastest fp32 engine at batch 32 ({ratios['infer_batch_32_fastest_fp32']}), "
+                f"samples/s: {', '.join(shown)}."]
 
 
 def _int8_lines(results: dict) -> list[str]:
