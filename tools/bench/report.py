@@ -71,20 +71,25 @@ def _round_ratio(row: dict, other: dict, key: str) -> tuple[float | None, list[f
     """A training row's `key` over another's: the median and [min, max] of the two engines' ratio in each round both
     ran (run.py's "runs", in round order; the engines of a round run minutes apart, taking turns). Where either ran
     once (PaddleNLP's Trainer), the ratio of the two and no range."""
-    pairs = [a[key] / b[key] for a, b in zip(row.get("runs", []), other.get("runs", [])) if a.get(key) and b.get(key)]
-    if len(pairs) < 2:
-        return _ratio(row.get(key), other.get(key)), None
-    return statistics.median(pairs), [min(pairs), max(pairs)]
+    rounds = [(a.get(key), b.get(key)) for a, b in zip(row.get("runs", []), other.get("runs", []))]
+    return _over_rounds(rounds, _ratio(row.get(key), other.get(key)))
 
 
-def _paired_ratio(row: dict, other: dict) -> tuple[float | None, list[float] | None]:
-    """row's samples/s over other's: the median and [min, max] over rounds of the two engines' ratio in each round,
-    where both carry their rounds. The engines of a round run within seconds of each other, and a shared machine's
-    slow spells last longer: a round's ratio keeps little of them, where a ratio of medians keeps the spells of
-    both."""
-    pairs = [a / b for a, b in zip(row.get("rounds", []), other.get("rounds", [])) if a and b]
+def _paired_ratio(row: dict, other: dict, key: str = "samples_per_s") -> tuple[float | None, list[float] | None]:
+    """row's `key` over other's: the median and [min, max] over rounds of the two engines' ratio in each round,
+    where both carry their rounds (each round's `key` under "rounds"). The engines of a round run within seconds of
+    each other, and a shared machine's slow spells last longer: a round's ratio keeps little of them, where a ratio
+    of medians keeps the spells of both."""
+    rounds = list(zip(row.get("rounds", []), other.get("rounds", [])))
+    return _over_rounds(rounds, _ratio(row.get(key), other.get(key)))
+
+
+def _over_rounds(rounds: list[tuple], single: float | None) -> tuple[float | None, list[float] | None]:
+    """The median and [min, max] of the rounds' own ratios (a, b) -> a / b; with fewer than two rounds, `single`
+    (the ratio of the two rows) and no range."""
+    pairs = [a / b for a, b in rounds if a and b]
     if len(pairs) < 2:
-        return _ratio(row.get("samples_per_s"), other.get("samples_per_s")), None
+        return single, None
     return statistics.median(pairs), [min(pairs), max(pairs)]
 
 
@@ -120,8 +125,12 @@ def limit_rows(results: dict) -> list[dict]:
 
 
 def _times(ratios: dict, key: str) -> str:
-    """A ratio as the table prints it: `1.28x (1.25-1.32x)` with its range over rounds, `6.00x` without one."""
-    value, spread = ratios.get(key), ratios.get(f"{key}_range")
+    """`ratios[key]` as the table prints it, with its range over rounds where `ratios` has one (`key`_range)."""
+    return _as_times(ratios.get(key), ratios.get(f"{key}_range"))
+
+
+def _as_times(value: float | None, spread: list[float] | None = None) -> str:
+    """`1.28x (1.25-1.32x)` with a range over rounds, `6.00x` without one, "" for no ratio."""
     if value is None:
         return ""
     return f"{value:.2f}x" + (f" ({spread[0]:.2f}-{spread[1]:.2f}x)" if spread else "")
@@ -276,13 +285,13 @@ def _serve_lines(results: dict) -> list[str]:
     rows = results["serve"]
     served = {(r["batching"], r["concurrency"]): r for r in rows}
     rounds = len(rows[0].get("rounds", [])) or 1
-    alone = _times(_served_ratio(served.get(("adaptive (default)", 1)), served.get(("off", 1))), "ratio")
+    alone = _served_ratio(served.get(("adaptive (default)", 1)), served.get(("off", 1)))
     lines = ["", "HTTP service on the bench's export (client and server share the machine"
                  + (f"; each row its median of {rounds} rounds, every server started afresh in each" if rounds > 1
                     else "") + "):", "",
              serve_table(rows).rstrip(),
              "", f"One client: batching (adaptive) at {alone or 'n/a'} the requests/s of batching off."]
-    against_plain = [f"{level} clients {_times(_served_ratio(ours, plain), 'ratio')} "
+    against_plain = [f"{level} clients {_served_ratio(ours, plain)} "
                      f"(p99 {_num(ours['p99_ms'])} against {_num(plain['p99_ms'])} ms)"
                      for (name, level), ours in served.items() if name == "adaptive (default)"
                      for plain in [served.get((PLAIN_ONNX, level))] if plain]
@@ -291,15 +300,9 @@ def _serve_lines(results: dict) -> list[str]:
     return lines
 
 
-def _served_ratio(row: dict | None, other: dict | None) -> dict:
-    """One served row's requests/s over another's, as `_times` prints it: the median and range of the rounds' own
-    ratios where both carry rounds, else the ratio of the two."""
-    if not row or not other:
-        return {}
-    pairs = [a / b for a, b in zip(row.get("rounds", []), other.get("rounds", [])) if a and b]
-    if len(pairs) < 2:
-        return {"ratio": _ratio(row["requests_per_s"], other["requests_per_s"])}
-    return {"ratio": statistics.median(pairs), "ratio_range": [min(pairs), max(pairs)]}
+def _served_ratio(row: dict | None, other: dict | None) -> str:
+    """One served row's requests/s over another's, printed with its range over the load test's rounds."""
+    return _as_times(*_paired_ratio(row, other, "requests_per_s")) if row and other else ""
 
 
 def chart(results: dict, path: Path) -> None:
