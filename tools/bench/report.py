@@ -55,13 +55,11 @@ def ratios(results: dict) -> dict:
         fastest = max((name for name in FP32_ENGINES if speed[name]), key=lambda name: speed[name], default=None)
         out[f"infer_{key}_auto_vs_fastest_fp32"], out[f"infer_{key}_auto_vs_fastest_fp32_range"] = \
             _paired_ratio(rows["auto"], rows[fastest]) if fastest else (None, None)
+    out["infer_batch_32_fastest_fp32"] = fastest  # the loop's last size
     # the low-precision engines (oneDNN bf16, int8) against the fastest fp32 engine first, not the slowest
-    fastest = max((name for name in FP32_ENGINES if infer.get(name, {}).get("batch_32", {}).get("samples_per_s")),
-                  key=lambda name: infer[name]["batch_32"]["samples_per_s"], default=None)
-    for name in (n for n in infer if n not in ENGINES and fastest):
+    for name in (name for name in infer if name not in ENGINES) if fastest else ():
         out[f"infer_batch_32_{name}_vs_fastest_fp32"], out[f"infer_batch_32_{name}_vs_fastest_fp32_range"] = \
             _paired_ratio(infer[name]["batch_32"], infer[fastest]["batch_32"])
-    out["infer_batch_32_fastest_fp32"] = fastest
     out["train_useful_share_of_matmul"] = next((row["share"] for row in limit_rows(results)
                                                 if row["name"] == "training: " + TRAIN_TITLES["paddle_ft"]), None)
     return out
