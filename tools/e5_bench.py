@@ -57,7 +57,8 @@ def main() -> int:
     parser.add_argument("--phases", default=",".join(PHASES), help=f"a comma-separated subset of {','.join(PHASES)}")
     parser.add_argument("--steps", type=positive_int, default=56, help="training steps of each speed run")
     parser.add_argument("--rounds", type=positive_int, default=3, help="speed runs per engine, taking turns")
-    parser.add_argument("--seeds", type=positive_int, default=3, help="accuracy runs per engine: the config's seed and the next")
+    parser.add_argument("--seeds", type=positive_int, default=3,
+                        help="accuracy runs per engine: the config's seed and the next")
     parser.add_argument("--precision", choices=PRECISIONS, default="float32", help="both engines' (default float32)")
     parser.add_argument("--model", help="a trained best/ to export in the inference phase (default: the accuracy run's)")
     parser.add_argument("--peers-python", default=os.environ.get("PADDLE_FT_PEERS_PYTHON", ".venv-peers/bin/python"))

@@ -23,6 +23,8 @@ from bench.seeds import over_seeds  # noqa: E402
 from few_shot_bench import machine, train  # noqa: E402
 
 from paddle_ft.arguments import ArgumentParser, positive_int  # noqa: E402
+from paddle_ft.config import load_config  # noqa: E402
+from paddle_ft.errors import UserError  # noqa: E402
 
 PRECISIONS = {"float32": ["train.amp.enabled=false"],
               "bfloat16": ["train.amp.enabled=true", "train.amp.dtype=bfloat16"]}
@@ -33,14 +35,14 @@ RESULTS = "precision_bench.json"
 def main() -> int:
     parser = ArgumentParser(prog="tools/precision_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/demo.yaml")
-    parser.add_argument("--seeds", type=positive_int, default=3, help="runs per precision: the config's seed and the next")
+    parser.add_argument("--seeds", type=positive_int, default=3,
+                        help="runs per precision: the config's seed and the next")
     parser.add_argument("--output", type=Path, default=Path("out/precision-bench"))
     args = parser.parse_args()
-    if not Path(args.config).is_file():
-        parser.error(f"--config {args.config} does not exist")
-    import yaml
-
-    first_seed = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")).get("seed", 42)
+    try:  # the config as train reads it: a missing file or a bad key is one line naming it, before anything runs
+        first_seed = load_config(args.config).seed
+    except UserError as exc:
+        parser.error(str(exc))
     seeds = [first_seed + i for i in range(args.seeds)]
     with bench_output(args.output) as output:  # never a folder of someone else's
         table = measure(output, Path(args.config), seeds)
