@@ -32,7 +32,6 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGE = "paddle_ft:serve"
 DEBIAN_IMAGE = "paddle_ft-check/debian:bookworm"
 # the official image's libraries that Paddle's wheel needs and Debian's minimal base lacks
 DEBIAN_PACKAGES = "python3,python3-venv,python3-pip,libgomp1"
@@ -51,6 +50,8 @@ IMAGE = "paddle_ft:serve"  # the tag COMMANDS["build"] gives
 GPU_FLAG = "--gpus all"
 # a uid and gid that exist nowhere: the host user the commands run as when this runs as root
 CHECK_UID = 4242
+# a fresh build: the Debian and stand-in images (2 GB) and the served one (0.9 GB of its own), with room to spare
+FREE_SPACE_GB = 4
 
 
 class CheckFailed(Exception):
@@ -101,6 +102,7 @@ def run_checks(cache: Path, work: Path, steps: list[tuple[str, float]]) -> None:
         return result
 
     step("a Docker engine answers", require_docker)
+    step(f"{FREE_SPACE_GB} GB free where Docker keeps images", require_free_space)
     cache.mkdir(parents=True, exist_ok=True)
     step("Debian base image (debootstrap, cached)", debian_image, cache)
     wheelhouse = step("wheelhouse for the stand-in's Python (cached)", build_wheelhouse, cache)
@@ -125,6 +127,16 @@ def require_docker() -> None:
     answer = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True)
     if answer.returncode != 0:
         raise CheckFailed("no Docker engine answers (docker info failed): start it as root with `dockerd &`")
+
+
+def require_free_space() -> None:
+    """A full disk fails a build midway with pip's or the kernel's message, far from its cause: said first instead."""
+    root = subprocess.run(["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True)
+    folder = Path(root.stdout.strip() or "/var/lib/docker")
+    free_gb = shutil.disk_usage(folder if folder.is_dir() else "/").free / 1e9
+    if free_gb < FREE_SPACE_GB:
+        raise CheckFailed(f"{free_gb:.1f} GB free in {folder}; the check's images need {FREE_SPACE_GB} GB: free space "
+                          f"(docker image prune, old out/ folders) and run it again")
 
 
 def image_exists(name: str) -> bool:
@@ -232,7 +244,7 @@ def refuses_cpu_base_by_default(base: str) -> None:
                           capture_output=True, text=True)
     if done.returncode == 0 or "PADDLE_DEVICE=cpu" not in done.stdout + done.stderr:
         raise CheckFailed("docker/Dockerfile built on a CPU paddle without PADDLE_DEVICE=cpu, or failed without "
-                          "naming it: " + tail(done.stdout + done.stderr))
+                          "naming it: " + failure_output(done))
 
 
 # --- the documented commands ------------------------------------------------------------------------------------------
@@ -291,7 +303,7 @@ def user_environment(work: Path) -> dict[str, str]:
 def run_command(command: str, cwd: Path, user: tuple[int, int] | None) -> None:
     done = subprocess.run(as_user(user, command), cwd=cwd, env=user_environment(cwd), capture_output=True, text=True)
     if done.returncode != 0:
-        raise CheckFailed(f"`{command}` exited {done.returncode}: {tail(done.stdout + done.stderr)}")
+        raise CheckFailed(f"`{command}` exited {done.returncode}: {failure_output(done)}")
 
 
 def files_belong_to(folder: Path, user: tuple[int, int] | None) -> None:
@@ -402,8 +414,14 @@ def compare_answers(answered: list[dict], expected: list[dict]) -> None:
 def checked(command: list[str], what: str) -> str:
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise CheckFailed(f"{what} failed ({done.returncode}): {tail(done.stdout + done.stderr)}")
+        raise CheckFailed(f"{what} failed ({done.returncode}): {failure_output(done)}")
     return done.stdout
+
+
+def failure_output(done: subprocess.CompletedProcess) -> str:
+    """The failing step's own last lines, then the command's error: the legacy builder prints a RUN step's output on
+    stdout and only its verdict on stderr, so the last lines of both together hid why pip failed."""
+    return f"{tail(done.stdout, 5)} | {tail(done.stderr, 2)}"
 
 
 def tail(text: str, lines: int = 3) -> str:
