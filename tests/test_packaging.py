@@ -133,25 +133,6 @@ def test_the_code_runs_on_the_python_setup_py_promises():
     assert setup_kwargs()["python_requires"] == ">=3.10"
 
 
-def _docker_answers() -> bool:
-    import shutil
-    import subprocess
-
-    return shutil.which("docker") is not None and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not _docker_answers(), reason="no Docker engine answers here (.ci/run starts one and runs "
-                                                  "make docker-check after the tests)")
-def test_docker_check_builds_the_image_and_runs_readmes_commands():
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "docker_check.py")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "docker-check passed" in done.stdout
-
-
 @pytest.mark.slow  # builds a wheel in a child process
 def test_the_wheel_holds_the_library_and_no_measuring_tool(tmp_path):
     """Issue 47: the bench, gpu-check and the full-size smoke were inside the installed package; they live in
