@@ -164,3 +164,21 @@ def test_the_docker_build_context_leaves_out_every_environment_the_makefile_buil
     assert {".venv", ".venv-peers", ".venv-label-studio", ".venv-doccano"} <= set(environments)
     left_in = [env for env in environments if not any(fnmatch.fnmatch(env, pattern) for pattern in ignored)]
     assert left_in == []
+
+
+def test_a_failing_build_shows_its_steps_own_last_lines_not_only_dockers_verdict():
+    """CI's docker-check failure read "The command '/bin/sh -c python -m pip install ...' returned a non-zero code: 1"
+    and nothing of pip's own error: the legacy builder prints a step's output on stdout, its verdict on stderr."""
+    import subprocess
+
+    done = subprocess.CompletedProcess([], 1, stdout="Step 5/9 : RUN python -m pip install /wheels/*.whl\n"
+                                                    "Processing /wheels/paddle_ft-0.1-py3-none-any.whl\n"
+                                                    "ERROR: Could not install packages due to an OSError: [Errno 28] "
+                                                    "No space left on device\n",
+                                       stderr="DEPRECATED: The legacy builder is deprecated\n"
+                                              "Install the buildx component to build images with BuildKit\n"
+                                              "The command '/bin/sh -c python -m pip install' returned a non-zero "
+                                              "code: 1\n")
+    shown = _docker_check()["failure_output"](done)
+    assert "[Errno 28] No space left on device" in shown
+    assert shown.endswith("returned a non-zero code: 1") and "DEPRECATED" not in shown
