@@ -98,8 +98,8 @@ distill-demo: $(VENV)/.installed $(DEMO_DATA)
 
 # the Hugging Face parity tests compare with transformers itself, in the peer environment. pytest-xdist runs the
 # tests in TEST_WORKERS processes, each taking the next test as it finishes one (worksteal): three on 2 cores, as the
-# slowest tests wait on launchers, servers and clusters, not on the CPU (13 min with three against 14 min 55 s with two,
-# the same tests); docs/development.md has the measured times
+# slowest tests wait on launchers, servers and clusters, not on the CPU (faster than two there: docs/development.md has
+# the measured times)
 TEST_WORKERS ?= 3
 PYTEST := $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 test: $(VENV)/.installed $(PEERS)/.installed $(LABEL_STUDIO)/.installed $(DOCCANO)/.installed
