@@ -12,7 +12,7 @@ from paddle_ft.artifacts.ownership import owner_of
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_bench_owns_a_new_folder_and_refuses_a_users(tmp_path):
+def test_a_bench_owns_a_new_folder_and_refuses_a_users(tmp_path, capsys):
     with bench_output(tmp_path / "new") as folder:
         assert folder == (tmp_path / "new").resolve() and owner_of(folder) == "bench"
     (tmp_path / "mine").mkdir()
@@ -20,8 +20,10 @@ def test_a_bench_owns_a_new_folder_and_refuses_a_users(tmp_path):
     with pytest.raises(SystemExit) as refused:
         with bench_output(tmp_path / "mine"):
             pytest.fail("a user's folder was taken")
-    assert str(refused.value) == (f"error: --output {tmp_path / 'mine'} holds files paddle_ft did not write "
-                                  "(notes.txt); give a new or empty folder, so that nothing of yours is overwritten")
+    assert refused.value.code == 2  # as a paddle_ft command exits on a user's mistake
+    assert capsys.readouterr().err == (f"error: --output {tmp_path / 'mine'} holds files paddle_ft did not write "
+                                       "(notes.txt); give a new or empty folder, so that nothing of yours is "
+                                       "overwritten\n")
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
 
 
@@ -34,7 +36,7 @@ def test_each_bench_tool_refuses_a_folder_of_the_users_in_one_line(tool, argumen
     (tmp_path / "notes.txt").write_text("keep me", encoding="utf-8")
     done = subprocess.run([sys.executable, str(ROOT / "tools" / tool), *arguments, "--output", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and done.stdout == ""
+    assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [f"error: --output {tmp_path} holds files paddle_ft did not write "
                                                 "(notes.txt); give a new or empty folder, so that nothing of yours is "
                                                 "overwritten"]

@@ -5,6 +5,7 @@ their `runs/NAME` folders on a rerun)."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,9 +16,10 @@ from paddle_ft.errors import UserError
 @contextlib.contextmanager
 def bench_output(path: str | Path) -> Iterator[Path]:
     """The folder at `path`, absolute, owned by this bench for the block; a user's mistake (here or in the block)
-    ends the tool with `error: ...` on one line and exit 1."""
+    ends the tool with `error: ...` on one line and exit 2, as a paddle_ft command ends on one (paddle_ft.cli)."""
     try:
         with owned_folder(path, "bench", "--output") as folder:
             yield folder.resolve()
     except UserError as exc:
-        raise SystemExit(f"error: {exc}") from None
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
