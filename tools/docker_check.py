@@ -101,8 +101,8 @@ def run_checks(cache: Path, work: Path, steps: list[tuple[str, float]]) -> None:
         steps.append((name, time.monotonic() - started))
         return result
 
-    step("a Docker engine answers", require_docker)
-    step(f"{FREE_SPACE_GB} GB free where Docker keeps images", require_free_space)
+    docker_root = step("a Docker engine answers", require_docker)
+    step(f"{FREE_SPACE_GB} GB free where Docker keeps images", require_free_space, docker_root)
     cache.mkdir(parents=True, exist_ok=True)
     step("Debian base image (debootstrap, cached)", debian_image, cache)
     wheelhouse = step("wheelhouse for the stand-in's Python (cached)", build_wheelhouse, cache)
@@ -121,19 +121,22 @@ def run_checks(cache: Path, work: Path, steps: list[tuple[str, float]]) -> None:
 
 # --- what the build stands on -----------------------------------------------------------------------------------
 
-def require_docker() -> None:
+def require_docker() -> Path:
+    """The engine's data root (where its images are kept), once it answers."""
     if shutil.which("docker") is None:
         raise CheckFailed("no docker command: apt-get install -y docker.io, then start dockerd as root")
-    answer = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True)
+    answer = subprocess.run(["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True)
     if answer.returncode != 0:
         raise CheckFailed("no Docker engine answers (docker info failed): start it as root with `dockerd &`")
+    return Path(answer.stdout.strip())
 
 
-def require_free_space() -> None:
-    """A full disk fails a build midway with pip's or the kernel's message, far from its cause: said first instead."""
-    root = subprocess.run(["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True)
-    folder = Path(root.stdout.strip() or "/var/lib/docker")
-    free_gb = shutil.disk_usage(folder if folder.is_dir() else "/").free / 1e9
+def require_free_space(folder: Path) -> None:
+    """A full disk fails a build midway with pip's or the kernel's message, far from its cause: said first instead.
+    An engine on another machine (DOCKER_HOST) keeps its images out of reach: its disk is not measured from here."""
+    if not folder.is_dir():
+        return
+    free_gb = shutil.disk_usage(folder).free / 1e9
     if free_gb < FREE_SPACE_GB:
         raise CheckFailed(f"{free_gb:.1f} GB free in {folder}; the check's images need {FREE_SPACE_GB} GB: free space "
                           f"(docker image prune, old out/ folders) and run it again")
